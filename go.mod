@@ -1,0 +1,3 @@
+module sluice
+
+go 1.26.8

@@ -1,0 +1,186 @@
+// Package policy is the one model of a sluice cluster that every other part
+// reads: hosts, uplinks, traffic classes, network pools, datastores and VMs
+// with their reservations, shares and limits. It loads and validates the YAML
+// (or JSON) policy file of DESIGN.md §4. It computes no entitlements and
+// touches no kernel state.
+package policy
+
+import (
+	"math"
+	"time"
+)
+
+// Bps is a rate in bits per second (decimal units: 1 Mbps = 1e6 bps).
+type Bps int64
+
+// IOPS is a rate of I/O requests per second.
+type IOPS int64
+
+// Bytes is a size in bytes (binary units: 1 KiB = 1024 bytes).
+type Bytes int64
+
+// Unlimited is the value of a rate limit that is not set (or set to
+// `unlimited`). Never add it to anything.
+const (
+	Unlimited     Bps  = math.MaxInt64
+	UnlimitedIOPS IOPS = math.MaxInt64
+)
+
+// Share keywords per resource (DESIGN.md §1).
+const (
+	NetSharesLow, NetSharesNormal, NetSharesHigh             = 25, 50, 100
+	StorageSharesLow, StorageSharesNormal, StorageSharesHigh = 500, 1000, 2000
+	CPUSharesLow, CPUSharesNormal, CPUSharesHigh             = 500, 1000, 2000 // per vCPU
+)
+
+// DefaultReservationCap is the fraction of an uplink's line rate that class
+// reservations may take when the file does not say.
+const DefaultReservationCap = 0.75
+
+// Traffic classes that NetIOC knows, in the order they are listed.
+var TrafficClassNames = []string{"management", "vm", "nfs", "vsan", "iscsi", "vmotion", "replication", "ft", "backup"}
+
+// Policy is a whole cluster as declared in a policy file.
+type Policy struct {
+	Cluster        string
+	ReservationCap float64 // fraction of each uplink's Speed that may be reserved, (0,1]
+	Hosts          []Host
+	// TrafficClasses holds every class of TrafficClassNames, in that order;
+	// classes the file does not name have shares normal and Declared false.
+	TrafficClasses []TrafficClass
+	NetworkPools   []NetworkPool
+	Datastores     []Datastore
+	VMs            []VM
+
+	// File is the name the policy was loaded from (for messages).
+	File string
+}
+
+// Host is a hypervisor machine.
+type Host struct {
+	Name    string
+	CPU     HostCPU
+	Memory  Bytes
+	Uplinks []Uplink
+	Pos     Pos
+}
+
+// HostCPU is a host's processor capacity.
+type HostCPU struct {
+	Cores int
+	MHz   int // per core
+}
+
+// Uplink is a physical NIC of a host.
+type Uplink struct {
+	Name   string
+	Speed  Bps // line rate; reservationCap applies to it
+	Usable Bps // payload capacity that alloc divides; equals Speed when not given
+	Pos    Pos
+}
+
+// TrafficClass is the per-uplink setting of one class of system traffic.
+type TrafficClass struct {
+	Name        string
+	Shares      int
+	Reservation Bps
+	Limit       Bps  // Unlimited when not set
+	Declared    bool // the file names this class (alloc gives it unlimited demand)
+	Pos         Pos
+}
+
+// NetworkPool is a reservation quota carved out of the vm class, usable only
+// by vNICs of its port groups.
+type NetworkPool struct {
+	Name        string
+	Reservation Bps
+	PortGroups  []string
+	Pos         Pos
+}
+
+// Datastore is shared storage used by several hosts.
+type Datastore struct {
+	Name  string
+	SIOC  SIOC
+	Array Array
+	Pos   Pos
+}
+
+// SIOC configures storage I/O control on a datastore.
+type SIOC struct {
+	Enabled             bool
+	CongestionThreshold time.Duration // default 30ms
+	ControlPeriod       time.Duration // PARDA period, default 4s
+}
+
+// Array models the datastore's device: Slots parallel servers, each taking
+// ServiceTime per 4 KiB I/O.
+type Array struct {
+	Slots       int
+	ServiceTime time.Duration
+}
+
+// VM is a virtual machine.
+type VM struct {
+	Name       string
+	Host       string // empty: placement chooses
+	CPU        VMCPU
+	Memory     Bytes
+	NICs       []NIC
+	Disks      []Disk
+	Migratable bool // false for VMs pinned by passthrough devices; default true
+	Pos        Pos
+}
+
+// VMCPU is a VM's processor entitlement settings.
+type VMCPU struct {
+	VCPUs          int
+	Shares         int // total for the VM (keyword value × vCPUs)
+	ReservationMHz int
+	LimitMHz       int // 0 means unlimited
+}
+
+// NIC is a VM's virtual network adapter: a port.
+type NIC struct {
+	Name        string
+	PortGroup   string
+	Shares      int
+	Reservation Bps
+	Limit       Bps    // Unlimited when not set
+	Uplink      string // optional pinning to one uplink of the host
+	Passthrough bool   // bypasses the scheduler; the VM cannot migrate
+	Pos         Pos
+}
+
+// Disk is a VM's virtual disk on a datastore.
+type Disk struct {
+	Name            string
+	Datastore       string
+	Shares          int
+	ReservationIOPS IOPS
+	LimitIOPS       IOPS // UnlimitedIOPS when not set
+	Size            Bytes
+	Pos             Pos
+}
+
+// Pos records where an entity and its fields were written, for messages.
+// Line is the line of the entity itself; Fields maps a field's YAML key to
+// the line of its value.
+type Pos struct {
+	Line   int
+	Fields map[string]int
+}
+
+// FieldLine returns the line of the field key, or the entity's line.
+func (p Pos) FieldLine(key string) int {
+	if l, ok := p.Fields[key]; ok {
+		return l
+	}
+	return p.Line
+}
+
+// PortName is the name of a VM's vNIC as a port: "VM/NIC".
+func PortName(vm, nic string) string { return vm + "/" + nic }
+
+// ClassName is the name of a system traffic class on a host: "HOST/CLASS".
+func ClassName(host, class string) string { return host + "/" + class }
