@@ -3,8 +3,10 @@
 // (DESIGN.md §2). It is the one function that admission, placement, the
 // simulator, the live agent and `sluice alloc`/`explain` all call.
 //
-// alloc is pure: it never imports time, net, os or os/exec. Values are in
-// whatever unit the capacity is in (bits/s for networks, IOPS for storage).
+// alloc is pure: it never imports time, net, os or os/exec, and it keeps no
+// state between calls except reusable scratch space in a Solver. Values are
+// in whatever unit the capacity is in (bits/s for networks, IOPS for
+// storage); the package does not know or convert units.
 package alloc
 
 import "math"
@@ -24,6 +26,14 @@ const (
 	Floor
 )
 
+// String returns "additive" or "floor".
+func (s Semantics) String() string {
+	if s == Floor {
+		return "floor"
+	}
+	return "additive"
+}
+
 // Reason says what bound a node's entitlement.
 type Reason uint8
 
@@ -34,12 +44,36 @@ const (
 	LimitBound                     // capped by its limit
 	DemandBound                    // capped by its demand
 	Shortage                       // capacity could not cover the reservations; split in proportion to them
+	CapacityBound                  // the root: got the whole capacity it was given
 )
 
-// Node is one consumer in the tree. Inputs are set by the caller; Alloc and
-// Reason are written by Compute. Leaves give Demand; an inner node's demand
-// is the sum of its children's demands capped by its own Limit (its Demand
-// field is ignored).
+var reasonNames = [...]string{
+	Idle:             "idle",
+	ReservationBound: "reservation",
+	ShareBound:       "shares",
+	LimitBound:       "limit",
+	DemandBound:      "demand",
+	Shortage:         "shortage",
+	CapacityBound:    "capacity",
+}
+
+// String returns the reason as one lower-case word, as `sluice alloc` prints
+// it: idle, reservation, shares, limit, demand, shortage, capacity.
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Node is one consumer in the tree. Inputs are set by the caller; Alloc,
+// Reason and EffDemand are written by Compute. Leaves give Demand; an inner
+// node's demand is the sum of its children's demands capped by its own Limit
+// (its Demand field is ignored).
+//
+// Negative inputs are treated as 0; a Limit or Demand of Inf means none.
+// Shares ≤ 0 means the node takes no part in dividing what is left after
+// reservations (it gets min(R,L,D) and nothing more).
 type Node struct {
 	Name        string
 	Reservation float64 // ≥ 0
@@ -50,15 +84,22 @@ type Node struct {
 	Children    []*Node
 
 	// Outputs.
-	Alloc  float64 // entitlement
-	Reason Reason
+	Alloc     float64 // entitlement
+	Reason    Reason
+	EffDemand float64 // the demand Compute used: min(Demand, Limit) for a leaf, min(Σ children, Limit) for an inner node
+
+	// level is the water level λ (units per share) at which this node's
+	// children were divided; shortage says the children's reservations did
+	// not fit. Kept for Explain.
+	level    float64
+	shortage bool
 }
 
-// Compute fills Alloc and Reason of every node of the tree under root, the
-// root being given capacity (and bounded by its own limit and demand).
-// func Compute(root *Node, capacity float64)
-
-// A Solver reuses scratch space so that repeated Compute calls on a
-// prepared tree allocate nothing.
-// type Solver struct{ ... }
-// func (s *Solver) Compute(root *Node, capacity float64)
+// Compute fills Alloc, Reason and EffDemand of every node of the tree under
+// root, the root being given capacity (and bounded by its own limit and
+// demand; its reservation and shares play no part). It allocates scratch
+// space on each call; use a Solver to compute repeatedly without allocating.
+func Compute(root *Node, capacity float64) {
+	var s Solver
+	s.Compute(root, capacity)
+}
