@@ -51,6 +51,12 @@ type Policy struct {
 	NetworkPools   []NetworkPool
 	Datastores     []Datastore
 	VMs            []VM
+	// PortGroups are the port groups the file declares (optional section).
+	// When the section is absent, any port group name may be used.
+	PortGroups []PortGroup
+
+	// Pos records the lines of the top-level keys (e.g. "reservationCap").
+	Pos Pos
 
 	// File is the name the policy was loaded from (for messages).
 	File string
@@ -95,7 +101,18 @@ type NetworkPool struct {
 	Name        string
 	Reservation Bps
 	PortGroups  []string
-	Pos         Pos
+	// Hosts the pool spans: the file's `hosts:` list, or every host of the
+	// cluster when the file does not say. The quota is checked against
+	// reservationCap × the sum of these hosts' uplink speeds.
+	Hosts []string
+	Pos   Pos
+}
+
+// PortGroup is a named group of vNICs on the distributed switch.
+type PortGroup struct {
+	Name string
+	VLAN int // 0 when not set
+	Pos  Pos
 }
 
 // Datastore is shared storage used by several hosts.

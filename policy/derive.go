@@ -1,0 +1,233 @@
+package policy
+
+import "math"
+
+// This file holds the views of a policy that several parts derive from it
+// (placement, alloc, the agent, the simulator); they are computed on each
+// call from the current fields, so a caller may move VMs between calls.
+
+// Host returns the host named name, or nil.
+func (p *Policy) Host(name string) *Host {
+	for i := range p.Hosts {
+		if p.Hosts[i].Name == name {
+			return &p.Hosts[i]
+		}
+	}
+	return nil
+}
+
+// VM returns the VM named name, or nil.
+func (p *Policy) VM(name string) *VM {
+	for i := range p.VMs {
+		if p.VMs[i].Name == name {
+			return &p.VMs[i]
+		}
+	}
+	return nil
+}
+
+// Datastore returns the datastore named name, or nil.
+func (p *Policy) Datastore(name string) *Datastore {
+	for i := range p.Datastores {
+		if p.Datastores[i].Name == name {
+			return &p.Datastores[i]
+		}
+	}
+	return nil
+}
+
+// TrafficClass returns the class named name (one of TrafficClassNames), or
+// nil.
+func (p *Policy) TrafficClass(name string) *TrafficClass {
+	for i := range p.TrafficClasses {
+		if p.TrafficClasses[i].Name == name {
+			return &p.TrafficClasses[i]
+		}
+	}
+	return nil
+}
+
+// Pool returns the network pool that holds portGroup, or nil when the
+// port group is in no pool.
+func (p *Policy) Pool(portGroup string) *NetworkPool {
+	for i := range p.NetworkPools {
+		for _, pg := range p.NetworkPools[i].PortGroups {
+			if pg == portGroup {
+				return &p.NetworkPools[i]
+			}
+		}
+	}
+	return nil
+}
+
+// Uplink returns the host's uplink named name, or nil.
+func (h *Host) Uplink(name string) *Uplink {
+	for i := range h.Uplinks {
+		if h.Uplinks[i].Name == name {
+			return &h.Uplinks[i]
+		}
+	}
+	return nil
+}
+
+// VMsOn returns the VMs placed on the host, in file order.
+func (p *Policy) VMsOn(host string) []*VM {
+	var vms []*VM
+	for i := range p.VMs {
+		if p.VMs[i].Host == host && host != "" {
+			vms = append(vms, &p.VMs[i])
+		}
+	}
+	return vms
+}
+
+// Reservable is how much of an uplink class reservations may take:
+// reservationCap × the uplink's Speed, in bits/s, rounded down.
+func (p *Policy) Reservable(u *Uplink) Bps {
+	return Bps(math.Floor(p.ReservationCap*float64(u.Speed) + 1e-6))
+}
+
+// VMClassBudget is what the vNIC reservations on an uplink may add up to:
+// the vm class's reservation when the file gives one (> 0), else what the
+// cap leaves after the other classes' reservations (never negative).
+func (p *Policy) VMClassBudget(u *Uplink) Bps {
+	if vm := p.TrafficClass("vm"); vm != nil && vm.Reservation > 0 {
+		return vm.Reservation
+	}
+	left := p.Reservable(u) - p.otherClassesReservation()
+	return max(left, 0)
+}
+
+// otherClassesReservation is the sum of the reservations of every class
+// but vm (the same on every uplink).
+func (p *Policy) otherClassesReservation() Bps {
+	var sum Bps
+	for _, tc := range p.TrafficClasses {
+		if tc.Name != "vm" {
+			sum = addSat(sum, tc.Reservation)
+		}
+	}
+	return sum
+}
+
+// nicAssignment is the uplink of every vNIC of a host's VMs, and the vNIC
+// reservations that end up on each uplink.
+type nicAssignment struct {
+	uplink   map[string]string // port name (VM/NIC) → uplink name
+	reserved map[string]Bps    // uplink name → sum of vNIC reservations
+}
+
+// assign maps the vNICs of the VMs on host h to uplinks. The rule is
+// deterministic: VMs and vNICs in file order; a vNIC pinned with `uplink:`
+// goes there; otherwise to the first uplink (file order) whose vm-class
+// budget still holds its reservation; if none does, to the uplink with the
+// most budget left (the first of equals), where Admission reports it.
+func (p *Policy) assign(h *Host) nicAssignment {
+	a := nicAssignment{uplink: map[string]string{}, reserved: map[string]Bps{}}
+	if len(h.Uplinks) == 0 {
+		return a
+	}
+	budget := make([]Bps, len(h.Uplinks))
+	for i := range h.Uplinks {
+		budget[i] = p.VMClassBudget(&h.Uplinks[i])
+	}
+	for _, vm := range p.VMsOn(h.Name) {
+		for _, nic := range vm.NICs {
+			i := -1
+			if nic.Uplink != "" {
+				for j := range h.Uplinks {
+					if h.Uplinks[j].Name == nic.Uplink {
+						i = j
+						break
+					}
+				}
+			}
+			if i < 0 {
+				for j := range h.Uplinks {
+					if budget[j]-a.reserved[h.Uplinks[j].Name] >= nic.Reservation {
+						i = j
+						break
+					}
+				}
+			}
+			if i < 0 {
+				i = 0
+				for j := range h.Uplinks {
+					if budget[j]-a.reserved[h.Uplinks[j].Name] > budget[i]-a.reserved[h.Uplinks[i].Name] {
+						i = j
+					}
+				}
+			}
+			name := h.Uplinks[i].Name
+			a.uplink[PortName(vm.Name, nic.Name)] = name
+			a.reserved[name] = addSat(a.reserved[name], nic.Reservation)
+		}
+	}
+	return a
+}
+
+// NICUplink returns the name of the uplink that the vNIC nic of vm sends
+// through on the VM's host (see assign for the rule), or "" when the VM
+// has no host or the host has no uplink.
+func (p *Policy) NICUplink(vm *VM, nic *NIC) string {
+	h := p.Host(vm.Host)
+	if h == nil {
+		return ""
+	}
+	return p.assign(h).uplink[PortName(vm.Name, nic.Name)]
+}
+
+// UplinkAssignment returns the uplink of every vNIC of every placed VM,
+// keyed by port name (VM/NIC): NICUplink for all ports at once.
+func (p *Policy) UplinkAssignment() map[string]string {
+	all := map[string]string{}
+	for i := range p.Hosts {
+		for port, u := range p.assign(&p.Hosts[i]).uplink {
+			all[port] = u
+		}
+	}
+	return all
+}
+
+// NICsOnUplink returns the ports (VM/NIC) that send through the uplink of
+// the host, in file order.
+func (p *Policy) NICsOnUplink(host, uplink string) []string {
+	h := p.Host(host)
+	if h == nil {
+		return nil
+	}
+	a := p.assign(h)
+	var ports []string
+	for _, vm := range p.VMsOn(host) {
+		for _, nic := range vm.NICs {
+			if port := PortName(vm.Name, nic.Name); a.uplink[port] == uplink {
+				ports = append(ports, port)
+			}
+		}
+	}
+	return ports
+}
+
+// ClassReservation is the effective reservation of the traffic class on
+// the host's uplink, in bits/s. For the vm class without a reservation in
+// the file, it is the sum of the reservations of the vNICs that use the
+// uplink. It is 0 for an unknown host, uplink or class.
+func (p *Policy) ClassReservation(host, uplink, class string) Bps {
+	tc := p.TrafficClass(class)
+	h := p.Host(host)
+	if tc == nil || h == nil || h.Uplink(uplink) == nil {
+		return 0
+	}
+	if class != "vm" || tc.Reservation > 0 {
+		return tc.Reservation
+	}
+	return p.assign(h).reserved[uplink]
+}
+
+// addSat adds two non-negative rates, saturating at Unlimited.
+func addSat(a, b Bps) Bps {
+	if a > Unlimited-b {
+		return Unlimited
+	}
+	return a + b
+}

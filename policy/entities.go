@@ -1,0 +1,319 @@
+package policy
+
+import (
+	"strconv"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Field names of every entity, in the order docs/policy.md lists them.
+var (
+	policyFields    = []string{"cluster", "reservationCap", "hosts", "trafficClasses", "networkPools", "portGroups", "datastores", "vms"}
+	hostFields      = []string{"name", "cpu", "memory", "uplinks"}
+	hostCPUFields   = []string{"cores", "mhz"}
+	uplinkFields    = []string{"name", "speed", "usable"}
+	classFields     = []string{"shares", "reservation", "limit"}
+	poolFields      = []string{"name", "reservation", "portGroups", "hosts"}
+	portGroupFields = []string{"name", "vlan"}
+	dsFields        = []string{"name", "sioc", "array"}
+	siocFields      = []string{"enabled", "congestionThreshold", "controlPeriod"}
+	arrayFields     = []string{"slots", "serviceTime"}
+	vmFields        = []string{"name", "host", "cpu", "memory", "nics", "disks", "migratable"}
+	vmCPUFields     = []string{"vcpus", "shares", "reservationMHz", "limitMHz"}
+	nicFields       = []string{"name", "portGroup", "shares", "reservation", "limit", "uplink", "passthrough"}
+	diskFields      = []string{"name", "datastore", "shares", "reservationIOPS", "limitIOPS", "size"}
+)
+
+// Upper bounds of small integers.
+const (
+	maxCores = 4096
+	maxMHz   = 100_000
+	maxVCPUs = 768
+	maxSlots = 65536
+	maxVMMHz = 1 << 30
+	maxVLAN  = 4094
+)
+
+func (d *decoder) policy(root *yaml.Node) *Policy {
+	p := &Policy{ReservationCap: DefaultReservationCap, File: d.file}
+	m := d.mapping(root, "", &p.Pos, "", policyFields...)
+	if m == nil {
+		return p
+	}
+	p.Pos.Line = root.Line
+	p.Cluster = d.name(m, "cluster", true)
+	if s, line, ok := d.scalar(m, "reservationCap"); ok {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || !isPlainNumber(s) || f <= 0 || f > 1 {
+			d.add(line, "reservationCap", "must be a fraction in (0, 1], got %q", clip(s))
+		} else {
+			p.ReservationCap = f
+		}
+	}
+	for i, n := range d.list(m, "hosts") {
+		p.Hosts = append(p.Hosts, d.host(n, itemPath("hosts", i, n)))
+	}
+	if len(p.Hosts) == 0 && len(d.errs) == 0 {
+		d.add(m.line, "hosts", "at least one host is required")
+	}
+	p.TrafficClasses = d.classes(m)
+	for i, n := range d.list(m, "networkPools") {
+		p.NetworkPools = append(p.NetworkPools, d.pool(n, itemPath("networkPools", i, n)))
+	}
+	for i, n := range d.list(m, "portGroups") {
+		p.PortGroups = append(p.PortGroups, d.portGroup(n, itemPath("portGroups", i, n)))
+	}
+	for i, n := range d.list(m, "datastores") {
+		p.Datastores = append(p.Datastores, d.datastore(n, itemPath("datastores", i, n)))
+	}
+	for i, n := range d.list(m, "vms") {
+		p.VMs = append(p.VMs, d.vm(n, itemPath("vms", i, n)))
+	}
+	return p
+}
+
+func isPlainNumber(s string) bool {
+	for _, c := range s {
+		if (c < '0' || c > '9') && c != '.' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func (d *decoder) host(n *yaml.Node, path string) Host {
+	h := Host{Pos: Pos{Line: n.Line}}
+	m := d.mapping(n, path, &h.Pos, "", hostFields...)
+	if m == nil {
+		return h
+	}
+	h.Name = d.name(m, "name", true)
+	if v, ok := m.vals["cpu"]; ok {
+		if c := d.mapping(v, path+".cpu", &h.Pos, "cpu.", hostCPUFields...); c != nil {
+			d.integer(c, "cores", 1, maxCores, &h.CPU.Cores)
+			d.integer(c, "mhz", 1, maxMHz, &h.CPU.MHz)
+		}
+	}
+	d.size(m, "memory", &h.Memory)
+	for i, u := range d.list(m, "uplinks") {
+		h.Uplinks = append(h.Uplinks, d.uplink(u, itemPath(path+".uplinks", i, u)))
+	}
+	return h
+}
+
+func (d *decoder) uplink(n *yaml.Node, path string) Uplink {
+	u := Uplink{Pos: Pos{Line: n.Line}}
+	m := d.mapping(n, path, &u.Pos, "", uplinkFields...)
+	if m == nil {
+		return u
+	}
+	u.Name = d.name(m, "name", true)
+	speedOK := d.rate(m, "speed", &u.Speed, false)
+	usableOK := d.rate(m, "usable", &u.Usable, false)
+	if _, ok := m.vals["speed"]; !ok {
+		d.add(m.line, path+".speed", "missing (required): the line rate, e.g. 10Gbps")
+	} else if speedOK && u.Speed == 0 {
+		d.add(u.Pos.FieldLine("speed"), path+".speed", "must be positive")
+	}
+	switch {
+	case !usableOK:
+		if _, given := m.vals["usable"]; !given {
+			u.Usable = u.Speed
+		}
+	case u.Usable == 0:
+		d.add(u.Pos.FieldLine("usable"), path+".usable", "must be positive")
+	case u.Usable > u.Speed && u.Speed > 0:
+		d.add(u.Pos.FieldLine("usable"), path+".usable", "%s is more than the speed %s", FormatRate(u.Usable), FormatRate(u.Speed))
+	}
+	return u
+}
+
+// classes returns all nine traffic classes, with the file's settings.
+func (d *decoder) classes(top *mapping) []TrafficClass {
+	tcs := make([]TrafficClass, len(TrafficClassNames))
+	for i, name := range TrafficClassNames {
+		tcs[i] = TrafficClass{Name: name, Shares: NetSharesNormal, Limit: Unlimited}
+	}
+	v, ok := top.vals["trafficClasses"]
+	if !ok || (v.Kind == yaml.ScalarNode && v.Tag == "!!null") {
+		return tcs
+	}
+	var all Pos
+	m := d.mapping(v, "trafficClasses", &all, "", TrafficClassNames...)
+	if m == nil {
+		return tcs
+	}
+	for i := range tcs {
+		tc := &tcs[i]
+		n, ok := m.vals[tc.Name]
+		if !ok {
+			continue
+		}
+		tc.Declared = true
+		tc.Pos.Line = n.Line
+		path := "trafficClasses." + tc.Name
+		if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+			continue // `nfs:` alone declares the class with defaults
+		}
+		cm := d.mapping(n, path, &tc.Pos, "", classFields...)
+		if cm == nil {
+			continue
+		}
+		d.shares(cm, "shares", "network", 1, &tc.Shares)
+		d.rate(cm, "reservation", &tc.Reservation, false)
+		d.rate(cm, "limit", &tc.Limit, true)
+		d.checkRL(cm, tc.Reservation, tc.Limit)
+	}
+	return tcs
+}
+
+// checkRL reports a reservation above the limit.
+func (d *decoder) checkRL(m *mapping, r, l Bps) {
+	if r > l {
+		d.add(m.pos.FieldLine(m.prefix+"reservation"), join(m.path, "reservation"), "reservation %s is more than the limit %s", FormatRate(r), FormatRate(l))
+	}
+}
+
+func (d *decoder) pool(n *yaml.Node, path string) NetworkPool {
+	np := NetworkPool{Pos: Pos{Line: n.Line}}
+	m := d.mapping(n, path, &np.Pos, "", poolFields...)
+	if m == nil {
+		return np
+	}
+	np.Name = d.name(m, "name", true)
+	if _, ok := m.vals["reservation"]; !ok {
+		d.add(m.line, path+".reservation", "missing (required): the pool's reservation quota, e.g. 15Gbps")
+	}
+	d.rate(m, "reservation", &np.Reservation, false)
+	np.PortGroups, _ = d.nameList(m, "portGroups")
+	if len(np.PortGroups) == 0 {
+		if _, ok := m.vals["portGroups"]; !ok {
+			d.add(m.line, path+".portGroups", "missing (required): the port groups whose vNICs use the pool")
+		}
+	}
+	np.Hosts, _ = d.nameList(m, "hosts")
+	return np
+}
+
+func (d *decoder) portGroup(n *yaml.Node, path string) PortGroup {
+	pg := PortGroup{Pos: Pos{Line: n.Line}}
+	if n.Kind == yaml.ScalarNode && nameRE.MatchString(n.Value) {
+		pg.Name = n.Value // `portGroups: [pg-web, pg-db]`
+		return pg
+	}
+	m := d.mapping(n, path, &pg.Pos, "", portGroupFields...)
+	if m == nil {
+		return pg
+	}
+	pg.Name = d.name(m, "name", true)
+	d.integer(m, "vlan", 0, maxVLAN, &pg.VLAN)
+	return pg
+}
+
+func (d *decoder) datastore(n *yaml.Node, path string) Datastore {
+	ds := Datastore{Pos: Pos{Line: n.Line}}
+	ds.SIOC = SIOC{CongestionThreshold: DefaultCongestionThreshold, ControlPeriod: DefaultControlPeriod}
+	ds.Array = Array{Slots: DefaultArraySlots, ServiceTime: DefaultArrayServiceTime}
+	m := d.mapping(n, path, &ds.Pos, "", dsFields...)
+	if m == nil {
+		return ds
+	}
+	ds.Name = d.name(m, "name", true)
+	if v, ok := m.vals["sioc"]; ok {
+		if s := d.mapping(v, path+".sioc", &ds.Pos, "sioc.", siocFields...); s != nil {
+			d.boolean(s, "enabled", &ds.SIOC.Enabled)
+			d.duration(s, "congestionThreshold", &ds.SIOC.CongestionThreshold)
+			d.duration(s, "controlPeriod", &ds.SIOC.ControlPeriod)
+		}
+	}
+	if v, ok := m.vals["array"]; ok {
+		if a := d.mapping(v, path+".array", &ds.Pos, "array.", arrayFields...); a != nil {
+			d.integer(a, "slots", 1, maxSlots, &ds.Array.Slots)
+			d.duration(a, "serviceTime", &ds.Array.ServiceTime)
+		}
+	}
+	return ds
+}
+
+func (d *decoder) vm(n *yaml.Node, path string) VM {
+	vm := VM{Pos: Pos{Line: n.Line}, Migratable: true}
+	vm.CPU = VMCPU{VCPUs: 1, Shares: CPUSharesNormal}
+	m := d.mapping(n, path, &vm.Pos, "", vmFields...)
+	if m == nil {
+		return vm
+	}
+	vm.Name = d.name(m, "name", true)
+	vm.Host = d.name(m, "host", false)
+	if v, ok := m.vals["cpu"]; ok {
+		if c := d.mapping(v, path+".cpu", &vm.Pos, "cpu.", vmCPUFields...); c != nil {
+			d.integer(c, "vcpus", 1, maxVCPUs, &vm.CPU.VCPUs)
+			vm.CPU.Shares = CPUSharesNormal * vm.CPU.VCPUs
+			d.shares(c, "shares", "cpu", vm.CPU.VCPUs, &vm.CPU.Shares)
+			d.integer(c, "reservationMHz", 0, maxVMMHz, &vm.CPU.ReservationMHz)
+			d.integer(c, "limitMHz", 0, maxVMMHz, &vm.CPU.LimitMHz)
+			if vm.CPU.LimitMHz > 0 && vm.CPU.ReservationMHz > vm.CPU.LimitMHz {
+				d.add(vm.Pos.FieldLine("cpu.reservationMHz"), path+".cpu.reservationMHz", "reservation %dMHz is more than the limit %dMHz", vm.CPU.ReservationMHz, vm.CPU.LimitMHz)
+			}
+		}
+	}
+	d.size(m, "memory", &vm.Memory)
+	d.boolean(m, "migratable", &vm.Migratable)
+	for i, c := range d.list(m, "nics") {
+		vm.NICs = append(vm.NICs, d.nic(c, itemPath(path+".nics", i, c)))
+	}
+	for i, c := range d.list(m, "disks") {
+		vm.Disks = append(vm.Disks, d.disk(c, itemPath(path+".disks", i, c)))
+	}
+	for _, nic := range vm.NICs {
+		if !nic.Passthrough {
+			continue
+		}
+		if _, explicit := m.vals["migratable"]; explicit && vm.Migratable {
+			d.add(vm.Pos.FieldLine("migratable"), path+".migratable", "a VM with a passthrough vNIC (%s) cannot migrate", nic.Name)
+		}
+		vm.Migratable = false
+	}
+	return vm
+}
+
+func (d *decoder) nic(n *yaml.Node, path string) NIC {
+	nic := NIC{Pos: Pos{Line: n.Line}, Shares: NetSharesNormal, Limit: Unlimited}
+	m := d.mapping(n, path, &nic.Pos, "", nicFields...)
+	if m == nil {
+		return nic
+	}
+	nic.Name = d.name(m, "name", true)
+	nic.PortGroup = d.name(m, "portGroup", false)
+	d.shares(m, "shares", "network", 1, &nic.Shares)
+	d.rate(m, "reservation", &nic.Reservation, false)
+	d.rate(m, "limit", &nic.Limit, true)
+	nic.Uplink = d.name(m, "uplink", false)
+	d.boolean(m, "passthrough", &nic.Passthrough)
+	d.checkRL(m, nic.Reservation, nic.Limit)
+	if nic.Passthrough {
+		for _, k := range []string{"shares", "reservation", "limit"} {
+			if _, ok := m.vals[k]; ok {
+				d.add(nic.Pos.FieldLine(k), path+"."+k, "a passthrough vNIC bypasses the scheduler and takes no %s", k)
+			}
+		}
+	}
+	return nic
+}
+
+func (d *decoder) disk(n *yaml.Node, path string) Disk {
+	dk := Disk{Pos: Pos{Line: n.Line}, Shares: StorageSharesNormal, LimitIOPS: UnlimitedIOPS}
+	m := d.mapping(n, path, &dk.Pos, "", diskFields...)
+	if m == nil {
+		return dk
+	}
+	dk.Name = d.name(m, "name", true)
+	dk.Datastore = d.name(m, "datastore", true)
+	d.shares(m, "shares", "storage", 1, &dk.Shares)
+	d.iops(m, "reservationIOPS", &dk.ReservationIOPS, false)
+	d.iops(m, "limitIOPS", &dk.LimitIOPS, true)
+	d.size(m, "size", &dk.Size)
+	if dk.ReservationIOPS > dk.LimitIOPS {
+		d.add(dk.Pos.FieldLine("reservationIOPS"), path+".reservationIOPS", "reservation %d IOPS is more than the limit %d IOPS", dk.ReservationIOPS, dk.LimitIOPS)
+	}
+	return dk
+}
