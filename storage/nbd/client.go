@@ -1,0 +1,321 @@
+package nbd
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Client is one NBD connection to an export. Its methods may be called from
+// many goroutines; requests are pipelined and matched to replies by handle.
+type Client struct {
+	conn      net.Conn
+	sizeBytes uint64
+	flags     uint16
+
+	wmu sync.Mutex
+	w   *bufio.Writer
+
+	mu      sync.Mutex
+	pending map[uint64]*call
+	next    uint64
+	err     error // set once the connection failed
+	done    chan struct{}
+}
+
+type call struct {
+	buf  []byte // READ destination
+	err  error
+	done chan struct{}
+}
+
+// ParseURI splits nbd://HOST:PORT[/EXPORT] or nbd+unix:///EXPORT?socket=PATH
+// into a network, an address and an export name.
+func ParseURI(uri string) (network, addr, export string, err error) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return "", "", "", fmt.Errorf("nbd URI %q: %w", uri, err)
+	}
+	export = strings.TrimPrefix(u.Path, "/")
+	switch u.Scheme {
+	case "nbd":
+		host := u.Host
+		if host == "" {
+			return "", "", "", fmt.Errorf("nbd URI %q: no host", uri)
+		}
+		if u.Port() == "" {
+			host = net.JoinHostPort(u.Hostname(), "10809")
+		}
+		return "tcp", host, export, nil
+	case "nbd+unix":
+		sock := u.Query().Get("socket")
+		if sock == "" {
+			return "", "", "", fmt.Errorf("nbd URI %q: nbd+unix needs ?socket=PATH", uri)
+		}
+		return "unix", sock, export, nil
+	}
+	return "", "", "", fmt.Errorf("nbd URI %q: scheme must be nbd or nbd+unix", uri)
+}
+
+// Dial connects to an NBD server and opens export.
+func Dial(ctx context.Context, network, addr, export string) (*Client, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	c, err := NewClient(conn, export)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	_ = conn.SetDeadline(timeZero)
+	return c, nil
+}
+
+// NewClient runs the fixed newstyle handshake on conn (NBD_OPT_GO, falling
+// back to NBD_OPT_EXPORT_NAME) and starts the reply reader.
+func NewClient(conn net.Conn, export string) (*Client, error) {
+	r := bufio.NewReaderSize(conn, 64<<10)
+	w := bufio.NewWriterSize(conn, 64<<10)
+	var h [18]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return nil, fmt.Errorf("nbd handshake: %w", err)
+	}
+	if binary.BigEndian.Uint64(h[0:]) != nbdMagic || binary.BigEndian.Uint64(h[8:]) != optMagic {
+		return nil, errors.New("nbd handshake: not a newstyle NBD server")
+	}
+	sflags := binary.BigEndian.Uint16(h[16:])
+	if sflags&flagFixedNewstyle == 0 {
+		return nil, errors.New("nbd handshake: server does not offer fixed newstyle")
+	}
+	cflags := uint32(flagFixedNewstyle)
+	if sflags&flagNoZeroes != 0 {
+		cflags |= flagNoZeroes
+	}
+	var cf [4]byte
+	binary.BigEndian.PutUint32(cf[:], cflags)
+	w.Write(cf[:])
+	// NBD_OPT_GO with no information requests.
+	payload := make([]byte, 4+len(export)+2)
+	binary.BigEndian.PutUint32(payload, uint32(len(export)))
+	copy(payload[4:], export)
+	writeOpt(w, optGo, payload)
+	if err := w.Flush(); err != nil {
+		return nil, fmt.Errorf("nbd handshake: %w", err)
+	}
+	c := &Client{conn: conn, w: w, pending: map[uint64]*call{}, done: make(chan struct{})}
+	gotInfo := false
+	for {
+		var rh [20]byte
+		if _, err := io.ReadFull(r, rh[:]); err != nil {
+			return nil, fmt.Errorf("nbd handshake: %w", err)
+		}
+		if binary.BigEndian.Uint64(rh[0:]) != optReplyMagic {
+			return nil, errors.New("nbd handshake: bad option reply magic")
+		}
+		typ := binary.BigEndian.Uint32(rh[12:])
+		n := binary.BigEndian.Uint32(rh[16:])
+		if n > maxOptionBytes {
+			return nil, errors.New("nbd handshake: option reply too large")
+		}
+		data := make([]byte, n)
+		if _, err := io.ReadFull(r, data); err != nil {
+			return nil, fmt.Errorf("nbd handshake: %w", err)
+		}
+		switch {
+		case typ == repInfo && n >= 12 && binary.BigEndian.Uint16(data) == infoExport:
+			c.sizeBytes = binary.BigEndian.Uint64(data[2:])
+			c.flags = binary.BigEndian.Uint16(data[10:])
+			gotInfo = true
+		case typ == repInfo:
+		case typ == repAck:
+			if !gotInfo {
+				return nil, errors.New("nbd handshake: NBD_OPT_GO acknowledged without export info")
+			}
+			go c.readLoop(r)
+			return c, nil
+		case typ == repErrUnsup:
+			// Old server: NBD_OPT_EXPORT_NAME.
+			writeOpt(w, optExportName, []byte(export))
+			if err := w.Flush(); err != nil {
+				return nil, err
+			}
+			var rep [10]byte
+			if _, err := io.ReadFull(r, rep[:]); err != nil {
+				return nil, fmt.Errorf("nbd handshake: export %q: %w", export, err)
+			}
+			c.sizeBytes = binary.BigEndian.Uint64(rep[0:])
+			c.flags = binary.BigEndian.Uint16(rep[8:])
+			if cflags&flagNoZeroes == 0 {
+				if _, err := io.CopyN(io.Discard, r, 124); err != nil {
+					return nil, err
+				}
+			}
+			go c.readLoop(r)
+			return c, nil
+		case typ&(1<<31) != 0:
+			return nil, fmt.Errorf("nbd handshake: export %q: server error %#x: %s", export, typ, data)
+		}
+	}
+}
+
+var timeZero time.Time
+
+func writeOpt(w *bufio.Writer, opt uint32, data []byte) {
+	var h [16]byte
+	binary.BigEndian.PutUint64(h[0:], optMagic)
+	binary.BigEndian.PutUint32(h[8:], opt)
+	binary.BigEndian.PutUint32(h[12:], uint32(len(data)))
+	w.Write(h[:])
+	w.Write(data)
+}
+
+// SizeBytes is the size of the export.
+func (c *Client) SizeBytes() uint64 { return c.sizeBytes }
+
+// Done is closed when the connection has failed or been closed.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err is the reason the connection ended, or nil while it is up.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close ends the connection (politely, with NBD_CMD_DISC) and fails
+// requests still pending.
+func (c *Client) Close() error {
+	var h [28]byte
+	binary.BigEndian.PutUint32(h[0:], requestMagic)
+	binary.BigEndian.PutUint16(h[6:], CmdDisc)
+	c.wmu.Lock()
+	c.w.Write(h[:])
+	c.w.Flush()
+	c.wmu.Unlock()
+	c.fail(ErrClosed)
+	return nil
+}
+
+func (c *Client) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	p := c.pending
+	c.pending = map[uint64]*call{}
+	close(c.done)
+	c.mu.Unlock()
+	_ = c.conn.Close()
+	for _, cl := range p {
+		cl.err = err
+		close(cl.done)
+	}
+}
+
+func (c *Client) readLoop(r *bufio.Reader) {
+	for {
+		var h [16]byte
+		if _, err := io.ReadFull(r, h[:]); err != nil {
+			c.fail(fmt.Errorf("nbd: reading reply: %w", err))
+			return
+		}
+		if binary.BigEndian.Uint32(h[0:]) != simpleMagic {
+			c.fail(errors.New("nbd: bad reply magic (structured replies are not negotiated)"))
+			return
+		}
+		errno := binary.BigEndian.Uint32(h[4:])
+		handle := binary.BigEndian.Uint64(h[8:])
+		c.mu.Lock()
+		cl := c.pending[handle]
+		delete(c.pending, handle)
+		c.mu.Unlock()
+		if cl == nil {
+			c.fail(fmt.Errorf("nbd: reply for unknown handle %d", handle))
+			return
+		}
+		if errno != 0 {
+			cl.err = &Error{Errno: errno}
+		} else if cl.buf != nil {
+			if _, err := io.ReadFull(r, cl.buf); err != nil {
+				cl.err = err
+				close(cl.done)
+				c.fail(fmt.Errorf("nbd: reading data: %w", err))
+				return
+			}
+		}
+		close(cl.done)
+	}
+}
+
+// do sends one request and waits for its reply.
+func (c *Client) do(typ, flags uint16, off uint64, length uint32, wdata, rbuf []byte) error {
+	cl := &call{buf: rbuf, done: make(chan struct{})}
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return err
+	}
+	c.next++
+	handle := c.next
+	c.pending[handle] = cl
+	c.mu.Unlock()
+	var h [28]byte
+	binary.BigEndian.PutUint32(h[0:], requestMagic)
+	binary.BigEndian.PutUint16(h[4:], flags)
+	binary.BigEndian.PutUint16(h[6:], typ)
+	binary.BigEndian.PutUint64(h[8:], handle)
+	binary.BigEndian.PutUint64(h[16:], off)
+	binary.BigEndian.PutUint32(h[24:], length)
+	c.wmu.Lock()
+	c.w.Write(h[:])
+	c.w.Write(wdata)
+	err := c.w.Flush()
+	c.wmu.Unlock()
+	if err != nil {
+		c.fail(fmt.Errorf("nbd: sending request: %w", err))
+	}
+	<-cl.done
+	return cl.err
+}
+
+// ReadAt reads len(p) bytes at off.
+func (c *Client) ReadAt(p []byte, off uint64) error {
+	return c.do(CmdRead, 0, off, uint32(len(p)), nil, p)
+}
+
+// WriteAt writes p at off; it returns once the server acknowledged it (with
+// fua: once it is durable).
+func (c *Client) WriteAt(p []byte, off uint64, fua bool) error {
+	var f uint16
+	if fua {
+		f = CmdFlagFUA
+	}
+	return c.do(CmdWrite, f, off, uint32(len(p)), p, nil)
+}
+
+// Flush returns once every write acknowledged before it is durable.
+func (c *Client) Flush() error { return c.do(CmdFlush, 0, 0, 0, nil, nil) }
+
+// Trim discards length bytes at off.
+func (c *Client) Trim(off, lengthBytes uint64) error {
+	return c.do(CmdTrim, 0, off, uint32(lengthBytes), nil, nil)
+}

@@ -1,0 +1,154 @@
+package nbd
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// request is one decoded transmission-phase request.
+type request struct {
+	flags  uint16
+	typ    uint16
+	handle uint64
+	off    uint64
+	length uint32
+	data   []byte // WRITE payload
+}
+
+// transmission serves requests until DISC, EOF or a protocol violation.
+// Requests are processed concurrently (up to MaxInFlight) and answered in
+// completion order.
+func (c *serverConn) transmission(b Backend, name string) error {
+	max := c.s.MaxInFlight
+	if max <= 0 {
+		max = 128
+	}
+	sem := make(chan struct{}, max)
+	var inflight sync.WaitGroup
+	defer inflight.Wait() // never close the conn under a running request's reply
+	size := b.SizeBytes()
+	for {
+		var h [28]byte
+		if _, err := io.ReadFull(c.r, h[:]); err != nil {
+			return err
+		}
+		if m := binary.BigEndian.Uint32(h[0:]); m != requestMagic {
+			return violationf("export %s: bad request magic %#x", name, m)
+		}
+		req := request{
+			flags:  binary.BigEndian.Uint16(h[4:]),
+			typ:    binary.BigEndian.Uint16(h[6:]),
+			handle: binary.BigEndian.Uint64(h[8:]),
+			off:    binary.BigEndian.Uint64(h[16:]),
+			length: binary.BigEndian.Uint32(h[24:]),
+		}
+		if req.typ == CmdWrite {
+			if req.length > MaxPayloadBytes {
+				// The payload cannot be skipped safely: end the connection.
+				return violationf("export %s: WRITE of %d bytes exceeds the maximum %d", name, req.length, MaxPayloadBytes)
+			}
+			req.data = make([]byte, req.length)
+			if _, err := io.ReadFull(c.r, req.data); err != nil {
+				return err
+			}
+		}
+		if req.typ == CmdDisc {
+			inflight.Wait()
+			return nil
+		}
+		if errno := check(req, size); errno != 0 {
+			if err := c.reply(req.handle, errno, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		sem <- struct{}{}
+		inflight.Add(1)
+		go func() {
+			defer func() { <-sem; inflight.Done() }()
+			c.serve(b, req)
+		}()
+	}
+}
+
+// check validates a request against the export; 0 means it may proceed.
+func check(req request, size uint64) uint32 {
+	switch req.typ {
+	case CmdRead, CmdWrite, CmdTrim:
+		end := req.off + uint64(req.length)
+		if end < req.off || end > size {
+			if req.typ == CmdWrite {
+				return ENOSPC
+			}
+			return EINVAL
+		}
+		if req.typ == CmdRead && req.length > MaxPayloadBytes {
+			return EOVERFLOW
+		}
+		return 0
+	case CmdFlush:
+		if req.off != 0 || req.length != 0 {
+			return EINVAL
+		}
+		return 0
+	}
+	return EINVAL
+}
+
+// serve runs one request on the backend and sends its reply. A panic in the
+// backend fails the request with EIO instead of taking the process down.
+func (c *serverConn) serve(b Backend, req request) {
+	var buf []byte
+	errno := uint32(0)
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				c.s.logf("nbd: backend panic on request type %d: %v", req.typ, r)
+				errno = EIO
+			}
+		}()
+		var err error
+		switch req.typ {
+		case CmdRead:
+			buf = make([]byte, req.length)
+			err = b.ReadAt(buf, req.off)
+		case CmdWrite:
+			err = b.WriteAt(req.data, req.off, req.flags&CmdFlagFUA != 0)
+		case CmdFlush:
+			err = b.Flush()
+		case CmdTrim:
+			err = b.Trim(req.off, uint64(req.length))
+		default:
+			err = &Error{Errno: EINVAL}
+		}
+		if err != nil {
+			errno = errnoOf(err)
+		}
+	}()
+	if errno != 0 {
+		buf = nil
+	}
+	if err := c.reply(req.handle, errno, buf); err != nil {
+		// The connection is gone; the reader will notice and end.
+		_ = c.rw.Close()
+	}
+}
+
+// reply sends one simple reply; the payload follows only for a good READ.
+func (c *serverConn) reply(handle uint64, errno uint32, data []byte) error {
+	var h [16]byte
+	binary.BigEndian.PutUint32(h[0:], simpleMagic)
+	binary.BigEndian.PutUint32(h[4:], errno)
+	binary.BigEndian.PutUint64(h[8:], handle)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if _, err := c.w.Write(h[:]); err != nil {
+		return fmt.Errorf("reply: %w", err)
+	}
+	if _, err := c.w.Write(data); err != nil {
+		return fmt.Errorf("reply: %w", err)
+	}
+	return c.w.Flush()
+}
