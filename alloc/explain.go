@@ -20,6 +20,7 @@ type Step struct {
 	Semantics    Semantics // how Parent divides
 	Capacity     float64   // Parent.Alloc: what this level divides
 	Siblings     int       // children of Parent, Node included
+	Active       int       // children with demand, Node included if it has any
 	Reserved     float64   // Σ min(R,L,D) over the children: what reservations took first
 	Shortage     bool      // Reserved > Capacity: split in proportion to min(R,L,D)
 	// Fixed is what the children that are not share-bound took out of the
@@ -76,6 +77,9 @@ func Explain(path []*Node) []Step {
 		for _, c := range p.Children {
 			l := lo(c)
 			st.Reserved += l
+			if c.EffDemand > 0 {
+				st.Active++
+			}
 			if c.Reason == ShareBound {
 				st.ActiveShares += c.Shares
 				continue
@@ -106,8 +110,12 @@ func Describe(steps []Step, num func(float64) string) []string {
 	var out []string
 	for _, s := range steps {
 		n := s.Node
-		out = append(out, fmt.Sprintf("%s divides %s among %d children (%s semantics); %s: reservation %s, shares %s, limit %s, demand %s",
-			s.Parent.Name, num(s.Capacity), s.Siblings, s.Semantics, n.Name,
+		among := fmt.Sprintf("%d children", s.Siblings)
+		if s.Active < s.Siblings {
+			among = fmt.Sprintf("%d children with demand (%d in all)", s.Active, s.Siblings)
+		}
+		out = append(out, fmt.Sprintf("%s divides %s among %s (%s semantics); %s: reservation %s, shares %s, limit %s, demand %s",
+			s.Parent.Name, num(s.Capacity), among, s.Semantics, n.Name,
 			num(nonNeg(n.Reservation)), shares(n.Shares), limitText(limit(n), num), limitText(n.EffDemand, num)))
 		switch {
 		case n.Reason == Idle:

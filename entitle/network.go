@@ -1,0 +1,241 @@
+// Package entitle builds alloc trees from a policy and reads entitlements
+// back: the bridge between the policy model and the alloc engine. The CLI
+// (`sluice alloc`, `sluice explain`), the agent, the simulator and
+// placement use it, so that all of them divide an uplink or a datastore the
+// same way (DESIGN.md §2).
+//
+// entitle computes; it does not load files, read clocks or touch the
+// kernel. Rates are float64 bits/s (network) or IOPS (storage).
+package entitle
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"sluice/alloc"
+	"sluice/policy"
+)
+
+// Kinds of network ports.
+const (
+	KindVNIC  = "vnic"  // a VM's virtual NIC, named VM/NIC
+	KindClass = "class" // a system traffic class on a host uplink, named HOST/CLASS
+)
+
+// Net is the network entitlement of a cluster: one tree per host uplink.
+type Net struct {
+	Uplinks []*UplinkTree
+	// Ports lists every port of every uplink in tree order: per host and
+	// uplink (file order), each class (TrafficClassNames order) followed,
+	// for the vm class, by its vNICs (file order).
+	Ports []*Port
+
+	byName map[string][]*Port
+	solver alloc.Solver
+}
+
+// UplinkTree is the scheduling tree of one host uplink: uplink → traffic
+// class → vNIC (DESIGN.md §2). System classes other than vm are leaves.
+type UplinkTree struct {
+	Host, Uplink string
+	CapacityBps  float64 // the uplink's usable rate: what alloc divides
+	Root         *alloc.Node
+}
+
+// Port is one consumer on an uplink: a vNIC or a traffic class. Its
+// settings and entitlement are read from Node after each computation.
+type Port struct {
+	Host, Uplink string
+	Name         string // VM/NIC or HOST/CLASS
+	Kind         string // KindVNIC or KindClass
+	Class        string // the traffic class: "vm" for vNICs
+	Node         *alloc.Node
+	Tree         *UplinkTree
+	// Declared says the class is named in the policy file (always true
+	// for vNICs).
+	Declared bool
+	// DemandGiven says the demand was set by the caller rather than
+	// defaulted.
+	DemandGiven bool
+}
+
+// Listed says the port belongs in a listing such as `sluice alloc`: every
+// vNIC, and every class that the file declares, that has vNICs, or whose
+// demand was given. The other classes carry no traffic.
+func (p *Port) Listed() bool {
+	return p.Kind == KindVNIC || p.Declared || p.DemandGiven || len(p.Node.Children) > 0
+}
+
+// ReservationBps is the port's reservation in bits/s (for the vm class
+// without one in the file: the sum of its vNICs' reservations).
+func (p *Port) ReservationBps() float64 { return p.Node.Reservation }
+
+// LimitBps is the port's limit in bits/s, alloc.Inf when unlimited.
+func (p *Port) LimitBps() float64 { return p.Node.Limit }
+
+// DemandBps is the demand the computation used in bits/s (for the vm class:
+// the sum of its vNICs' demands, capped by its limit), alloc.Inf when
+// unbounded.
+func (p *Port) DemandBps() float64 { return p.Node.EffDemand }
+
+// AllocBps is the port's entitlement in bits/s.
+func (p *Port) AllocBps() float64 { return p.Node.Alloc }
+
+// Network builds the uplink trees of every host of p and computes every
+// port's entitlement. demandBps gives demands by port name: "VM/NIC" for a
+// vNIC, "HOST/CLASS" for a class on every uplink of the host, or
+// "HOST/UPLINK/CLASS" for one uplink; alloc.Inf means unbounded. Ports not
+// named get the defaults of DESIGN.md §2: unbounded for every vNIC and every
+// class the file declares, 0 for classes it does not. The vm class's demand
+// is always the sum of its vNICs'. A name that is no port is an error that
+// names it. VMs without a host are on no uplink and are skipped (a demand
+// for their vNICs is accepted and ignored); passthrough vNICs bypass the
+// scheduler and are skipped too.
+func Network(p *policy.Policy, demandBps map[string]float64) (*Net, error) {
+	n := &Net{byName: map[string][]*Port{}}
+	assign := p.UplinkAssignment()
+	for hi := range p.Hosts {
+		h := &p.Hosts[hi]
+		for ui := range h.Uplinks {
+			n.addUplink(p, h, &h.Uplinks[ui], assign)
+		}
+	}
+	if err := n.applyDemands(p, demandBps); err != nil {
+		return nil, err
+	}
+	n.Compute()
+	return n, nil
+}
+
+func (n *Net) addUplink(p *policy.Policy, h *policy.Host, u *policy.Uplink, assign map[string]string) {
+	capacity := float64(u.Usable)
+	if u.Usable <= 0 {
+		capacity = float64(u.Speed)
+	}
+	t := &UplinkTree{
+		Host: h.Name, Uplink: u.Name, CapacityBps: capacity,
+		Root: &alloc.Node{Name: h.Name + "/" + u.Name, Limit: alloc.Inf, Demand: alloc.Inf, Semantics: alloc.Additive},
+	}
+	n.Uplinks = append(n.Uplinks, t)
+	for _, tc := range p.TrafficClasses {
+		cn := &alloc.Node{
+			Name:        policy.ClassName(h.Name, tc.Name),
+			Reservation: float64(p.ClassReservation(h.Name, u.Name, tc.Name)),
+			Shares:      float64(tc.Shares),
+			Limit:       rate(tc.Limit),
+			Demand:      0,
+			Semantics:   alloc.Additive,
+		}
+		if tc.Declared {
+			cn.Demand = alloc.Inf
+		}
+		t.Root.Children = append(t.Root.Children, cn)
+		n.add(&Port{Host: h.Name, Uplink: u.Name, Name: cn.Name, Kind: KindClass, Class: tc.Name, Node: cn, Tree: t, Declared: tc.Declared})
+		if tc.Name != "vm" {
+			continue
+		}
+		for _, vm := range p.VMsOn(h.Name) {
+			for _, nic := range vm.NICs {
+				port := policy.PortName(vm.Name, nic.Name)
+				if nic.Passthrough || assign[port] != u.Name {
+					continue
+				}
+				vn := &alloc.Node{
+					Name:        port,
+					Reservation: float64(nic.Reservation),
+					Shares:      float64(nic.Shares),
+					Limit:       rate(nic.Limit),
+					Demand:      alloc.Inf,
+				}
+				cn.Children = append(cn.Children, vn)
+				n.add(&Port{Host: h.Name, Uplink: u.Name, Name: port, Kind: KindVNIC, Class: "vm", Node: vn, Tree: t, Declared: true})
+			}
+		}
+		if len(cn.Children) == 0 {
+			cn.Demand = 0 // no vNIC sends through this uplink
+		}
+	}
+}
+
+func (n *Net) add(pt *Port) {
+	n.Ports = append(n.Ports, pt)
+	n.byName[pt.Name] = append(n.byName[pt.Name], pt)
+	if pt.Kind == KindClass {
+		long := pt.Host + "/" + pt.Uplink + "/" + pt.Class
+		n.byName[long] = append(n.byName[long], pt)
+	}
+}
+
+// rate converts a policy rate to alloc's float64, Unlimited to alloc.Inf.
+func rate(r policy.Bps) float64 {
+	if r == policy.Unlimited {
+		return alloc.Inf
+	}
+	return float64(r)
+}
+
+func (n *Net) applyDemands(p *policy.Policy, demandBps map[string]float64) error {
+	for name, d := range demandBps {
+		if err := n.SetDemand(name, d); err != nil {
+			if isUnplacedPort(p, name) {
+				continue
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// isUnplacedPort says name is VM/NIC of a VM without a host.
+func isUnplacedPort(p *policy.Policy, name string) bool {
+	vmName, nicName, ok := strings.Cut(name, "/")
+	if !ok {
+		return false
+	}
+	vm := p.VM(vmName)
+	if vm == nil || vm.Host != "" {
+		return false
+	}
+	for _, nic := range vm.NICs {
+		if nic.Name == nicName {
+			return true
+		}
+	}
+	return false
+}
+
+// SetDemand sets the demand of the named port (see Network for names) in
+// bits/s; alloc.Inf means unbounded. Call Compute afterwards.
+func (n *Net) SetDemand(name string, bps float64) error {
+	if math.IsNaN(bps) || bps < 0 {
+		return fmt.Errorf("%s: demand must be ≥ 0", name)
+	}
+	ports := n.byName[name]
+	if len(ports) == 0 {
+		return fmt.Errorf("%s: no such port (ports are VM/NIC of a placed VM, or HOST/CLASS)", name)
+	}
+	for _, pt := range ports {
+		if pt.Kind == KindClass && pt.Class == "vm" {
+			return fmt.Errorf("%s: the vm class's demand is the sum of its vNICs' demands; give the demand of each VM/NIC", name)
+		}
+		pt.Node.Demand = bps
+		pt.DemandGiven = true
+	}
+	return nil
+}
+
+// Compute recomputes every uplink's entitlements; it allocates nothing once
+// it has run on the same trees.
+func (n *Net) Compute() {
+	for _, t := range n.Uplinks {
+		n.solver.Compute(t.Root, t.CapacityBps)
+	}
+}
+
+// Port returns the ports named name: one for a vNIC, one per uplink of the
+// host for HOST/CLASS, one for HOST/UPLINK/CLASS; nil if none.
+func (n *Net) Port(name string) []*Port { return n.byName[name] }
+
+// Path returns the tree nodes from the port's uplink root down to the port.
+func (p *Port) Path() []*alloc.Node { return alloc.Find(p.Tree.Root, p.Node.Name) }
