@@ -98,7 +98,10 @@ func (p *Policy) budgetText(h *Host, u *Uplink, used Bps) string {
 	budget := p.VMClassBudget(u)
 	what := fmt.Sprintf("the vm class reservation %s", FormatRate(budget))
 	if vm := p.TrafficClass("vm"); vm.Reservation == 0 {
-		what = fmt.Sprintf("%s minus the other classes' %s", capText(p, u), FormatRate(p.otherClassesReservation()))
+		what = capText(p, u)
+		if other := p.otherClassesReservation(); other > 0 {
+			what += fmt.Sprintf(" minus the other classes' %s", FormatRate(other))
+		}
 	}
 	if used == 0 {
 		return fmt.Sprintf("uplink %s allows %s for vNICs (%s)", u.Name, FormatRate(budget), what)

@@ -183,8 +183,8 @@ func (d *decoder) checkTree(root *yaml.Node) bool {
 			d.add(n.Line, "", "nesting deeper than %d levels", MaxDepth)
 			return false
 		}
-		for _, c := range n.Content {
-			stack = append(stack, item{c, it.depth + 1})
+		for i := len(n.Content) - 1; i >= 0; i-- { // pre-order: first problem in the file first
+			stack = append(stack, item{n.Content[i], it.depth + 1})
 		}
 	}
 	return ok

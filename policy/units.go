@@ -63,7 +63,7 @@ func parseQuantity(s string, units map[string]int64, names []string, max int64, 
 	}
 	mult, ok := units[unit]
 	if !ok {
-		return 0, fmt.Sprintf("unknown unit %q in %q (want one of %s)%s", clip(unit), clip(s), strings.Join(names, ", "), suggest(unit, names))
+		return 0, fmt.Sprintf("unknown unit %q in %q (want one of %s)%s", clip(unit), clip(s), strings.Join(names, ", "), suggestUnit(unit, names))
 	}
 	r.Mul(r, new(big.Rat).SetInt64(mult))
 	// Round half up to an integer number of base units.
@@ -73,6 +73,27 @@ func parseQuantity(s string, units map[string]int64, names []string, max int64, 
 		return 0, fmt.Sprintf("%q is too large (at most %s)", clip(s), formatMax(max, units, names))
 	}
 	return q.Int64(), ""
+}
+
+// suggestUnit proposes the unit meant: a decimal size unit (GB) means the
+// binary one (GiB); an abbreviation (G, Gb) means the unit it starts;
+// otherwise the nearest by spelling.
+func suggestUnit(unit string, names []string) string {
+	if len(unit) == 2 && unit[1] == 'B' {
+		for _, n := range names {
+			if n == unit[:1]+"iB" {
+				return fmt.Sprintf(" (did you mean %q? sizes are binary)", n)
+			}
+		}
+	}
+	if len(unit) <= 3 {
+		for _, n := range names {
+			if len(n) > len(unit) && strings.EqualFold(n[:len(unit)], unit) {
+				return fmt.Sprintf(" (did you mean %q?)", n)
+			}
+		}
+	}
+	return suggest(unit, names)
 }
 
 func formatMax(max int64, units map[string]int64, names []string) string {
