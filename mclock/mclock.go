@@ -1,0 +1,534 @@
+// Package mclock schedules I/O requests of many clients (virtual disks) on one
+// device by reservation, shares and limit: mClock (Gulati, Merchant, Varman,
+// OSDI 2010) with the dmClock extension for distributed servers.
+//
+// Every client has a reservation (IOPS it is guaranteed), shares (its weight
+// for what is left) and a limit (IOPS it never exceeds). The head request of
+// each backlogged client carries three tags: R (reservation, real time),
+// L (limit, real time) and P (proportional share, virtual time). Pull serves
+// in two phases: the constraint phase serves the smallest R tag that is due
+// (R ≤ now); otherwise the weight phase serves the smallest P tag among the
+// clients under their limit (L ≤ now), and rebates the served request from
+// the client's R tags so that the reservation counts only constraint-phase
+// service. A client that was idle gets no credit for the idle time: its R and
+// L tags start no earlier than now and its P tag no earlier than the P tags
+// of the clients that kept the device busy. The long-run result is the
+// floor semantics of package alloc: each client receives max(R, its share),
+// capped by its limit and demand; when the reservations exceed the device,
+// it is divided in proportion to them.
+//
+// A request costs ceil(Bytes/ChunkBytes) units (at least 1; 32 KiB chunks
+// by default), and rates are in units per second: with the default chunk,
+// a 4 KiB or 32 KiB request counts as one I/O, a 256 KiB request as eight.
+//
+// mclock is pure: it never reads a clock, sleeps, or does I/O; time is an
+// argument (int64 nanoseconds on any monotonic origin) and requests are
+// values that the caller carries out. It is not safe for concurrent use.
+package mclock
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Never is the time of an event that will not happen: Pull returns it as
+// nextEligibleNs when no request is queued.
+const Never int64 = math.MaxInt64
+
+// farPast is the tag base of a new client (far enough to never overflow).
+const farPast int64 = -1 << 62
+
+// DefaultChunkBytes is the size that counts as one I/O (32 KiB).
+const DefaultChunkBytes = 32 << 10
+
+// AtLimit says what to do with a client that has requests but is at its
+// limit.
+type AtLimit uint8
+
+const (
+	// Wait holds a client at its limit until its limit tag is due, even if
+	// the device would otherwise idle (limits are hard caps, as in alloc).
+	Wait AtLimit = iota
+	// AllowWhenIdle serves a client at its limit when no other request
+	// could be served, so that the device never idles while work is queued.
+	// Such service is free: it advances neither the client's P tag nor
+	// (beyond now) its L tag, so the client is not penalized later.
+	AllowWhenIdle
+)
+
+func (a AtLimit) String() string {
+	if a == AllowWhenIdle {
+		return "allow-when-idle"
+	}
+	return "wait"
+}
+
+// Config configures a Scheduler. The zero value is ready to use.
+type Config struct {
+	// ChunkBytes is the request size that counts as one unit of cost; a
+	// request of b bytes costs ceil(b/ChunkBytes), at least 1. 0 means
+	// DefaultChunkBytes.
+	ChunkBytes int64
+	// AtLimit is the policy for clients at their limit (default Wait).
+	AtLimit AtLimit
+	// LimitBurst is how many cost units a backlogged client may make up
+	// after the device served it later than its limit allowed (a device
+	// busy with other requests is not preemptible): its L tag may lag now
+	// by up to LimitBurst/LimitIOPS. Without it a limited client would get
+	// less than its limit on a busy device. 0 means DefaultLimitBurst; a
+	// negative value means none (L tags never lag now). A client that was
+	// idle gets no burst: its L tag starts at its arrival.
+	LimitBurst float64
+}
+
+// DefaultLimitBurst is the default Config.LimitBurst (cost units).
+const DefaultLimitBurst = 8
+
+// Params are a client's settings. Rates are in cost units per second
+// (IOPS of ChunkBytes-sized requests).
+type Params struct {
+	// ReservationIOPS is the guaranteed minimum rate; 0 for none.
+	ReservationIOPS float64
+	// Shares is the client's weight for capacity beyond reservations; > 0.
+	Shares float64
+	// LimitIOPS is the maximum rate; 0 or +Inf means unlimited. Must not be
+	// below ReservationIOPS.
+	LimitIOPS float64
+}
+
+func (p Params) validate() error {
+	switch {
+	case math.IsNaN(p.ReservationIOPS) || p.ReservationIOPS < 0 || math.IsInf(p.ReservationIOPS, 0):
+		return fmt.Errorf("reservation %v IOPS: must be finite and ≥ 0", p.ReservationIOPS)
+	case math.IsNaN(p.Shares) || p.Shares <= 0 || math.IsInf(p.Shares, 0):
+		return fmt.Errorf("shares %v: must be finite and > 0", p.Shares)
+	case math.IsNaN(p.LimitIOPS) || p.LimitIOPS < 0:
+		return fmt.Errorf("limit %v IOPS: must be ≥ 0 (0 for unlimited)", p.LimitIOPS)
+	case p.LimitIOPS > 0 && p.LimitIOPS < p.ReservationIOPS:
+		return fmt.Errorf("limit %v IOPS is below reservation %v IOPS", p.LimitIOPS, p.ReservationIOPS)
+	}
+	return nil
+}
+
+// Request is one I/O request. Only Bytes, Delta and Rho are read; Handle is
+// the caller's and comes back unchanged from Pull.
+type Request struct {
+	// Bytes is the request size; it sets the cost (see Config.ChunkBytes).
+	Bytes int64
+	// Delta (dmClock) is the cost served for this client by other servers
+	// since its previous request to this one; 0 with a single server. It
+	// advances the L and P tags.
+	Delta uint32
+	// Rho (dmClock) is the part of Delta that the other servers served in
+	// their constraint (reservation) phase. It advances the R tag.
+	Rho uint32
+	// Handle identifies the request to the caller.
+	Handle uint64
+}
+
+// Phase says why a request was served.
+type Phase uint8
+
+const (
+	// NoPhase: nothing was served.
+	NoPhase Phase = iota
+	// Reservation: served in the constraint phase (R tag due).
+	Reservation
+	// Weight: served in the weight phase (smallest P tag under the limit).
+	Weight
+	// OverLimit: served above the limit because the device would otherwise
+	// idle (AllowWhenIdle only).
+	OverLimit
+)
+
+func (p Phase) String() string {
+	switch p {
+	case Reservation:
+		return "resv"
+	case Weight:
+		return "weight"
+	case OverLimit:
+		return "overlimit"
+	}
+	return "none"
+}
+
+// ClientStats are a client's counters since AddClient.
+type ClientStats struct {
+	Queued        int    // requests waiting
+	Served        uint64 // requests served
+	ServedCost    uint64 // cost units served
+	ByReservation uint64 // cost units served in the constraint phase
+	ByWeight      uint64 // cost units served in the weight phase
+	OverLimit     uint64 // cost units served above the limit (AllowWhenIdle)
+}
+
+// Heap kinds: the index of a client's tag and heap position.
+const (
+	kR = 0 // reservation heap: clients with a reservation and a queue, by R
+	kP = 1 // ready heap: clients under their limit, by P
+	kL = 2 // limit heap: clients at their limit, by L
+)
+
+type client struct {
+	id     int
+	params Params
+	invR   float64 // ns per cost unit for R tags; 0 when no reservation
+	invL   float64 // ns per cost unit for L tags; 0 when unlimited
+	invW   float64 // virtual ns per cost unit for P tags
+
+	// Tags of the last request served (adjusted), from which the head's
+	// tags are computed when it reaches the head of the queue.
+	rBase, lBase, pBase int64
+	tag                 [3]int64 // head tags, by heap kind
+	idx                 [3]int32 // position in each heap, -1 when absent
+	fresh               bool     // head arrived at an idle client
+	headCost            int64
+	headSince           int64 // when the head became the head
+
+	q     []Request // ring buffer
+	qHead int
+	qLen  int
+
+	stats ClientStats
+}
+
+// Scheduler is an mClock/dmClock request scheduler for one device.
+type Scheduler struct {
+	chunk      int64
+	atLimit    AtLimit
+	limitBurst float64
+	clients    []*client // by id; nil when absent
+	heaps      [3]cheap
+	vP         int64 // virtual time: P tag of the last weight-phase request
+	queued     int
+	last       Phase
+}
+
+// New returns an empty Scheduler.
+func New(cfg Config) *Scheduler {
+	s := &Scheduler{chunk: cfg.ChunkBytes, atLimit: cfg.AtLimit}
+	if s.chunk <= 0 {
+		s.chunk = DefaultChunkBytes
+	}
+	switch {
+	case cfg.LimitBurst == 0:
+		s.limitBurst = DefaultLimitBurst
+	case cfg.LimitBurst > 0:
+		s.limitBurst = cfg.LimitBurst
+	}
+	for k := range s.heaps {
+		s.heaps[k].kind = k
+	}
+	return s
+}
+
+// MaxClientID bounds client ids: ids index a slice, so use small numbers.
+const MaxClientID = 1 << 24
+
+// ErrUnknownClient is returned for a client id that was not added.
+var ErrUnknownClient = errors.New("unknown client")
+
+// Cost returns the cost units of a request of the given size.
+func (s *Scheduler) Cost(bytes int64) int64 {
+	if bytes <= s.chunk {
+		return 1
+	}
+	return (bytes + s.chunk - 1) / s.chunk
+}
+
+// AddClient adds a client with id in [0, MaxClientID).
+func (s *Scheduler) AddClient(id int, p Params) error {
+	if id < 0 || id >= MaxClientID {
+		return fmt.Errorf("client %d: id out of range [0, %d)", id, MaxClientID)
+	}
+	if err := p.validate(); err != nil {
+		return fmt.Errorf("client %d: %w", id, err)
+	}
+	for len(s.clients) <= id {
+		s.clients = append(s.clients, nil)
+	}
+	if s.clients[id] != nil {
+		return fmt.Errorf("client %d: already added", id)
+	}
+	c := &client{id: id, idx: [3]int32{-1, -1, -1}, q: make([]Request, 4)}
+	c.setParams(p)
+	// A new client is like one idle for ever: its first request is due at
+	// once by reservation and limit, and competes from virtual now.
+	c.rBase, c.lBase = farPast, farPast
+	c.pBase = s.virtualNow()
+	s.clients[id] = c
+	return nil
+}
+
+func (c *client) setParams(p Params) {
+	c.params = p
+	c.invR, c.invL = 0, 0
+	if p.ReservationIOPS > 0 {
+		c.invR = 1e9 / p.ReservationIOPS
+	}
+	if p.LimitIOPS > 0 && !math.IsInf(p.LimitIOPS, 1) {
+		c.invL = 1e9 / p.LimitIOPS
+	}
+	c.invW = 1e9 / p.Shares
+}
+
+// Update changes a client's parameters; they apply from its current head
+// request on.
+func (s *Scheduler) Update(id int, p Params) error {
+	c := s.client(id)
+	if c == nil {
+		return fmt.Errorf("client %d: %w", id, ErrUnknownClient)
+	}
+	if err := p.validate(); err != nil {
+		return fmt.Errorf("client %d: %w", id, err)
+	}
+	c.setParams(p)
+	if c.qLen > 0 {
+		s.unlink(c)
+		s.tagHead(c, c.fresh, c.headSince)
+		s.link(c, c.headSince)
+	}
+	return nil
+}
+
+// RemoveClient removes a client and drops its queued requests, returning
+// how many were dropped.
+func (s *Scheduler) RemoveClient(id int) (dropped int, err error) {
+	c := s.client(id)
+	if c == nil {
+		return 0, fmt.Errorf("client %d: %w", id, ErrUnknownClient)
+	}
+	s.unlink(c)
+	dropped = c.qLen
+	s.queued -= c.qLen
+	s.clients[id] = nil
+	return dropped, nil
+}
+
+// Stats returns a client's counters; ok is false for an unknown client.
+func (s *Scheduler) Stats(id int) (st ClientStats, ok bool) {
+	c := s.client(id)
+	if c == nil {
+		return ClientStats{}, false
+	}
+	st = c.stats
+	st.Queued = c.qLen
+	return st, true
+}
+
+// Len returns the number of queued requests.
+func (s *Scheduler) Len() int { return s.queued }
+
+// LastPhase says in which phase the last successful Pull served.
+func (s *Scheduler) LastPhase() Phase { return s.last }
+
+func (s *Scheduler) client(id int) *client {
+	if id < 0 || id >= len(s.clients) {
+		return nil
+	}
+	return s.clients[id]
+}
+
+// Add queues req for client at nowNs. It fails only for an unknown client.
+func (s *Scheduler) Add(id int, req Request, nowNs int64) error {
+	c := s.client(id)
+	if c == nil {
+		return fmt.Errorf("client %d: %w", id, ErrUnknownClient)
+	}
+	if c.qLen == len(c.q) {
+		c.grow()
+	}
+	c.q[(c.qHead+c.qLen)&(len(c.q)-1)] = req
+	c.qLen++
+	s.queued++
+	if c.qLen == 1 {
+		// The client was idle: no credit for the idle time.
+		s.tagHead(c, true, nowNs)
+		s.link(c, nowNs)
+	}
+	return nil
+}
+
+func (c *client) grow() {
+	n := make([]Request, 2*len(c.q))
+	for i := 0; i < c.qLen; i++ {
+		n[i] = c.q[(c.qHead+i)&(len(c.q)-1)]
+	}
+	c.q, c.qHead = n, 0
+}
+
+// virtualNow is the P tag a client starting now is compared against: the
+// smallest P tag among the clients under their limit, else the P tag of the
+// last weight-phase request.
+func (s *Scheduler) virtualNow() int64 {
+	if h := &s.heaps[kP]; len(h.a) > 0 {
+		return max(s.vP, h.a[0].tag[kP]-int64(float64(h.a[0].headCost)*h.a[0].invW))
+	}
+	return s.vP
+}
+
+// tagHead computes the tags of c's head request from the tags of its last
+// served request (delayed tag calculation, as in dmclock's DelayedTagCalc).
+// sinceNs is when the request became the head: its arrival if the client
+// was idle (fresh), else the time its predecessor was served.
+//
+// R: an idle client starts no earlier than its arrival (no credit for idle
+// time); a backlogged client keeps its deficit, so that a reservation
+// missed while the device was busy (or overbooked) is made up, and an
+// overbooked device is divided in proportion to the reservations.
+// L: an idle client starts at its arrival; a backlogged one may lag now
+// by at most LimitBurst units, so that it exceeds its limit over no window
+// by more than that burst. P: virtual time; an idle client starts at virtualNow.
+func (s *Scheduler) tagHead(c *client, fresh bool, sinceNs int64) {
+	e := &c.q[c.qHead]
+	cost := s.Cost(e.Bytes)
+	c.headCost = cost
+	c.fresh = fresh
+	c.headSince = sinceNs
+	if c.invR > 0 {
+		r := c.rBase + int64(float64(int64(e.Rho)+cost)*c.invR)
+		if fresh {
+			r = max(r, sinceNs)
+		}
+		c.tag[kR] = r
+	} else {
+		c.tag[kR] = Never
+	}
+	floor := sinceNs
+	if !fresh {
+		floor -= int64(s.limitBurst * c.invL)
+	}
+	c.tag[kL] = max(c.lBase+int64(float64(int64(e.Delta)+cost)*c.invL), floor)
+	p := c.pBase
+	if fresh {
+		p = max(p, s.virtualNow())
+	}
+	c.tag[kP] = p + int64(float64(int64(e.Delta)+cost)*c.invW)
+}
+
+// link puts a client with a tagged head into the heaps.
+func (s *Scheduler) link(c *client, nowNs int64) {
+	if c.tag[kR] != Never {
+		s.heaps[kR].push(c)
+	}
+	if c.tag[kL] <= nowNs {
+		s.heaps[kP].push(c)
+	} else {
+		s.heaps[kL].push(c)
+	}
+}
+
+// unlink takes a client out of every heap.
+func (s *Scheduler) unlink(c *client) {
+	for k := range s.heaps {
+		if c.idx[k] >= 0 {
+			s.heaps[k].remove(int(c.idx[k]))
+		}
+	}
+}
+
+// Pull returns the next request to send to the device at nowNs. When none
+// can be served, ok is false and nextEligibleNs is the earliest time one
+// could be (Never when nothing is queued); call Pull again then, or on the
+// next Add.
+func (s *Scheduler) Pull(nowNs int64) (req Request, clientID int, ok bool, nextEligibleNs int64) {
+	hl, hp, hr := &s.heaps[kL], &s.heaps[kP], &s.heaps[kR]
+	for len(hl.a) > 0 && hl.a[0].tag[kL] <= nowNs {
+		c := hl.a[0]
+		hl.remove(0)
+		hp.push(c)
+	}
+	var c *client
+	var phase Phase
+	switch {
+	case len(hr.a) > 0 && hr.a[0].tag[kR] <= nowNs:
+		c, phase = hr.a[0], Reservation
+	case len(hp.a) > 0:
+		c, phase = hp.a[0], Weight
+	case s.atLimit == AllowWhenIdle && len(hl.a) > 0:
+		c, phase = hl.a[0], OverLimit
+	default:
+		next := Never
+		if len(hr.a) > 0 {
+			next = hr.a[0].tag[kR]
+		}
+		if len(hl.a) > 0 {
+			next = min(next, hl.a[0].tag[kL])
+		}
+		s.last = NoPhase
+		return Request{}, -1, false, next
+	}
+	s.serve(c, phase, nowNs)
+	e := c.q[c.qHead]
+	c.q[c.qHead] = Request{}
+	c.qHead = (c.qHead + 1) & (len(c.q) - 1)
+	c.qLen--
+	s.queued--
+	if c.qLen == 0 {
+		s.unlink(c)
+	} else {
+		s.tagHead(c, false, nowNs)
+		s.relink(c, nowNs)
+	}
+	s.last = phase
+	return e, c.id, true, nowNs
+}
+
+// serve moves c's tag bases past its head request and counts it.
+func (s *Scheduler) serve(c *client, phase Phase, nowNs int64) {
+	cost := c.headCost
+	rebate := int64(float64(cost) * c.invR)
+	switch phase {
+	case Reservation:
+		c.rBase, c.lBase, c.pBase = c.tag[kR], c.tag[kL], c.tag[kP]
+		c.stats.ByReservation += uint64(cost)
+	case Weight:
+		// Weight-phase service does not count toward the reservation.
+		if c.invR > 0 {
+			c.rBase = c.tag[kR] - rebate
+		}
+		c.lBase, c.pBase = c.tag[kL], c.tag[kP]
+		s.vP = max(s.vP, c.tag[kP]-int64(float64(cost)*c.invW))
+		c.stats.ByWeight += uint64(cost)
+	case OverLimit:
+		// Free service: no reservation progress, no P charge, and the
+		// limit tag is not pushed beyond now.
+		if c.invR > 0 {
+			c.rBase = c.tag[kR] - rebate
+		}
+		c.lBase = min(c.tag[kL], nowNs)
+		c.stats.OverLimit += uint64(cost)
+	}
+	c.stats.Served++
+	c.stats.ServedCost += uint64(cost)
+}
+
+// relink repositions a client whose head tags changed.
+func (s *Scheduler) relink(c *client, nowNs int64) {
+	if c.idx[kR] >= 0 {
+		s.heaps[kR].fix(int(c.idx[kR]))
+	} else if c.tag[kR] != Never {
+		s.heaps[kR].push(c)
+	}
+	ready := c.tag[kL] <= nowNs
+	switch {
+	case c.idx[kP] >= 0 && ready:
+		s.heaps[kP].fix(int(c.idx[kP]))
+	case c.idx[kL] >= 0 && !ready:
+		s.heaps[kL].fix(int(c.idx[kL]))
+	default:
+		if c.idx[kP] >= 0 {
+			s.heaps[kP].remove(int(c.idx[kP]))
+		}
+		if c.idx[kL] >= 0 {
+			s.heaps[kL].remove(int(c.idx[kL]))
+		}
+		if ready {
+			s.heaps[kP].push(c)
+		} else {
+			s.heaps[kL].push(c)
+		}
+	}
+}
