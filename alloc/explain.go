@@ -110,9 +110,9 @@ func Describe(steps []Step, num func(float64) string) []string {
 	var out []string
 	for _, s := range steps {
 		n := s.Node
-		among := fmt.Sprintf("%d children", s.Siblings)
+		among := children(s.Siblings)
 		if s.Active < s.Siblings {
-			among = fmt.Sprintf("%d children with demand (%d in all)", s.Active, s.Siblings)
+			among = fmt.Sprintf("%s with demand (%d in all)", children(s.Active), s.Siblings)
 		}
 		out = append(out, fmt.Sprintf("%s divides %s among %s (%s semantics); %s: reservation %s, shares %s, limit %s, demand %s",
 			s.Parent.Name, num(s.Capacity), among, s.Semantics, n.Name,
@@ -168,6 +168,13 @@ func Describe(steps []Step, num func(float64) string) []string {
 		}
 	}
 	return out
+}
+
+func children(k int) string {
+	if k == 1 {
+		return "1 child"
+	}
+	return fmt.Sprintf("%d children", k)
 }
 
 func shares(v float64) string { return fmt.Sprintf("%g", v) }

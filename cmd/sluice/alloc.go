@@ -1,0 +1,210 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+
+	"sluice/alloc"
+	"sluice/entitle"
+	"sluice/policy"
+)
+
+func init() {
+	register(command{
+		name:    "alloc",
+		summary: "entitlement of every port and traffic class on every uplink",
+		run:     runAlloc,
+	})
+}
+
+const allocUsage = "usage: sluice alloc FILE [--demand PORT=RATE ...] [-o table|json]"
+
+// netArgs are the arguments that alloc and explain share.
+type netArgs struct {
+	file    string
+	rest    []string // positional arguments after FILE
+	demands map[string]float64
+	output  string
+	help    bool
+}
+
+// usageError is a command line that does not parse (exit 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// parseNetArgs reads FILE, positional arguments, --demand PORT=RATE
+// (repeatable; RATE a policy rate or "unlimited") and -o FORMAT, in any
+// order. A malformed command line is a usageError; a RATE that does not
+// parse is a plain error (bad input).
+func parseNetArgs(args []string) (netArgs, error) {
+	a := netArgs{demands: map[string]float64{}, output: "table"}
+	var pos []string
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		name, val, hasVal := strings.Cut(arg, "=")
+		if !strings.HasPrefix(arg, "-") || arg == "-" {
+			pos = append(pos, arg)
+			continue
+		}
+		switch name {
+		case "-h", "--help", "-help":
+			a.help = true
+			continue
+		case "--demand", "-demand", "-d", "-o", "--output", "-output":
+		default:
+			return a, usageError{fmt.Sprintf("unknown flag %s", name)}
+		}
+		if !hasVal {
+			if i+1 >= len(args) {
+				return a, usageError{fmt.Sprintf("flag %s needs a value", name)}
+			}
+			i++
+			val = args[i]
+		}
+		if name == "-o" || name == "--output" || name == "-output" {
+			if val != "table" && val != "json" {
+				return a, usageError{fmt.Sprintf("-o %s: the output format is table or json", val)}
+			}
+			a.output = val
+			continue
+		}
+		port, r, ok := strings.Cut(val, "=")
+		if !ok || port == "" {
+			return a, usageError{fmt.Sprintf("--demand %s: want PORT=RATE, e.g. vm1/nic0=2Gbps", val)}
+		}
+		bps, err := parseDemand(r)
+		if err != nil {
+			return a, fmt.Errorf("--demand %s: %v", val, err)
+		}
+		a.demands[port] = bps
+	}
+	if a.help {
+		return a, nil
+	}
+	if len(pos) == 0 {
+		return a, usageError{"missing FILE"}
+	}
+	a.file, a.rest = pos[0], pos[1:]
+	return a, nil
+}
+
+// parseDemand parses a demand: a rate ("2Gbps") or "unlimited".
+func parseDemand(s string) (float64, error) {
+	if s == "unlimited" {
+		return alloc.Inf, nil
+	}
+	r, err := policy.ParseRate(s)
+	if err != nil {
+		return 0, err
+	}
+	return float64(r), nil
+}
+
+// parseOrExit parses the shared arguments, printing the problem and
+// returning the exit code when they do not parse (ok false).
+func parseOrExit(args []string, usage string, stdout, stderr io.Writer) (netArgs, int, bool) {
+	a, err := parseNetArgs(args)
+	if err != nil {
+		if _, isUsage := err.(usageError); isUsage {
+			fmt.Fprintf(stderr, "sluice: %v; %s\n", err, usage)
+			return a, exitUsage, false
+		}
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		return a, exitBad, false
+	}
+	if a.help {
+		fmt.Fprintln(stdout, usage)
+		return a, exitOK, false
+	}
+	return a, exitOK, true
+}
+
+func runAlloc(args []string, stdout, stderr io.Writer) int {
+	a, code, ok := parseOrExit(args, allocUsage, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(a.rest) > 0 {
+		fmt.Fprintf(stderr, "sluice: unexpected argument %s; %s\n", a.rest[0], allocUsage)
+		return exitUsage
+	}
+	p, code := loadPolicy(a.file, stderr)
+	if p == nil {
+		return code
+	}
+	n, err := entitle.Network(p, a.demands)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		return exitBad
+	}
+	var ports []*entitle.Port
+	for _, pt := range n.Ports {
+		if pt.Listed() {
+			ports = append(ports, pt)
+		}
+	}
+	if a.output == "json" {
+		return writeAllocJSON(ports, stdout, stderr)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tUPLINK\tPORT\tRESERVATION\tSHARES\tLIMIT\tDEMAND\tALLOC\tREASON")
+	for _, pt := range ports {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%g\t%s\t%s\t%s\t%s\n", pt.Host, pt.Uplink, pt.Name,
+			entitle.FormatBps(pt.ReservationBps()), pt.Node.Shares, entitle.FormatBps(pt.LimitBps()),
+			entitle.FormatBps(pt.DemandBps()), entitle.FormatBps(pt.AllocBps()), pt.Node.Reason)
+	}
+	tw.Flush()
+	return exitOK
+}
+
+// allocRow is one object of `sluice alloc -o json`. Rates are integer
+// bits/s; limit_bps and demand_bps are null when unlimited.
+type allocRow struct {
+	Host           string `json:"host"`
+	Uplink         string `json:"uplink"`
+	Port           string `json:"port"`
+	Kind           string `json:"kind"`  // vnic or class
+	Class          string `json:"class"` // traffic class; "vm" for vNICs
+	ReservationBps int64  `json:"reservation_bps"`
+	Shares         int64  `json:"shares"`
+	LimitBps       *int64 `json:"limit_bps"`
+	DemandBps      *int64 `json:"demand_bps"`
+	AllocBps       int64  `json:"alloc_bps"`
+	Reason         string `json:"reason"`
+}
+
+func writeAllocJSON(ports []*entitle.Port, stdout, stderr io.Writer) int {
+	rows := make([]allocRow, 0, len(ports))
+	for _, pt := range ports {
+		rows = append(rows, allocRow{
+			Host: pt.Host, Uplink: pt.Uplink, Port: pt.Name, Kind: pt.Kind, Class: pt.Class,
+			ReservationBps: int64(math.Round(pt.ReservationBps())),
+			Shares:         int64(math.Round(pt.Node.Shares)),
+			LimitBps:       optBps(pt.LimitBps()),
+			DemandBps:      optBps(pt.DemandBps()),
+			AllocBps:       int64(math.Round(pt.AllocBps())),
+			Reason:         pt.Node.Reason.String(),
+		})
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rows); err != nil {
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		return exitBad
+	}
+	return exitOK
+}
+
+// optBps is nil for an unlimited rate, else the rate rounded to bits/s.
+func optBps(v float64) *int64 {
+	if math.IsInf(v, 1) {
+		return nil
+	}
+	r := int64(math.Round(v))
+	return &r
+}
