@@ -1,0 +1,147 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"sluice/storage"
+)
+
+// statusDir is where gateways publish their status (one JSON file per host).
+const statusDir = "/run/sluice"
+
+func init() {
+	register(command{
+		name:    "gateway",
+		summary: "storage gateway of a host: NBD exports per VM disk with mClock and PARDA ('gateway status' shows stats)",
+		run:     runGateway,
+	})
+}
+
+// multiFlag collects a repeated flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func runGateway(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "status" {
+		return runGatewayStatus(args[1:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	host := fs.String("host", "", "policy host this gateway serves (required)")
+	pol := fs.String("policy", "", "policy file (required)")
+	listen := fs.String("listen", ":10809", "NBD listen address ADDR:PORT")
+	period := fs.Duration("period", 0, "control period (default: the datastore's sioc.controlPeriod)")
+	statusFile := fs.String("status-file", "", "status JSON file (default "+statusDir+"/gateway-HOST.json)")
+	var dss multiFlag
+	fs.Var(&dss, "datastore", "DS=nbd://IP:PORT[/export] (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if *host == "" || *pol == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT [--listen ADDR:PORT] [--period 4s]")
+		return exitUsage
+	}
+	uris := map[string]string{}
+	for _, d := range dss {
+		name, uri, ok := strings.Cut(d, "=")
+		if !ok || name == "" || uri == "" {
+			fmt.Fprintf(stderr, "sluice gateway: --datastore %q: want DS=nbd://IP:PORT\n", d)
+			return exitUsage
+		}
+		uris[name] = uri
+	}
+	p, code := loadPolicy(*pol, stderr)
+	if p == nil {
+		return code
+	}
+	if *statusFile == "" {
+		*statusFile = filepath.Join(statusDir, "gateway-"+*host+".json")
+	}
+	g, err := storage.New(storage.Options{Host: *host, Policy: p, Datastores: uris, Period: *period,
+		StatusFile: *statusFile, Logf: func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }})
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
+		return exitBad
+	}
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		g.Close()
+		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
+		return exitBad
+	}
+	fmt.Fprintf(stderr, "sluice gateway: host %s serving %s on %s\n", *host, strings.Join(g.Exports(), " "), l.Addr())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() { <-sig; g.Close() }()
+	if err := g.Serve(l); err != nil {
+		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
+		g.Close()
+		return exitBad
+	}
+	g.Close()
+	return exitOK
+}
+
+func runGatewayStatus(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gateway status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	host := fs.String("host", "", "only this host")
+	out := fs.String("o", "table", "output: table or json")
+	dir := fs.String("dir", statusDir, "directory of the gateways' status files")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || (*out != "table" && *out != "json") {
+		fmt.Fprintln(stderr, "usage: sluice gateway status [--host H] [-o table|json]")
+		return exitUsage
+	}
+	files, _ := filepath.Glob(filepath.Join(*dir, "gateway-*.json"))
+	sort.Strings(files)
+	var sts []storage.Status
+	for _, f := range files {
+		st, err := storage.ReadStatusFile(f)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice gateway status: %v\n", err)
+			return exitBad
+		}
+		if *host == "" || st.Host == *host {
+			sts = append(sts, st)
+		}
+	}
+	if len(sts) == 0 {
+		fmt.Fprintf(stderr, "sluice gateway status: no gateway status in %s\n", *dir)
+		return exitBad
+	}
+	if *out == "json" {
+		b, _ := json.MarshalIndent(sts, "", "  ")
+		fmt.Fprintln(stdout, string(b))
+		return exitOK
+	}
+	for _, st := range sts {
+		age := time.Since(time.Unix(0, st.TimeUnixNs)).Round(time.Second)
+		fmt.Fprintf(stdout, "host %s  listen %s  period %.1fs  (%s ago)\n", st.Host, st.Listen, st.PeriodS, age)
+		for _, d := range st.Datastores {
+			fmt.Fprintf(stdout, "  datastore %-10s window %6.1f  outstanding %3d  datastore latency %7.2f ms (threshold %.0f ms, %d hosts)  host %7.0f IOPS %7.2f ms\n",
+				d.Name, d.Window, d.Outstanding, d.DatastoreLatencyMs, d.ThresholdMs, d.HostsSeen, d.HostIOPS, d.HostLatencyMs)
+		}
+		fmt.Fprintf(stdout, "  %-20s %-10s %6s %6s %6s %8s %8s %9s %9s %5s\n", "DISK", "DATASTORE", "SHARES", "RES", "LIMIT", "IOPS", "MB/s", "LAT ms", "P99 ms", "OUT")
+		for _, d := range st.Disks {
+			lim := "-"
+			if d.LimitIOPS > 0 {
+				lim = fmt.Sprint(d.LimitIOPS)
+			}
+			fmt.Fprintf(stdout, "  %-20s %-10s %6d %6d %6s %8.0f %8.2f %9.2f %9.2f %5d\n", d.Disk, d.Datastore, d.Shares, d.ReservationIOPS, lim, d.IOPS, d.MBps, d.LatencyMeanMs, d.LatencyP99Ms, d.Outstanding)
+		}
+	}
+	return exitOK
+}

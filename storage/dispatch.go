@@ -1,0 +1,177 @@
+package storage
+
+import (
+	"sync"
+	"time"
+
+	"sluice/policy"
+	"sluice/storage/nbd"
+)
+
+// op is one I/O request of a VM disk on its way to the datastore.
+type op struct {
+	kind      int // nbd.CmdRead, CmdWrite, CmdFlush, CmdTrim
+	buf       []byte
+	offset    uint64 // in the datastore export
+	length    uint64 // for trim
+	fua       bool
+	cost      float64 // in 4 KiB-equivalent I/Os
+	disk      int
+	enqueue   time.Time
+	arrivalNs int64 // enqueue time for the scheduler
+	done      chan error
+}
+
+// ioCost is the scheduling cost of an I/O of n bytes, in 4 KiB-equivalent
+// I/Os: 1 up to 4 KiB, then one more per 32 KiB (positioning dominates small
+// I/O, transfer dominates large I/O). Flush and trim cost 1.
+func ioCost(n int) float64 {
+	if n <= 4096 {
+		return 1
+	}
+	return 1 + float64(n-4096)/32768
+}
+
+// datastoreGate is the gateway's part of one datastore: the disks of this
+// host on it, their mClock scheduler and the dispatcher under the window.
+type datastoreGate struct {
+	name        string
+	ds          policy.Datastore
+	up          *upstream
+	exportBytes uint64
+	statsOff    uint64
+	parda       *pardaWindow // nil when SIOC is off
+
+	mu          sync.Mutex
+	sched       mclockSched
+	disks       []*disk
+	window      float64
+	outstanding int // requests at the datastore
+	timer       *time.Timer
+	timerAt     time.Time
+	closed      bool
+	period      dsPeriod // counters of the current period
+}
+
+// dsPeriod accumulates the datastore I/O of this host during one period.
+type dsPeriod struct {
+	ios       uint64
+	normLatNs float64 // Σ latency/cost
+}
+
+// submit queues o and waits until the datastore completed it.
+func (g *datastoreGate) submit(o *op) error {
+	o.done = make(chan error, 1)
+	o.enqueue = time.Now()
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return &nbd.Error{Errno: nbd.ESHUTDOWN}
+	}
+	d := g.disks[o.disk]
+	d.queued++
+	g.sched.add(o.disk, o, o.enqueue.UnixNano())
+	g.dispatchLocked()
+	g.mu.Unlock()
+	return <-o.done
+}
+
+// dispatchLocked sends requests upstream while the window allows. g.mu held.
+func (g *datastoreGate) dispatchLocked() {
+	for float64(g.outstanding) < g.window || g.outstanding == 0 {
+		now := time.Now()
+		o, ok, waitNs := g.sched.next(now.UnixNano())
+		if !ok {
+			if waitNs > 0 {
+				at := time.Unix(0, waitNs)
+				if g.timer == nil || at.Before(g.timerAt) || g.timerAt.Before(now) {
+					if g.timer != nil {
+						g.timer.Stop()
+					}
+					g.timerAt = at
+					g.timer = time.AfterFunc(at.Sub(now), func() {
+						g.mu.Lock()
+						g.dispatchLocked()
+						g.mu.Unlock()
+					})
+				}
+			}
+			return
+		}
+		g.outstanding++
+		d := g.disks[o.disk]
+		d.queued--
+		d.inflight++
+		go g.issue(o)
+	}
+}
+
+// issue performs o on the datastore and completes it.
+func (g *datastoreGate) issue(o *op) {
+	start := time.Now()
+	err := g.up.do(func(c *nbd.Client) error {
+		switch o.kind {
+		case nbd.CmdRead:
+			return c.ReadAt(o.buf, o.offset)
+		case nbd.CmdWrite:
+			return c.WriteAt(o.buf, o.offset, o.fua)
+		case nbd.CmdFlush:
+			return c.Flush()
+		case nbd.CmdTrim:
+			return c.Trim(o.offset, o.length)
+		}
+		return &nbd.Error{Errno: nbd.EINVAL}
+	})
+	end := time.Now()
+	devNs := float64(end.Sub(start).Nanoseconds())
+	g.mu.Lock()
+	g.outstanding--
+	d := g.disks[o.disk]
+	d.inflight--
+	if err == nil {
+		g.period.ios++
+		g.period.normLatNs += devNs / o.cost
+		d.record(len(o.buf), end.Sub(o.enqueue))
+	}
+	g.dispatchLocked()
+	g.mu.Unlock()
+	o.done <- err
+}
+
+// disk is one VM disk served as an NBD export: a region of the datastore.
+type disk struct {
+	gate   *datastoreGate
+	idx    int
+	ext    Extent
+	policy policy.Disk
+
+	// guarded by gate.mu
+	queued, inflight int
+	cur              diskPeriod
+}
+
+// SizeBytes implements nbd.Backend.
+func (d *disk) SizeBytes() uint64 { return d.ext.SizeBytes }
+
+// ReadAt implements nbd.Backend.
+func (d *disk) ReadAt(p []byte, off uint64) error {
+	return d.gate.submit(&op{kind: nbd.CmdRead, buf: p, offset: d.ext.OffBytes + off, cost: ioCost(len(p)), disk: d.idx})
+}
+
+// WriteAt implements nbd.Backend: it returns only after the datastore
+// acknowledged the write.
+func (d *disk) WriteAt(p []byte, off uint64, fua bool) error {
+	return d.gate.submit(&op{kind: nbd.CmdWrite, buf: p, offset: d.ext.OffBytes + off, fua: fua, cost: ioCost(len(p)), disk: d.idx})
+}
+
+// Flush implements nbd.Backend: every write this disk acknowledged was
+// acknowledged by the datastore first, so a datastore flush issued now makes
+// all of them durable.
+func (d *disk) Flush() error {
+	return d.gate.submit(&op{kind: nbd.CmdFlush, cost: 1, disk: d.idx})
+}
+
+// Trim implements nbd.Backend.
+func (d *disk) Trim(off, n uint64) error {
+	return d.gate.submit(&op{kind: nbd.CmdTrim, offset: d.ext.OffBytes + off, length: n, cost: 1, disk: d.idx})
+}

@@ -1,0 +1,408 @@
+package storage
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"sluice/policy"
+	"sluice/storage/nbd"
+)
+
+// Options configure a Gateway.
+type Options struct {
+	// Host is the policy host this gateway runs on; it exports the disks of
+	// the VMs placed on it.
+	Host   string
+	Policy *policy.Policy
+	// Datastores maps a datastore name to its NBD URI (nbd://IP:PORT[/export]
+	// or nbd+unix:///export?socket=PATH). Every datastore holding a disk of
+	// this host must be given.
+	Datastores map[string]string
+	// Period is the control period (default: the datastore's SIOC control
+	// period, else 4 s).
+	Period time.Duration
+	// StatusFile receives the Status as JSON after every period ("" : none).
+	StatusFile string
+	// OnPeriod, if set, is called with the Status after every period.
+	OnPeriod func(Status)
+	// Logf receives one line per notable event (nil: silent).
+	Logf func(format string, args ...any)
+}
+
+// Gateway serves the disks of one host and controls their I/O.
+type Gateway struct {
+	opts    Options
+	gates   []*datastoreGate
+	exports nbd.MapExports
+	srv     *nbd.Server
+
+	mu     sync.Mutex
+	status Status
+	listen string
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// New connects to the datastores and prepares the exports; it serves
+// nothing until Serve.
+func New(opts Options) (*Gateway, error) {
+	p := opts.Policy
+	if p == nil {
+		return nil, errors.New("gateway: no policy")
+	}
+	found := false
+	for _, h := range p.Hosts {
+		found = found || h.Name == opts.Host
+	}
+	if !found {
+		return nil, fmt.Errorf("gateway: host %q is not in the policy", opts.Host)
+	}
+	g := &Gateway{opts: opts, exports: nbd.MapExports{}, stop: make(chan struct{})}
+	if g.opts.Logf == nil {
+		g.opts.Logf = func(string, ...any) {}
+	}
+	for _, ds := range p.Datastores {
+		extents, required := Layout(p, ds.Name)
+		var mine []Extent
+		var pds []policy.Disk
+		for _, e := range extents {
+			for _, vm := range p.VMs {
+				if vm.Name != e.VM || vm.Host != opts.Host {
+					continue
+				}
+				for _, d := range vm.Disks {
+					if d.Name == e.Disk {
+						mine = append(mine, e)
+						pds = append(pds, d)
+					}
+				}
+			}
+		}
+		uri, ok := opts.Datastores[ds.Name]
+		if !ok {
+			if len(mine) > 0 {
+				g.closeGates()
+				return nil, fmt.Errorf("gateway: datastore %s: no --datastore %s=nbd://IP:PORT given", ds.Name, ds.Name)
+			}
+			continue
+		}
+		gate, err := newGate(ds, uri, required, opts.Host, p)
+		if err != nil {
+			g.closeGates()
+			return nil, err
+		}
+		for i, e := range mine {
+			d := &disk{gate: gate, idx: i, ext: e, policy: pds[i]}
+			gate.disks = append(gate.disks, d)
+			gate.sched.disks = append(gate.sched.disks, mclockDiskFor(pds[i]))
+			g.exports[e.Name()] = d
+		}
+		g.gates = append(g.gates, gate)
+	}
+	for name := range opts.Datastores {
+		if _, ok := dsByName(p, name); !ok {
+			g.closeGates()
+			return nil, fmt.Errorf("gateway: --datastore %s: no such datastore in the policy", name)
+		}
+	}
+	g.srv = &nbd.Server{Exports: g.exports, Logf: g.opts.Logf}
+	g.status = g.snapshot(time.Now(), nil)
+	return g, nil
+}
+
+func dsByName(p *policy.Policy, name string) (policy.Datastore, bool) {
+	for _, d := range p.Datastores {
+		if d.Name == name {
+			return d, true
+		}
+	}
+	return policy.Datastore{}, false
+}
+
+func mclockDiskFor(d policy.Disk) *mclockDisk {
+	m := &mclockDisk{shares: float64(max(d.Shares, 1))}
+	if d.ReservationIOPS > 0 {
+		m.reservationIOPS = float64(d.ReservationIOPS)
+	}
+	if d.LimitIOPS > 0 && d.LimitIOPS != policy.UnlimitedIOPS {
+		m.limitIOPS = float64(d.LimitIOPS)
+	}
+	return m
+}
+
+func newGate(ds policy.Datastore, uri string, required uint64, host string, p *policy.Policy) (*datastoreGate, error) {
+	up, err := newUpstream(uri)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: datastore %s: %w", ds.Name, err)
+	}
+	size, err := up.sizeBytes()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: datastore %s: %w", ds.Name, err)
+	}
+	if size < required {
+		up.close()
+		return nil, fmt.Errorf("gateway: datastore %s: export has %d bytes, the layout needs %d (disks + %d-byte stats region)", ds.Name, size, required, StatsRegionBytes)
+	}
+	off, err := statsSlot(p, host, size)
+	if err != nil {
+		up.close()
+		return nil, fmt.Errorf("gateway: datastore %s: %w", ds.Name, err)
+	}
+	g := &datastoreGate{name: ds.Name, ds: ds, up: up, exportBytes: size, statsOff: off, window: 256}
+	if ds.SIOC.Enabled {
+		th := ds.SIOC.CongestionThreshold
+		if th <= 0 {
+			th = 30 * time.Millisecond
+		}
+		g.parda = newPardaWindow(float64(th.Nanoseconds()))
+		g.window = g.parda.w
+	}
+	return g, nil
+}
+
+func (g *Gateway) closeGates() {
+	for _, gt := range g.gates {
+		gt.up.close()
+	}
+}
+
+// Exports lists the export names ("VM/DISK") this gateway serves.
+func (g *Gateway) Exports() []string { return g.exports.Names() }
+
+// Serve starts the control loop and serves NBD on l until Close.
+func (g *Gateway) Serve(l net.Listener) error {
+	g.mu.Lock()
+	g.listen = l.Addr().String()
+	g.mu.Unlock()
+	g.once.Do(func() {
+		g.wg.Add(1)
+		go g.controlLoop()
+	})
+	return g.srv.Serve(l)
+}
+
+// Close stops serving, fails queued requests and closes the datastore
+// connections.
+func (g *Gateway) Close() error {
+	select {
+	case <-g.stop:
+		return nil
+	default:
+	}
+	close(g.stop)
+	for _, gt := range g.gates {
+		gt.mu.Lock()
+		gt.closed = true
+		gt.mu.Unlock()
+	}
+	err := g.srv.Close()
+	g.wg.Wait()
+	g.closeGates()
+	return err
+}
+
+// Status returns the measurements of the last complete period.
+func (g *Gateway) Status() Status {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.status
+}
+
+func (g *Gateway) period() time.Duration {
+	if g.opts.Period > 0 {
+		return g.opts.Period
+	}
+	for _, gt := range g.gates {
+		if gt.ds.SIOC.ControlPeriod > 0 {
+			return gt.ds.SIOC.ControlPeriod
+		}
+	}
+	return 4 * time.Second
+}
+
+func (g *Gateway) controlLoop() {
+	defer g.wg.Done()
+	per := g.period()
+	t := time.NewTicker(per)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case now := <-t.C:
+			st := g.controlStep(now, now.Sub(last))
+			last = now
+			g.mu.Lock()
+			g.status = st
+			g.mu.Unlock()
+			if g.opts.StatusFile != "" {
+				if err := writeStatusFile(g.opts.StatusFile, st); err != nil {
+					g.opts.Logf("gateway: status file: %v", err)
+				}
+			}
+			if g.opts.OnPeriod != nil {
+				g.opts.OnPeriod(st)
+			}
+		}
+	}
+}
+
+// periodResult is what one control step measured on one datastore.
+type periodResult struct {
+	dsLatNs, hostLatNs, hostIOPS, activeShares float64
+	hosts                                      int
+	diskStats                                  []diskPeriod
+	diskOutstanding                            []int
+}
+
+// controlStep closes the period: publish this host's datastore I/O to the
+// stats region, read every host's record, compute the datastore-wide
+// latency and the new window.
+func (g *Gateway) controlStep(now time.Time, elapsed time.Duration) Status {
+	res := make([]periodResult, len(g.gates))
+	for i, gt := range g.gates {
+		gt.mu.Lock()
+		per := gt.period
+		gt.period = dsPeriod{}
+		r := periodResult{}
+		for _, d := range gt.disks {
+			r.diskStats = append(r.diskStats, d.cur)
+			r.diskOutstanding = append(r.diskOutstanding, d.queued+d.inflight)
+			if d.cur.ios > 0 || d.queued+d.inflight > 0 {
+				r.activeShares += float64(max(d.policy.Shares, 1))
+			}
+			d.cur = diskPeriod{}
+		}
+		window := gt.window
+		gt.mu.Unlock()
+		if per.ios > 0 {
+			r.hostLatNs = per.normLatNs / float64(per.ios)
+		}
+		r.hostIOPS = float64(per.ios) / elapsed.Seconds()
+		rec := statsRecord{Host: g.opts.Host, PeriodEndNs: now.UnixNano(), PeriodNs: elapsed.Nanoseconds(),
+			IOs: per.ios, NormLatSumNs: per.normLatNs, Window: window, ActiveShares: r.activeShares}
+		recs, err := gt.exchangeStats(rec, len(g.opts.Policy.Hosts))
+		if err != nil {
+			g.opts.Logf("gateway: datastore %s: stats region: %v", gt.name, err)
+			recs = []statsRecord{rec}
+		}
+		r.dsLatNs, r.hosts = datastoreLatency(recs, now.UnixNano())
+		if gt.parda != nil {
+			w := gt.parda.update(r.dsLatNs, r.activeShares)
+			gt.mu.Lock()
+			gt.window = w
+			gt.dispatchLocked()
+			gt.mu.Unlock()
+		}
+		res[i] = r
+	}
+	return g.buildStatus(now, elapsed, res)
+}
+
+// exchangeStats writes rec to this host's slot and reads the slots of all
+// hosts. Stats I/O goes straight to the datastore: it is control traffic
+// (one 4 KiB write and hosts×4 KiB read per period), outside the window and
+// the disks' schedules.
+func (gt *datastoreGate) exchangeStats(rec statsRecord, hosts int) ([]statsRecord, error) {
+	region := make([]byte, hosts*StatsSlotBytes)
+	err := gt.up.do(func(c *nbd.Client) error {
+		if err := c.WriteAt(rec.encode(), gt.statsOff, false); err != nil {
+			return err
+		}
+		return c.ReadAt(region, gt.exportBytes-StatsRegionBytes)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []statsRecord
+	for off := 0; off+StatsSlotBytes <= len(region); off += StatsSlotBytes {
+		if r, ok := decodeStatsRecord(region[off : off+StatsSlotBytes]); ok {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func (g *Gateway) snapshot(now time.Time, res []periodResult) Status {
+	return g.buildStatus(now, 0, res)
+}
+
+func (g *Gateway) buildStatus(now time.Time, elapsed time.Duration, res []periodResult) Status {
+	g.mu.Lock()
+	listen := g.listen
+	g.mu.Unlock()
+	st := Status{Host: g.opts.Host, TimeUnixNs: now.UnixNano(), PeriodS: elapsed.Seconds(), Listen: listen}
+	for i, gt := range g.gates {
+		var r periodResult
+		if i < len(res) {
+			r = res[i]
+		}
+		gt.mu.Lock()
+		ds := DatastoreStatus{Name: gt.name, Window: gt.window, DatastoreLatencyMs: r.dsLatNs / 1e6,
+			HostLatencyMs: r.hostLatNs / 1e6, HostIOPS: r.hostIOPS, ActiveShares: r.activeShares,
+			HostsSeen: r.hosts, Outstanding: gt.outstanding, SIOC: gt.parda != nil}
+		if gt.parda != nil {
+			ds.ThresholdMs = gt.parda.thresholdNs / 1e6
+		}
+		for j, d := range gt.disks {
+			s := DiskStatus{Disk: d.ext.Name(), Datastore: gt.name, Shares: d.policy.Shares,
+				ReservationIOPS: int64(d.policy.ReservationIOPS), Outstanding: d.queued + d.inflight}
+			if d.policy.LimitIOPS != policy.UnlimitedIOPS {
+				s.LimitIOPS = int64(d.policy.LimitIOPS)
+			}
+			if j < len(r.diskStats) && elapsed > 0 {
+				p := r.diskStats[j]
+				s.IOPS = float64(p.ios) / elapsed.Seconds()
+				s.MBps = float64(p.bytes) / 1e6 / elapsed.Seconds()
+				if p.ios > 0 {
+					s.LatencyMeanMs = p.latSumNs / float64(p.ios) / 1e6
+				}
+				s.LatencyP99Ms = p.hist.quantileNs(0.99) / 1e6
+				s.Outstanding = r.diskOutstanding[j]
+			}
+			st.Disks = append(st.Disks, s)
+		}
+		gt.mu.Unlock()
+		st.Datastores = append(st.Datastores, ds)
+	}
+	sort.Slice(st.Disks, func(a, b int) bool { return st.Disks[a].Disk < st.Disks[b].Disk })
+	return st
+}
+
+// writeStatusFile replaces path atomically with st as JSON.
+func writeStatusFile(path string, st Status) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ReadStatusFile reads a status file written by a gateway.
+func ReadStatusFile(path string) (Status, error) {
+	var st Status
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("%s: %w", path, err)
+	}
+	return st, nil
+}

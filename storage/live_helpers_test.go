@@ -1,0 +1,231 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/policy"
+	"sluice/storage/nbd"
+)
+
+// Live tests run real nbdkit and fio processes (Debian packages nbdkit and
+// fio, installed by scripts/deps.sh). They are skipped with -short and fail
+// with a clear message when a tool is missing.
+
+func needTools(t *testing.T, tools ...string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("live storage test: skipped with -short")
+	}
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("live storage test needs %s in PATH (install it: scripts/deps.sh): %v", tool, err)
+		}
+	}
+}
+
+// datastoreSpec is an emulated array: slots run in parallel, the rate filter
+// caps the whole server at capacityIOPS 4 KiB I/Os per second shared by all
+// connections, so latency grows with the total outstanding I/O of all hosts.
+type datastoreSpec struct {
+	sizeBytes    uint64
+	serviceTime  string // delay filter, e.g. "2ms"
+	capacityIOPS int    // 0: no rate filter (uncongested)
+	threads      int
+}
+
+// startNbdkit runs nbdkit on a unix socket and returns the datastore URI.
+func startNbdkit(t *testing.T, spec datastoreSpec) string {
+	t.Helper()
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "ds.sock")
+	args := []string{"-f", "-U", sock, "-t", fmt.Sprint(max(spec.threads, 1))}
+	if spec.capacityIOPS > 0 {
+		args = append(args, "--filter=rate")
+	}
+	if spec.serviceTime != "" {
+		args = append(args, "--filter=delay")
+	}
+	args = append(args, "memory", fmt.Sprintf("size=%d", spec.sizeBytes))
+	if spec.capacityIOPS > 0 {
+		args = append(args, fmt.Sprintf("rate=%d", spec.capacityIOPS*4096*8), "burstiness=0.1")
+	}
+	if spec.serviceTime != "" {
+		args = append(args, "rdelay="+spec.serviceTime, "wdelay="+spec.serviceTime)
+	}
+	cmd := exec.Command("nbdkit", args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("nbdkit: %v", err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	uri := "nbd+unix:///?socket=" + sock
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c, err := nbd.Dial(ctx, "unix", sock, "")
+		cancel()
+		if err == nil {
+			c.Close()
+			return uri
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nbdkit did not come up: %v: %s", err, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling an external process, with deadline
+	}
+}
+
+func parsePolicy(t *testing.T, yaml string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatalf("policy: %v", err)
+	}
+	return p
+}
+
+// runningGateway is a gateway serving on 127.0.0.1 with its period series.
+type runningGateway struct {
+	g    *Gateway
+	addr string
+	mu   sync.Mutex
+	hist []Status
+}
+
+func (r *runningGateway) series() []Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Status(nil), r.hist...)
+}
+
+func startGateway(t *testing.T, p *policy.Policy, host string, dss map[string]string, period time.Duration, addr string) *runningGateway {
+	t.Helper()
+	r := &runningGateway{}
+	g, err := New(Options{Host: host, Policy: p, Datastores: dss, Period: period,
+		OnPeriod: func(s Status) { r.mu.Lock(); r.hist = append(r.hist, s); r.mu.Unlock() },
+		Logf:     t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	var l net.Listener
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l, err = net.Listen("tcp", addr)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // the port of a just-closed gateway
+	}
+	if err != nil {
+		g.Close()
+		t.Fatal(err)
+	}
+	r.g, r.addr = g, l.Addr().String()
+	go g.Serve(l)
+	t.Cleanup(func() { g.Close() })
+	return r
+}
+
+// fioJob is one fio job against one export.
+type fioJob struct {
+	name, uri string
+	rw        string // randread, randwrite, randrw
+	bs        string
+	iodepth   int
+	extra     []string // more job options, "key=value"
+}
+
+// fioResult is one job's outcome from fio's JSON output.
+type fioResult struct {
+	IOPS      float64
+	LatMeanUs float64
+	LatP50Us  float64
+	Errors    int
+}
+
+// runFio runs the jobs in one fio process and returns the per-job results.
+func runFio(ctx context.Context, t *testing.T, global []string, jobs []fioJob) (map[string]fioResult, error) {
+	var b strings.Builder
+	b.WriteString("[global]\nioengine=nbd\nthread\ngroup_reporting=0\n")
+	for _, g := range global {
+		b.WriteString(g + "\n")
+	}
+	for _, j := range jobs {
+		fmt.Fprintf(&b, "[%s]\nuri=%s\nrw=%s\nbs=%s\niodepth=%d\n", j.name, j.uri, j.rw, j.bs, j.iodepth)
+		for _, e := range j.extra {
+			b.WriteString(e + "\n")
+		}
+	}
+	dir := t.TempDir()
+	jf := filepath.Join(dir, "job.fio")
+	if err := os.WriteFile(jf, []byte(b.String()), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, "fio", "--output-format=json", jf)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	runErr := cmd.Run()
+	var rep struct {
+		Jobs []struct {
+			Name  string `json:"jobname"`
+			Error int    `json:"error"`
+			Read  fioDir `json:"read"`
+			Write fioDir `json:"write"`
+		} `json:"jobs"`
+	}
+	js := out.Bytes()
+	if i := bytes.IndexByte(js, '{'); i > 0 {
+		js = js[i:]
+	}
+	if err := json.Unmarshal(js, &rep); err != nil {
+		return nil, fmt.Errorf("fio: %v (run error %v): %s %s", err, runErr, errb.String(), out.String())
+	}
+	res := map[string]fioResult{}
+	for _, j := range rep.Jobs {
+		r := fioResult{IOPS: j.Read.IOPS + j.Write.IOPS, Errors: j.Error}
+		n := j.Read.Lat.N + j.Write.Lat.N
+		if n > 0 {
+			r.LatMeanUs = (j.Read.Lat.Mean*float64(j.Read.Lat.N) + j.Write.Lat.Mean*float64(j.Write.Lat.N)) / float64(n) / 1000
+		}
+		r.LatP50Us = max(j.Read.Lat.Pct["50.000000"], j.Write.Lat.Pct["50.000000"]) / 1000
+		res[j.Name] = r
+	}
+	if runErr != nil {
+		return res, fmt.Errorf("fio: %v: %s", runErr, lastLines(errb.String(), 5))
+	}
+	return res, nil
+}
+
+type fioDir struct {
+	IOPS float64 `json:"iops"`
+	Lat  struct {
+		N    int64              `json:"N"`
+		Mean float64            `json:"mean"`
+		Pct  map[string]float64 `json:"percentile"`
+	} `json:"clat_ns"`
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, " | ")
+}
+
+func within(got, want, tol float64) bool { return got >= want*(1-tol) && got <= want*(1+tol) }

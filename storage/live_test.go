@@ -1,0 +1,83 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+const oneHostPolicy = `
+cluster: st1
+hosts:
+  - name: h1
+    cpu: {cores: 4, mhz: 2000}
+    memory: 16GiB
+    uplinks: [{name: vmnic0, speed: 10Gbps}]
+datastores:
+  - name: ds1
+    sioc: {enabled: true, congestionThreshold: 12ms, controlPeriod: 1s}
+vms:
+  - {name: a, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: d0, datastore: ds1, shares: 1000, size: 64MiB}]}
+  - {name: b, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: d0, datastore: ds1, shares: 2000, size: 64MiB}]}
+  - {name: c, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: d0, datastore: ds1, shares: 1000, limitIOPS: 200, size: 64MiB}]}
+  - {name: d, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: d0, datastore: ds1, shares: 100, reservationIOPS: 300, size: 64MiB}]}
+`
+
+// One host, four disks on a congested datastore (capacity 1600 IOPS):
+// a (shares 1000) and b (2000) split what is left 1:2 within 10%, c's limit
+// of 200 IOPS holds within 5%, d's reservation of 300 IOPS is met (≥ 95%)
+// although its shares alone would give it ~40.
+func TestLiveOneHostSharesLimitReservation(t *testing.T) {
+	needTools(t, "nbdkit", "fio")
+	p := parsePolicy(t, oneHostPolicy)
+	_, req := Layout(p, "ds1")
+	uri := startNbdkit(t, datastoreSpec{sizeBytes: req, serviceTime: "2ms", capacityIOPS: 1600, threads: 64})
+	gw := startGateway(t, p, "h1", map[string]string{"ds1": uri}, 500*time.Millisecond, "")
+	var jobs []fioJob
+	for _, vm := range []string{"a", "b", "c", "d"} {
+		jobs = append(jobs, fioJob{name: vm, uri: fmt.Sprintf("nbd://%s/%s/d0", gw.addr, vm), rw: "randread", bs: "4k", iodepth: 32})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := runFio(ctx, t, []string{"time_based", "ramp_time=4", "runtime=12", "size=64M"}, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, vm := range []string{"a", "b", "c", "d"} {
+		t.Logf("%s: %.0f IOPS, mean latency %.1f ms", vm, res[vm].IOPS, res[vm].LatMeanUs/1000)
+	}
+	last := gw.series()
+	t.Logf("%d periods", len(last))
+	if len(last) > 10 {
+		t.Logf("gateway-measured IOPS over the last 10 periods: %v", meanDiskIOPS(last[len(last)-10:]))
+	}
+	if n := len(last); n > 0 {
+		ds := last[n-1].Datastores[0]
+		t.Logf("window %.1f, datastore latency %.1f ms (threshold 12 ms)", ds.Window, ds.DatastoreLatencyMs)
+	}
+	a, b, c, d := res["a"].IOPS, res["b"].IOPS, res["c"].IOPS, res["d"].IOPS
+	if ratio := b / a; !within(ratio, 2, 0.10) {
+		t.Errorf("shares 2000:1000 → IOPS ratio b/a = %.2f (b %.0f, a %.0f), want 2 ± 10%%", ratio, b, a)
+	}
+	if !within(c, 200, 0.05) {
+		t.Errorf("limit 200 IOPS → c got %.0f IOPS, want 200 ± 5%%", c)
+	}
+	if d < 300*0.95 {
+		t.Errorf("reservation 300 IOPS → d got %.0f IOPS, want ≥ 285", d)
+	}
+	if total := a + b + c + d; total < 1600*0.85 {
+		t.Errorf("datastore not kept busy: total %.0f IOPS of 1600 capacity", total)
+	}
+}
+
+// meanDiskIOPS averages each disk's IOPS over the statuses.
+func meanDiskIOPS(sts []Status) map[string]float64 {
+	sum := map[string]float64{}
+	for _, s := range sts {
+		for _, d := range s.Disks {
+			sum[d.Disk] += d.IOPS / float64(len(sts))
+		}
+	}
+	return sum
+}

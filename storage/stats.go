@@ -1,0 +1,189 @@
+package storage
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"math"
+	"math/bits"
+	"time"
+)
+
+// diskPeriod accumulates one disk's completed I/O during a period.
+type diskPeriod struct {
+	ios      uint64
+	bytes    uint64
+	latSumNs float64
+	hist     latencyHist
+}
+
+func (d *disk) record(n int, lat time.Duration) {
+	d.cur.ios++
+	d.cur.bytes += uint64(n)
+	d.cur.latSumNs += float64(lat.Nanoseconds())
+	d.cur.hist.add(lat.Nanoseconds())
+}
+
+// latencyHist is a log-linear histogram of latencies (8 sub-buckets per
+// power of two: ≤ 12.5% error), enough for a p99 per period.
+type latencyHist struct {
+	counts [64 * 8]uint32
+	n      uint64
+}
+
+func histBucket(ns int64) int {
+	if ns < 8 {
+		return int(max(ns, 0))
+	}
+	e := bits.Len64(uint64(ns)) - 1 // ns in [2^e, 2^(e+1))
+	m := int((uint64(ns) >> (e - 3)) & 7)
+	return e*8 + m
+}
+
+func histUpperNs(b int) float64 {
+	if b < 8 {
+		return float64(b)
+	}
+	e, m := b/8, b%8
+	return math.Ldexp(float64(8+m+1), e-3)
+}
+
+func (h *latencyHist) add(ns int64) {
+	h.counts[histBucket(ns)]++
+	h.n++
+}
+
+// quantileNs is the upper bound of the bucket holding quantile q.
+func (h *latencyHist) quantileNs(q float64) float64 {
+	if h.n == 0 {
+		return 0
+	}
+	rank := uint64(math.Ceil(q * float64(h.n)))
+	var acc uint64
+	for b, c := range h.counts {
+		acc += uint64(c)
+		if acc >= rank && c > 0 {
+			return histUpperNs(b)
+		}
+	}
+	return 0
+}
+
+// Status is what a gateway reports: per disk and per datastore, measured
+// over the last complete period.
+type Status struct {
+	Host       string            `json:"host"`
+	TimeUnixNs int64             `json:"time_unix_ns"`
+	PeriodS    float64           `json:"period_s"`
+	Listen     string            `json:"listen"`
+	Datastores []DatastoreStatus `json:"datastores"`
+	Disks      []DiskStatus      `json:"disks"`
+}
+
+// DatastoreStatus is one host's view of one datastore.
+type DatastoreStatus struct {
+	Name string `json:"name"`
+	// Window is the host's current limit on outstanding datastore requests.
+	Window float64 `json:"window"`
+	// DatastoreLatencyMs is the datastore-wide IOPS-weighted mean of the
+	// hosts' size-normalised device latency in the last period.
+	DatastoreLatencyMs float64 `json:"datastore_latency_ms"`
+	// HostLatencyMs is this host's size-normalised device latency.
+	HostLatencyMs float64 `json:"host_latency_ms"`
+	HostIOPS      float64 `json:"host_iops"`
+	ThresholdMs   float64 `json:"threshold_ms"`
+	ActiveShares  float64 `json:"active_shares"`
+	HostsSeen     int     `json:"hosts_seen"`
+	Outstanding   int     `json:"outstanding"`
+	SIOC          bool    `json:"sioc"`
+}
+
+// DiskStatus is one disk's I/O in the last period, latency as the VM sees
+// it (gateway queueing included).
+type DiskStatus struct {
+	Disk            string  `json:"disk"`
+	Datastore       string  `json:"datastore"`
+	Shares          int     `json:"shares"`
+	ReservationIOPS int64   `json:"reservation_iops"`
+	LimitIOPS       int64   `json:"limit_iops"` // 0: unlimited
+	IOPS            float64 `json:"iops"`
+	MBps            float64 `json:"mbps"`
+	LatencyMeanMs   float64 `json:"latency_mean_ms"`
+	LatencyP99Ms    float64 `json:"latency_p99_ms"`
+	Outstanding     int     `json:"outstanding"`
+}
+
+// statsRecord is one host's entry in the datastore's stats region: the
+// datastore I/O the host completed in its last period.
+type statsRecord struct {
+	Host         string
+	PeriodEndNs  int64 // wall clock, Unix ns
+	PeriodNs     int64
+	IOs          uint64
+	NormLatSumNs float64
+	Window       float64
+	ActiveShares float64
+}
+
+const statsMagic = 0x534c535441543031 // "SLSTAT01"
+
+// encode lays the record out in a StatsSlotBytes block:
+// magic u64 | periodEnd i64 | period i64 | ios u64 | normLatSum f64 |
+// window f64 | shares f64 | nameLen u16 | name | crc32 of all before.
+func (r statsRecord) encode() []byte {
+	b := make([]byte, StatsSlotBytes)
+	binary.BigEndian.PutUint64(b[0:], statsMagic)
+	binary.BigEndian.PutUint64(b[8:], uint64(r.PeriodEndNs))
+	binary.BigEndian.PutUint64(b[16:], uint64(r.PeriodNs))
+	binary.BigEndian.PutUint64(b[24:], r.IOs)
+	binary.BigEndian.PutUint64(b[32:], math.Float64bits(r.NormLatSumNs))
+	binary.BigEndian.PutUint64(b[40:], math.Float64bits(r.Window))
+	binary.BigEndian.PutUint64(b[48:], math.Float64bits(r.ActiveShares))
+	name := r.Host
+	if len(name) > 255 {
+		name = name[:255]
+	}
+	binary.BigEndian.PutUint16(b[56:], uint16(len(name)))
+	copy(b[58:], name)
+	end := 58 + len(name)
+	binary.BigEndian.PutUint32(b[end:], crc32.ChecksumIEEE(b[:end]))
+	return b
+}
+
+func decodeStatsRecord(b []byte) (statsRecord, bool) {
+	if len(b) < 62 || binary.BigEndian.Uint64(b) != statsMagic {
+		return statsRecord{}, false
+	}
+	n := int(binary.BigEndian.Uint16(b[56:]))
+	end := 58 + n
+	if end+4 > len(b) || crc32.ChecksumIEEE(b[:end]) != binary.BigEndian.Uint32(b[end:]) {
+		return statsRecord{}, false
+	}
+	return statsRecord{
+		Host:         string(b[58:end]),
+		PeriodEndNs:  int64(binary.BigEndian.Uint64(b[8:])),
+		PeriodNs:     int64(binary.BigEndian.Uint64(b[16:])),
+		IOs:          binary.BigEndian.Uint64(b[24:]),
+		NormLatSumNs: math.Float64frombits(binary.BigEndian.Uint64(b[32:])),
+		Window:       math.Float64frombits(binary.BigEndian.Uint64(b[40:])),
+		ActiveShares: math.Float64frombits(binary.BigEndian.Uint64(b[48:])),
+	}, true
+}
+
+// datastoreLatency is the IOPS-weighted mean normalised latency (ns) of the
+// fresh records: those whose period ended within 3 periods before nowNs.
+func datastoreLatency(recs []statsRecord, nowNs int64) (latNs float64, hosts int) {
+	var ios uint64
+	var sum float64
+	for _, r := range recs {
+		if r.PeriodNs <= 0 || nowNs-r.PeriodEndNs > 3*r.PeriodNs {
+			continue
+		}
+		hosts++
+		ios += r.IOs
+		sum += r.NormLatSumNs
+	}
+	if ios == 0 {
+		return 0, hosts
+	}
+	return sum / float64(ios), hosts
+}

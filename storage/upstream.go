@@ -1,0 +1,109 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"sluice/storage/nbd"
+)
+
+// upstream is the gateway's connection to one datastore export. It
+// reconnects when the connection fails and retries the failed request, so a
+// datastore restart shows up as latency, not as errors, for up to
+// retryWindow.
+type upstream struct {
+	network, addr, export string
+	retryWindow           time.Duration
+
+	mu     sync.Mutex
+	client *nbd.Client
+	closed bool
+}
+
+func newUpstream(uri string) (*upstream, error) {
+	network, addr, export, err := nbd.ParseURI(uri)
+	if err != nil {
+		return nil, err
+	}
+	return &upstream{network: network, addr: addr, export: export, retryWindow: 15 * time.Second}, nil
+}
+
+// get returns a live client, dialling if needed.
+func (u *upstream) get() (*nbd.Client, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return nil, nbd.ErrClosed
+	}
+	if u.client != nil {
+		select {
+		case <-u.client.Done():
+			u.client = nil
+		default:
+			return u.client, nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := nbd.Dial(ctx, u.network, u.addr, u.export)
+	if err != nil {
+		return nil, fmt.Errorf("datastore %s %s: %w", u.addr, u.export, err)
+	}
+	u.client = c
+	return c, nil
+}
+
+// do runs fn on a live client; connection failures are retried on a new
+// connection until retryWindow has passed. Error replies from the datastore
+// are returned as they are.
+func (u *upstream) do(fn func(c *nbd.Client) error) error {
+	deadline := time.Now().Add(u.retryWindow)
+	backoff := 20 * time.Millisecond
+	for {
+		c, err := u.get()
+		if err == nil {
+			err = fn(c)
+			var ne *nbd.Error
+			if err == nil || errors.As(err, &ne) {
+				return err
+			}
+		}
+		if errors.Is(err, nbd.ErrClosed) && u.isClosed() {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(backoff) // reconnect back-off, not synchronisation
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+func (u *upstream) isClosed() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.closed
+}
+
+// sizeBytes is the size of the datastore export.
+func (u *upstream) sizeBytes() (uint64, error) {
+	c, err := u.get()
+	if err != nil {
+		return 0, err
+	}
+	return c.SizeBytes(), nil
+}
+
+func (u *upstream) close() {
+	u.mu.Lock()
+	u.closed = true
+	c := u.client
+	u.client = nil
+	u.mu.Unlock()
+	if c != nil {
+		_ = c.Close()
+	}
+}
