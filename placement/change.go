@@ -1,0 +1,407 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"sluice/policy"
+)
+
+// A change is a reconfiguration given on the command line as
+// TARGET.FIELD[=VALUE]:
+//
+//	VM.host=HOST                 migrate VM to HOST by hand ("VM.host=" powers it off)
+//	VM.memory=SIZE               e.g. 8GiB
+//	VM.vcpus=N
+//	VM.cpu.reservation=MHZ       e.g. 2000MHz or 2000
+//	VM.cpu.limit=MHZ             0 or "unlimited" for none
+//	VM.migratable=true|false
+//	VM/NIC.reservation=RATE      e.g. 4.5Gbps
+//	VM/NIC.limit=RATE|unlimited
+//	VM/NIC.shares=low|normal|high|N
+//	VM/NIC.uplink=UPLINK         pin to an uplink ("" unpins)
+//	VM/DISK.reservation=IOPS     e.g. 500 (a disk is told from a NIC by name)
+//	VM/DISK.limit=IOPS|unlimited
+//	HOST/UPLINK.down             the uplink is lost
+//	HOST.memory=SIZE, HOST.cores=N, HOST.mhz=N
+//
+// ParseChange checks the syntax; Change.Apply checks the names and values.
+
+// Change is one parsed change.
+type Change struct {
+	Spec   string // as given
+	Target string // VM or HOST
+	Sub    string // NIC, DISK or UPLINK; "" for the VM or host itself
+	Field  string // e.g. "reservation", "cpu.reservation", "down"
+	Value  string
+	// HasValue is false for "HOST/UPLINK.down".
+	HasValue bool
+}
+
+// ErrUsage marks a change that does not parse (exit 2 in the CLI).
+var ErrUsage = errors.New("usage")
+
+// RefusedError is a change that breaks a cluster-wide admission rule
+// (DESIGN.md §2): it is refused and nothing changes.
+type RefusedError struct {
+	Spec, Reason string
+}
+
+func (e *RefusedError) Error() string { return fmt.Sprintf("change %q refused: %s", e.Spec, e.Reason) }
+
+// ParseChange parses TARGET[/SUB].FIELD[=VALUE]. Its errors wrap ErrUsage.
+func ParseChange(spec string) (Change, error) {
+	c := Change{Spec: spec}
+	lhs := spec
+	if i := strings.IndexByte(spec, '='); i >= 0 {
+		lhs, c.Value, c.HasValue = spec[:i], spec[i+1:], true
+	}
+	dot := strings.IndexByte(lhs, '.')
+	if dot <= 0 || dot == len(lhs)-1 {
+		return c, fmt.Errorf("%w: change %q: want TARGET.FIELD=VALUE (e.g. vm2/nic0.reservation=4.5Gbps, vm1.host=h2, h1/vmnic0.down)", ErrUsage, spec)
+	}
+	c.Target, c.Field = lhs[:dot], lhs[dot+1:]
+	if i := strings.IndexByte(c.Target, '/'); i >= 0 {
+		c.Target, c.Sub = c.Target[:i], c.Target[i+1:]
+		if c.Target == "" || c.Sub == "" || strings.Contains(c.Sub, "/") {
+			return c, fmt.Errorf("%w: change %q: target must be NAME or NAME/PART", ErrUsage, spec)
+		}
+	}
+	if c.Field == "down" {
+		if c.HasValue || c.Sub == "" {
+			return c, fmt.Errorf("%w: change %q: write HOST/UPLINK.down, without a value", ErrUsage, spec)
+		}
+	} else if !c.HasValue {
+		return c, fmt.Errorf("%w: change %q: missing =VALUE", ErrUsage, spec)
+	}
+	return c, nil
+}
+
+// Apply returns a copy of p with the change made, and the placement after
+// it (cur, or the hosts p gives when cur is nil; a copy). It returns an
+// error naming the problem for an unknown name or a bad value, and a
+// *RefusedError when the change breaks a rule no migration can mend (R > L,
+// a pool quota or a datastore's IOPS exceeded, a vNIC reservation larger
+// than any uplink can hold). Neither p nor cur is modified.
+func (c Change) Apply(p *policy.Policy, cur Placement) (*policy.Policy, Placement, error) {
+	np := clonePolicy(p)
+	pl := Placement{}
+	for _, v := range p.VMs {
+		if cur == nil {
+			if v.Host != "" {
+				pl[v.Name] = v.Host
+			}
+		} else if h := cur[v.Name]; h != "" {
+			pl[v.Name] = h
+		}
+	}
+	old := Placement{}
+	for k, v := range pl {
+		old[k] = v
+	}
+	if err := c.apply(np, pl); err != nil {
+		return nil, nil, fmt.Errorf("change %q: %v", c.Spec, err)
+	}
+	if reason := refusal(p, old, np, pl, c); reason != "" {
+		return nil, nil, &RefusedError{Spec: c.Spec, Reason: reason}
+	}
+	return np, pl, nil
+}
+
+// VM returns the name of the VM the change concerns, or "".
+func (c Change) VM(p *policy.Policy) string {
+	if p.VM(c.Target) != nil {
+		return c.Target
+	}
+	return ""
+}
+
+func (c Change) apply(p *policy.Policy, pl Placement) error {
+	if h := p.Host(c.Target); h != nil {
+		return c.applyHost(p, h)
+	}
+	v := p.VM(c.Target)
+	if v == nil {
+		return fmt.Errorf("no VM or host %q", c.Target)
+	}
+	if c.Sub != "" {
+		for i := range v.NICs {
+			if v.NICs[i].Name == c.Sub {
+				return c.applyNIC(&v.NICs[i])
+			}
+		}
+		for i := range v.Disks {
+			if v.Disks[i].Name == c.Sub {
+				return c.applyDisk(&v.Disks[i])
+			}
+		}
+		return fmt.Errorf("VM %s has no NIC or disk %q", v.Name, c.Sub)
+	}
+	switch c.Field {
+	case "host":
+		if c.Value != "" && p.Host(c.Value) == nil {
+			return fmt.Errorf("no host %q", c.Value)
+		}
+		v.Host = c.Value
+		if c.Value == "" {
+			delete(pl, v.Name)
+		} else {
+			pl[v.Name] = c.Value
+		}
+	case "memory":
+		b, err := policy.ParseSize(c.Value)
+		if err != nil {
+			return err
+		}
+		v.Memory = b
+	case "vcpus":
+		n, err := positive(c.Value)
+		if err != nil {
+			return err
+		}
+		v.CPU.VCPUs = n
+	case "cpu.reservation":
+		n, err := mhz(c.Value, false)
+		if err != nil {
+			return err
+		}
+		v.CPU.ReservationMHz = n
+	case "cpu.limit":
+		n, err := mhz(c.Value, true)
+		if err != nil {
+			return err
+		}
+		v.CPU.LimitMHz = n
+	case "migratable":
+		b, err := strconv.ParseBool(c.Value)
+		if err != nil {
+			return fmt.Errorf("migratable: want true or false, not %q", c.Value)
+		}
+		v.Migratable = b
+	default:
+		return fmt.Errorf("unknown VM field %q (host, memory, vcpus, cpu.reservation, cpu.limit, migratable)", c.Field)
+	}
+	return nil
+}
+
+func (c Change) applyHost(p *policy.Policy, h *policy.Host) error {
+	if c.Sub != "" {
+		for i := range h.Uplinks {
+			if h.Uplinks[i].Name == c.Sub {
+				if c.Field != "down" {
+					return fmt.Errorf("unknown uplink field %q (down)", c.Field)
+				}
+				h.Uplinks = append(h.Uplinks[:i:i], h.Uplinks[i+1:]...)
+				return nil
+			}
+		}
+		return fmt.Errorf("host %s has no uplink %q", h.Name, c.Sub)
+	}
+	switch c.Field {
+	case "memory":
+		b, err := policy.ParseSize(c.Value)
+		if err != nil {
+			return err
+		}
+		h.Memory = b
+	case "cores":
+		n, err := positive(c.Value)
+		if err != nil {
+			return err
+		}
+		h.CPU.Cores = n
+	case "mhz":
+		n, err := mhz(c.Value, false)
+		if err != nil {
+			return err
+		}
+		h.CPU.MHz = n
+	default:
+		return fmt.Errorf("unknown host field %q (memory, cores, mhz, or HOST/UPLINK.down)", c.Field)
+	}
+	return nil
+}
+
+func (c Change) applyNIC(n *policy.NIC) error {
+	switch c.Field {
+	case "reservation":
+		r, err := policy.ParseRate(c.Value)
+		if err != nil {
+			return err
+		}
+		n.Reservation = r
+	case "limit":
+		if c.Value == "unlimited" {
+			n.Limit = policy.Unlimited
+			return nil
+		}
+		r, err := policy.ParseRate(c.Value)
+		if err != nil {
+			return err
+		}
+		n.Limit = r
+	case "shares":
+		switch c.Value {
+		case "low":
+			n.Shares = policy.NetSharesLow
+		case "normal":
+			n.Shares = policy.NetSharesNormal
+		case "high":
+			n.Shares = policy.NetSharesHigh
+		default:
+			k, err := positive(c.Value)
+			if err != nil {
+				return fmt.Errorf("shares: want low, normal, high or a positive integer, not %q", c.Value)
+			}
+			n.Shares = k
+		}
+	case "uplink":
+		n.Uplink = c.Value
+	default:
+		return fmt.Errorf("unknown NIC field %q (reservation, limit, shares, uplink)", c.Field)
+	}
+	return nil
+}
+
+func (c Change) applyDisk(d *policy.Disk) error {
+	var v policy.IOPS
+	if c.Value == "unlimited" {
+		if c.Field != "limit" {
+			return fmt.Errorf("%s: unlimited is only for limit", c.Field)
+		}
+		v = policy.UnlimitedIOPS
+	} else {
+		n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(c.Value), "IOPS"), 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%s: want a number of IOPS, not %q", c.Field, c.Value)
+		}
+		v = policy.IOPS(n)
+	}
+	switch c.Field {
+	case "reservation":
+		d.ReservationIOPS = v
+	case "limit":
+		d.LimitIOPS = v
+	default:
+		return fmt.Errorf("unknown disk field %q (reservation, limit)", c.Field)
+	}
+	return nil
+}
+
+func positive(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("want a positive integer, not %q", s)
+	}
+	return n, nil
+}
+
+// mhz parses "2000" or "2000MHz" (or "2.6GHz"); with unlimitedOK,
+// "unlimited" is 0.
+func mhz(s string, unlimitedOK bool) (int, error) {
+	if unlimitedOK && s == "unlimited" {
+		return 0, nil
+	}
+	mult := 1.0
+	t := s
+	switch {
+	case strings.HasSuffix(t, "GHz"):
+		t, mult = strings.TrimSuffix(t, "GHz"), 1000
+	case strings.HasSuffix(t, "MHz"):
+		t = strings.TrimSuffix(t, "MHz")
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f < 0 || f > 1e9 {
+		return 0, fmt.Errorf("want a frequency such as 2000MHz, not %q", s)
+	}
+	return int(f*mult + 0.5), nil
+}
+
+// refusal says why the changed policy np breaks a rule that no migration
+// can mend and that the old policy p did not break, or "".
+func refusal(p *policy.Policy, old Placement, np *policy.Policy, pl Placement, c Change) string {
+	if v := np.VM(c.Target); v != nil {
+		for _, n := range v.NICs {
+			if n.Passthrough && n.Reservation > 0 {
+				return fmt.Sprintf("%s is a passthrough vNIC: it bypasses the scheduler and takes no reservation", policy.PortName(v.Name, n.Name))
+			}
+			if n.Limit != policy.Unlimited && n.Reservation > n.Limit {
+				return fmt.Sprintf("%s reservation %s > limit %s", policy.PortName(v.Name, n.Name), fmtRate(float64(n.Reservation)), fmtRate(float64(n.Limit)))
+			}
+		}
+		for _, d := range v.Disks {
+			if d.LimitIOPS != policy.UnlimitedIOPS && d.ReservationIOPS > d.LimitIOPS {
+				return fmt.Sprintf("%s/%s reservation %d IOPS > limit %d IOPS", v.Name, d.Name, d.ReservationIOPS, d.LimitIOPS)
+			}
+		}
+		if v.CPU.LimitMHz > 0 && v.CPU.ReservationMHz > v.CPU.LimitMHz {
+			return fmt.Sprintf("%s cpu reservation %dMHz > limit %dMHz", v.Name, v.CPU.ReservationMHz, v.CPU.LimitMHz)
+		}
+		// A vNIC reservation must fit on one uplink of some host.
+		s := newState(np, pl, Demand{}, &Options{})
+		for _, n := range v.NICs {
+			best := 0.0
+			for _, h := range s.hosts {
+				for _, u := range h.uplinks {
+					if n.Uplink == "" || n.Uplink == u.name {
+						best = max(best, u.budget)
+					}
+				}
+			}
+			if float64(n.Reservation) > best+1e-6 {
+				return fmt.Sprintf("%s reservation %s fits on no uplink of any host (largest vm budget %s)",
+					policy.PortName(v.Name, n.Name), fmtRate(float64(n.Reservation)), fmtRate(best))
+			}
+		}
+	}
+	if c.Sub == "" && c.Field == "host" && c.Value != "" {
+		// A migration by hand must land where the VM fits.
+		rest := Placement{}
+		for k, h := range pl {
+			if k != c.Target {
+				rest[k] = h
+			}
+		}
+		s := newState(np, rest, Demand{}, &Options{})
+		vi, hi := s.vmIdx[c.Target], s.hostIdx[c.Value]
+		if old[c.Target] != c.Value && !s.fits(vi, hi) {
+			return fmt.Sprintf("%s does not fit on %s: %s", c.Target, c.Value, strings.Join(s.shortfalls(vi, hi), "; "))
+		}
+	}
+	before := map[string]bool{}
+	for _, d := range Check(p, old, Options{}) {
+		if d.Host == "" {
+			before[d.Why] = true
+		}
+	}
+	for _, d := range Check(np, pl, Options{}) {
+		if d.Host == "" && !before[d.Why] && !isUplinkChange(c) {
+			return d.Why
+		}
+	}
+	return ""
+}
+
+// isUplinkChange reports a lost uplink: it is a fault to report, not a
+// request that can be refused.
+func isUplinkChange(c Change) bool { return c.Field == "down" }
+
+// clonePolicy copies p deeply enough that changes to hosts, uplinks, VMs,
+// NICs and disks do not reach p.
+func clonePolicy(p *policy.Policy) *policy.Policy {
+	np := *p
+	np.Hosts = append([]policy.Host(nil), p.Hosts...)
+	for i := range np.Hosts {
+		np.Hosts[i].Uplinks = append([]policy.Uplink(nil), p.Hosts[i].Uplinks...)
+	}
+	np.VMs = append([]policy.VM(nil), p.VMs...)
+	for i := range np.VMs {
+		np.VMs[i].NICs = append([]policy.NIC(nil), p.VMs[i].NICs...)
+		np.VMs[i].Disks = append([]policy.Disk(nil), p.VMs[i].Disks...)
+	}
+	np.TrafficClasses = append([]policy.TrafficClass(nil), p.TrafficClasses...)
+	np.NetworkPools = append([]policy.NetworkPool(nil), p.NetworkPools...)
+	return &np
+}

@@ -1,0 +1,365 @@
+package placement
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+)
+
+// clusterFaults lists what no migration can mend: traffic class
+// reservations over the cap of an uplink, network pools whose quota exceeds
+// the cap of the uplinks they span or whose vNICs reserve more than the
+// quota, datastores whose disks reserve more IOPS than the array serves.
+func (s *state) clusterFaults() []Decision {
+	var ds []Decision
+	for hi := range s.hosts {
+		if e := s.hosts[hi].classErr; e != "" {
+			ds = append(ds, Decision{Kind: Fault, Why: "host " + s.hosts[hi].name + ": " + e})
+		}
+	}
+	capFrac := s.capFrac()
+	for _, pl := range s.pools {
+		var speed float64
+		for _, hi := range pl.hosts {
+			for _, u := range s.hosts[hi].uplinks {
+				if !u.down {
+					speed += u.speed
+				}
+			}
+		}
+		if pl.quota > capFrac*speed+1e-6 {
+			ds = append(ds, Decision{Kind: Fault, Why: fmt.Sprintf("pool %s: quota %s exceeds %s of the %s of uplinks it spans (%s)",
+				pl.name, fmtRate(pl.quota), fmtPct(capFrac), fmtRate(speed), fmtRate(capFrac*speed))})
+		}
+		if pl.used > pl.quota+1e-6 {
+			ds = append(ds, Decision{Kind: Fault, Why: fmt.Sprintf("pool %s: vNIC reservations %s exceed its quota %s (short %s)",
+				pl.name, fmtRate(pl.used), fmtRate(pl.quota), fmtRate(pl.used-pl.quota))})
+		}
+	}
+	for _, d := range s.dss {
+		if d.used > d.cap+1e-6 {
+			ds = append(ds, Decision{Kind: Fault, Why: fmt.Sprintf("datastore %s: disk reservations %s exceed its capacity %s (short %s)",
+				d.name, fmtIOPS(d.used), fmtIOPS(d.cap), fmtIOPS(d.used-d.cap))})
+		}
+	}
+	return ds
+}
+
+func (s *state) capFrac() float64 {
+	c := s.p.ReservationCap
+	if c <= 0 || c > 1 {
+		c = 0.75
+	}
+	return c
+}
+
+// faultOf is the Fault decision of a broken host.
+func (s *state) faultOf(hi int) Decision {
+	return Decision{Kind: Fault, Host: s.hosts[hi].name,
+		Why: "host " + s.hosts[hi].name + " cannot meet the reservations of its VMs", Details: s.problems(hi)}
+}
+
+// problems lists, one line per resource, why host hi is broken.
+func (s *state) problems(hi int) []string {
+	h := &s.hosts[hi]
+	var out []string
+	if h.cpuResv > h.cpuCap+1e-6 {
+		out = append(out, fmt.Sprintf("cpu: reservations %s > capacity %s (short %s)", fmtMHz(h.cpuResv), fmtMHz(h.cpuCap), fmtMHz(h.cpuResv-h.cpuCap)))
+	}
+	if h.mem > h.memCap+0.5 {
+		out = append(out, fmt.Sprintf("memory: %s configured > %s (short %s)", fmtBytes(h.mem), fmtBytes(h.memCap), fmtBytes(h.mem-h.memCap)))
+	}
+	if h.tooBig > 0 {
+		for _, vi := range h.sortedVMs() {
+			if s.vms[vi].vcpus > h.cores {
+				out = append(out, fmt.Sprintf("cpu: %s has %d vCPUs, the host %d cores", s.vms[vi].name, s.vms[vi].vcpus, h.cores))
+			}
+		}
+	}
+	if h.netBad {
+		out = append(out, "network: "+s.netProblem(hi))
+	}
+	return out
+}
+
+// netProblem explains why the vNIC reservations of host hi do not fit.
+func (s *state) netProblem(hi int) string {
+	h := &s.hosts[hi]
+	var ups []string
+	for _, u := range h.uplinks {
+		if u.down {
+			ups = append(ups, u.name+" down")
+		} else {
+			ups = append(ups, fmt.Sprintf("%s %s", u.name, fmtRate(u.budget)))
+		}
+	}
+	where := "uplinks"
+	if len(h.uplinks) == 1 {
+		where = "uplink"
+	}
+	list := strings.Join(ups, ", ")
+	if len(ups) == 0 {
+		list = "none"
+	}
+	if h.netResv > h.budget+1e-6 {
+		return fmt.Sprintf("vNIC reservations %s > vm budget of %s [%s] (short %s)",
+			fmtRate(h.netResv), where, list, fmtRate(h.netResv-h.budget))
+	}
+	return fmt.Sprintf("vNIC reservations %s cannot be split so that each vNIC fits on one uplink [%s]", fmtRate(h.netResv), list)
+}
+
+// sortedVMs returns the VMs of h in file order.
+func (h *host) sortedVMs() []int {
+	vs := append([]int(nil), h.vms...)
+	sort.Ints(vs)
+	return vs
+}
+
+// vmotionBps is the bandwidth a migration from host a to host b copies at.
+func (s *state) vmotionBps(o *Options, a, b int) float64 {
+	if o.VMotionBps > 0 {
+		return o.VMotionBps
+	}
+	for _, c := range s.p.TrafficClasses {
+		if c.Name == "vmotion" && c.Limit > 0 && c.Limit < 1<<62 {
+			return float64(c.Limit)
+		}
+	}
+	bps := math.Inf(1)
+	for _, hi := range [2]int{a, b} {
+		if hi < 0 {
+			continue
+		}
+		for _, u := range s.hosts[hi].uplinks {
+			if !u.down {
+				bps = math.Min(bps, u.usable)
+				break
+			}
+		}
+	}
+	if math.IsInf(bps, 1) || bps <= 0 {
+		bps = 10e9
+	}
+	return bps
+}
+
+// costS is the time in seconds to migrate VM vi from host a to host b:
+// its memory copied at the vMotion bandwidth.
+func (s *state) costS(o *Options, vi, a, b int) float64 {
+	return s.vms[vi].mem * 8 / s.vmotionBps(o, a, b)
+}
+
+// bestHost is the host VM vi fits on that leaves the cluster most
+// balanced (ties: the lesser spread of reserved network budget, then file
+// order), or -1. exclude is a host not to consider.
+func (s *state) bestHost(vi, exclude int) int {
+	best := -1
+	var bm, bt float64
+	from := s.vms[vi].host
+	for hi := range s.hosts {
+		if hi == exclude || !s.fits(vi, hi) {
+			continue
+		}
+		m, t := s.bal.after(s, vi, from, hi)
+		if best < 0 || m < bm-1e-12 || (m <= bm+1e-12 && t < bt-1e-12) {
+			best, bm, bt = hi, m, t
+		}
+	}
+	return best
+}
+
+// repairAll repairs every broken host, in file order.
+func (s *state) repairAll(o *Options) []Decision {
+	var ds []Decision
+	for hi := range s.hosts {
+		if s.hostOK(hi) {
+			continue
+		}
+		ds = append(ds, s.faultOf(hi))
+		ds = append(ds, s.repairHost(o, hi)...)
+	}
+	return ds
+}
+
+// repairHost finds migrations off broken host hi that restore every
+// reservation on it: the cheapest single move if one exists, else moves
+// chosen greedily by how much of the overload they remove per second of
+// migration, pruned of any move the repair turns out not to need. It
+// undoes everything and returns a NoRepair decision when that fails.
+func (s *state) repairHost(o *Options, hi int) []Decision {
+	h := &s.hosts[hi]
+	var cands, pinned []int
+	for _, vi := range h.sortedVMs() {
+		if s.vms[vi].migratable {
+			cands = append(cands, vi)
+		} else {
+			pinned = append(pinned, vi)
+		}
+	}
+	// One move?
+	var best *repairMove
+	for _, vi := range cands {
+		s.unplace(vi)
+		if s.hostOK(hi) {
+			if to := s.bestHost(vi, hi); to >= 0 {
+				m, t := s.bal.after(s, vi, -1, to)
+				c := repairMove{vi, to, s.costS(o, vi, hi, to), m, t, s.vms[vi].changed, s.size(vi, hi)}
+				if best == nil || c.better(best) {
+					b := c
+					best = &b
+				}
+			}
+		}
+		s.place(vi, hi)
+	}
+	if best != nil {
+		s.move(best.vi, best.to)
+		return []Decision{s.repairDecision(o, best.vi, hi, best.to, 1)}
+	}
+	// Greedy, then prune.
+	var moved []int
+	for !s.hostOK(hi) {
+		bi, bto, bscore := -1, -1, 0.0
+		before := s.overload(hi)
+		for _, vi := range cands {
+			if s.vms[vi].host != hi {
+				continue
+			}
+			s.unplace(vi)
+			red := before - s.overload(hi)
+			if red > 1e-9 {
+				if to := s.bestHost(vi, hi); to >= 0 {
+					score := red / (s.costS(o, vi, hi, to) + 1e-3)
+					if bi < 0 || score > bscore*(1+1e-9) || (score >= bscore*(1-1e-9) && s.vms[vi].changed && !s.vms[bi].changed) {
+						bi, bto, bscore = vi, to, score
+					}
+				}
+			}
+			s.place(vi, hi)
+		}
+		if bi < 0 {
+			break
+		}
+		s.move(bi, bto)
+		moved = append(moved, bi)
+	}
+	if !s.hostOK(hi) {
+		for k := len(moved) - 1; k >= 0; k-- {
+			s.move(moved[k], hi)
+		}
+		why := "no set of migrations found restores every reservation"
+		switch {
+		case len(cands) == 0:
+			why = "no VM on it can migrate (not migratable: " + s.names(pinned) + ")"
+		case len(pinned) > 0:
+			why += "; not migratable: " + s.names(pinned)
+		}
+		return []Decision{{Kind: NoRepair, Host: h.name, Why: why}}
+	}
+	// Prune moves the repair does not need (latest choices first).
+	keep := make([]bool, len(moved))
+	for k := range moved {
+		keep[k] = true
+	}
+	for k := len(moved) - 1; k >= 0; k-- {
+		vi := moved[k]
+		if s.fits(vi, hi) {
+			s.move(vi, hi)
+			keep[k] = false
+		}
+	}
+	n := 0
+	for _, kp := range keep {
+		if kp {
+			n++
+		}
+	}
+	var ds []Decision
+	for k, vi := range moved {
+		if keep[k] {
+			ds = append(ds, s.repairDecision(o, vi, hi, s.vms[vi].host, n))
+		}
+	}
+	return ds
+}
+
+// repairMove is a candidate single-move repair.
+type repairMove struct {
+	vi, to  int
+	cost    float64 // seconds
+	m, t    float64 // imbalance metric and tie-break after the move
+	changed bool
+	size    float64 // the VM's reservations relative to the broken host
+}
+
+// better orders single-move repairs: cheaper first, then the VM whose
+// settings changed, then the more balanced result, then the smaller VM
+// (the larger stays put), then file order.
+func (c repairMove) better(b *repairMove) bool {
+	if math.Abs(c.cost-b.cost) > 1e-9*math.Max(c.cost, b.cost) {
+		return c.cost < b.cost
+	}
+	if c.changed != b.changed {
+		return c.changed
+	}
+	if math.Abs(c.m-b.m) > 1e-12 {
+		return c.m < b.m
+	}
+	if math.Abs(c.size-b.size) > 1e-12 {
+		return c.size < b.size
+	}
+	if math.Abs(c.t-b.t) > 1e-12 {
+		return c.t < b.t
+	}
+	return c.vi < b.vi
+}
+
+// size is VM vi's reservations relative to host hi's capacities: CPU,
+// memory and vNIC reservations, each as a fraction of the host's.
+func (s *state) size(vi, hi int) float64 {
+	v, h := &s.vms[vi], &s.hosts[hi]
+	return ratio(v.cpuResv, h.cpuCap) + ratio(v.mem, h.memCap) + ratio(v.netResv, h.budget)
+}
+
+// overload measures how far host hi is over its capacities: the relative
+// excess of CPU reservations, memory and vNIC reservations, plus one per VM
+// with more vCPUs than cores, plus a little when the vNICs cannot be packed
+// although their sum fits.
+func (s *state) overload(hi int) float64 {
+	h := &s.hosts[hi]
+	o := math.Max(0, h.cpuResv-h.cpuCap)/math.Max(h.cpuCap, 1) +
+		math.Max(0, h.mem-h.memCap)/math.Max(h.memCap, 1) + float64(h.tooBig)
+	if h.netResv > h.budget+1e-6 {
+		o += (h.netResv - h.budget) / math.Max(h.budget, 1e6)
+	} else if h.netBad {
+		o += 1e-3
+	}
+	return o
+}
+
+func (s *state) repairDecision(o *Options, vi, from, to int, n int) Decision {
+	cost := s.costS(o, vi, from, to)
+	moves := "1 move"
+	if n > 1 {
+		moves = fmt.Sprintf("%d moves", n)
+	}
+	why := fmt.Sprintf("repairs %s: %s restore every reservation; cost %s (%s at %s)",
+		s.hosts[from].name, moves, fmtSeconds(cost), fmtBytes(s.vms[vi].mem), fmtRate(s.vmotionBps(o, from, to)))
+	if n == 1 {
+		why = strings.Replace(why, "restore", "restores", 1)
+	}
+	if s.vms[vi].changed {
+		why += "; its settings just changed"
+	}
+	return Decision{Kind: Repair, VM: s.vms[vi].name, From: s.hosts[from].name, To: s.hosts[to].name, Why: why, CostS: cost}
+}
+
+// names lists VM names.
+func (s *state) names(vis []int) string {
+	ns := make([]string, len(vis))
+	for i, vi := range vis {
+		ns[i] = s.vms[vi].name
+	}
+	return strings.Join(ns, ", ")
+}
