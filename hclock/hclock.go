@@ -1,0 +1,469 @@
+// Package hclock is sluice's hierarchical packet scheduler for one uplink
+// (uplink → traffic class → port), in the spirit of hClock (Billaud &
+// Gulati, EuroSys 2013). Every node has a reservation, shares and a limit;
+// ports hold FIFO queues of packet sizes. The link model (the simulator, or
+// a live data path) enqueues packets as they arrive and calls Dequeue
+// whenever the wire is free.
+//
+// The long-run rates it produces are the additive entitlements of package
+// alloc (DESIGN.md §2): at every level a child is first served up to its
+// reservation, and what is left is divided by shares among all backlogged
+// children under their limits, reserved or not.
+//
+// hclock is pure: it never imports time, net, os or os/exec, and never
+// allocates in steady state. Time is an argument (int64 nanoseconds). It is
+// not safe for concurrent use.
+package hclock
+
+import "math"
+
+// Packet is what Dequeue hands out.
+type Packet struct {
+	Port       int   // ID of the port it was queued at
+	Bytes      int   // size in bytes
+	EnqueuedNs int64 // the nowNs given to Enqueue
+}
+
+// Phase says how a node was chosen by its parent.
+type Phase uint8
+
+const (
+	// ByShares: the node had the smallest share tag among its parent's
+	// eligible children.
+	ByShares Phase = iota
+	// ByReservation: the node was behind its reservation.
+	ByReservation
+)
+
+// node states within the parent.
+const (
+	stIdle     uint8 = iota // nothing queued below
+	stEligible              // in the parent's R and S heaps
+	stLimited               // in the parent's L heap, keyed by eligibleAt
+)
+
+type qent struct {
+	enqNs int64
+	bytes int32
+}
+
+type node struct {
+	parent int32
+	isPort bool
+	state  uint8
+	name   string
+	params Params
+	lEff   float64 // min(limit, Σ children's lEff): the most the subtree can take
+
+	rNsPerByte float64 // 8e9/min(R, lEff); 0 without reservation
+	sPerByte   float64 // 1/shares
+	lNsPerByte float64 // 8e9/L; 0 when unlimited
+	lSlackNs   float64 // limit credit a node may bank, in ns of its limit
+
+	rTag, sTag, lTag float64 // ns, virtual, ns
+	eligibleAt       float64 // ns: earliest time something below may be sent
+
+	// Inner nodes.
+	rh, sh, lh iheap
+	rOff       float64 // added to children's rTag (shortage debt bound)
+	vt         float64 // share virtual time: last start tag served
+	nActive    int32
+
+	// Ports: a ring of queued packets.
+	q         []qent
+	qHead, qN int32
+	qBytes    int64
+	qBytesCap int64
+
+	st NodeStats
+}
+
+// NodeStats are a node's counters. An inner node's Sent* count what its
+// subtree sent; its Dropped* what its ports dropped.
+type NodeStats struct {
+	SentBytes, SentPackets uint64
+	// ReservationBytes is the part of SentBytes the parent chose this node
+	// for by reservation (the rest was by shares).
+	ReservationBytes             uint64
+	DroppedBytes, DroppedPackets uint64
+	QueuedBytes, QueuedPackets   uint64 // now
+}
+
+// Scheduler is a hierarchical R/S/L packet scheduler. Build it with New.
+type Scheduler struct {
+	nodes   []node
+	root    int32
+	rPos    []int32
+	sPos    []int32
+	lPos    []int32
+	path    []int32
+	phases  []Phase
+	lastNow float64
+	cfg     Config
+	queued  int
+	kids    [][]int32
+	// creditBytes is Config.MaxCreditBytes as a float.
+	creditBytes float64
+}
+
+// New builds a scheduler from a tree description. All memory it will use
+// is allocated here (queues, heaps).
+func New(cfg Config) (*Scheduler, error) {
+	root, kids, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.LimitBurstBytes <= 0 {
+		cfg.LimitBurstBytes = DefaultLimitBurstBytes
+	}
+	if cfg.MaxCreditBytes <= 0 {
+		cfg.MaxCreditBytes = DefaultMaxCreditBytes
+	}
+	if cfg.MaxReservationLagNs <= 0 {
+		cfg.MaxReservationLagNs = DefaultMaxReservationLagNs
+	}
+	n := len(cfg.Nodes)
+	s := &Scheduler{
+		nodes:       make([]node, n),
+		root:        int32(root),
+		rPos:        make([]int32, n),
+		sPos:        make([]int32, n),
+		lPos:        make([]int32, n),
+		cfg:         cfg,
+		kids:        kids,
+		creditBytes: float64(cfg.MaxCreditBytes),
+	}
+	for i := range s.rPos {
+		s.rPos[i], s.sPos[i], s.lPos[i] = -1, -1, -1
+	}
+	slots := 0
+	for i := range cfg.Nodes {
+		nc := &cfg.Nodes[i]
+		if len(kids[nc.ID]) == 0 {
+			if nc.QueuePackets == 0 {
+				nc.QueuePackets = DefaultQueuePackets
+			}
+			slots += nc.QueuePackets
+		}
+	}
+	slab := make([]qent, slots)
+	ents := make([]entry, 3*(n-1))
+	maxDepth := 0
+	for i := range cfg.Nodes {
+		nc := &cfg.Nodes[i]
+		x := &s.nodes[nc.ID]
+		x.parent = int32(nc.Parent)
+		x.name = nc.Name
+		x.params = nc.Params
+		if k := kids[nc.ID]; len(k) == 0 {
+			x.isPort = true
+			x.q, slab = slab[:nc.QueuePackets:nc.QueuePackets], slab[nc.QueuePackets:]
+			x.qBytesCap = int64(nc.QueueBytes)
+		} else {
+			c := len(k)
+			x.rh = iheap{e: ents[0:0:c], pos: s.rPos}
+			x.sh = iheap{e: ents[c : c : 2*c], pos: s.sPos}
+			x.lh = iheap{e: ents[2*c : 2*c : 3*c], pos: s.lPos}
+			ents = ents[3*c:]
+		}
+	}
+	for id := range s.nodes {
+		d := 0
+		for y := int32(id); y != int32(root); y = s.nodes[y].parent {
+			d++
+		}
+		maxDepth = max(maxDepth, d)
+	}
+	s.path = make([]int32, maxDepth)
+	s.phases = make([]Phase, maxDepth)
+	s.computeLEff(int32(root), kids)
+	for id := range s.nodes {
+		s.derive(int32(id))
+	}
+	return s, nil
+}
+
+// computeLEff fills lEff bottom-up from id.
+func (s *Scheduler) computeLEff(id int32, kids [][]int32) float64 {
+	x := &s.nodes[id]
+	l := math.Inf(1)
+	if !unlimited(x.params.LimitBps) {
+		l = x.params.LimitBps
+	}
+	if len(kids[id]) > 0 {
+		sum := 0.0
+		for _, c := range kids[id] {
+			sum += s.computeLEff(c, kids)
+		}
+		l = math.Min(l, sum)
+	}
+	x.lEff = l
+	return l
+}
+
+// derive computes a node's per-byte increments from its params.
+func (s *Scheduler) derive(id int32) {
+	x := &s.nodes[id]
+	p := x.params
+	x.rNsPerByte = 0
+	if r := math.Min(p.ReservationBps, x.lEff); r > 0 {
+		x.rNsPerByte = 8e9 / r
+	}
+	x.sPerByte = 0
+	if p.Shares > 0 {
+		x.sPerByte = 1 / p.Shares
+	}
+	x.lNsPerByte, x.lSlackNs = 0, 0
+	if !unlimited(p.LimitBps) {
+		x.lNsPerByte = 8e9 / p.LimitBps
+		x.lSlackNs = float64(s.cfg.LimitBurstBytes) * x.lNsPerByte
+	}
+}
+
+func (s *Scheduler) now(nowNs int64) float64 {
+	t := float64(nowNs)
+	if t < s.lastNow {
+		t = s.lastNow
+	}
+	s.lastNow = t
+	return t
+}
+
+// Enqueue queues a packet of the given size at a port. It returns false,
+// counting a drop, when the port's queue is full (backpressure), and false
+// without counting when port is not a port ID or bytes is not in
+// 1..MaxPacketBytes.
+func (s *Scheduler) Enqueue(port int, bytes int, nowNs int64) bool {
+	if port < 0 || port >= len(s.nodes) || !s.nodes[port].isPort || bytes <= 0 || bytes > MaxPacketBytes {
+		return false
+	}
+	x := &s.nodes[port]
+	if int(x.qN) == len(x.q) || (x.qBytesCap > 0 && x.qBytes+int64(bytes) > x.qBytesCap) {
+		for id := int32(port); id >= 0; id = s.nodes[id].parent {
+			st := &s.nodes[id].st
+			st.DroppedPackets++
+			st.DroppedBytes += uint64(bytes)
+		}
+		return false
+	}
+	i := x.qHead + x.qN
+	if int(i) >= len(x.q) {
+		i -= int32(len(x.q))
+	}
+	x.q[i] = qent{enqNs: nowNs, bytes: int32(bytes)}
+	x.qN++
+	x.qBytes += int64(bytes)
+	s.queued++
+	if x.qN == 1 {
+		now := s.now(nowNs)
+		s.activate(int32(port), now)
+	}
+	return true
+}
+
+// activate makes an idle node active (something got queued below it) and
+// updates its ancestors.
+func (s *Scheduler) activate(id int32, now float64) {
+	for {
+		x := &s.nodes[id]
+		if x.parent < 0 {
+			x.eligibleAt = s.eligibleAt(x)
+			return
+		}
+		p := &s.nodes[x.parent]
+		s.place(id, now)
+		p.nActive++
+		if p.nActive > 1 {
+			s.refreshUp(x.parent, now)
+			return
+		}
+		id = x.parent
+	}
+}
+
+// refreshUp recomputes eligibility of id and its ancestors after a change
+// below them.
+func (s *Scheduler) refreshUp(id int32, now float64) {
+	for {
+		x := &s.nodes[id]
+		if x.parent < 0 {
+			x.eligibleAt = s.eligibleAt(x)
+			return
+		}
+		s.place(id, now)
+		id = x.parent
+	}
+}
+
+// eligibleAt is the earliest time at which something below x may be sent:
+// its own limit tag, and for an inner node the earliest of its children.
+func (s *Scheduler) eligibleAt(x *node) float64 {
+	e := x.lTag
+	if !x.isPort {
+		switch {
+		case x.sh.len() > 0:
+			// Some child is eligible already.
+		case x.lh.len() > 0:
+			e = math.Max(e, x.lh.top().key)
+		default:
+			return math.Inf(1)
+		}
+	}
+	return e
+}
+
+// place puts an active node id at the right spot in its parent's heaps:
+// eligible (R and S heaps) or limited (L heap). A node entering the
+// eligible set gets no credit for the time it was idle or ineligible.
+func (s *Scheduler) place(id int32, now float64) {
+	x := &s.nodes[id]
+	p := &s.nodes[x.parent]
+	e := s.eligibleAt(x)
+	x.eligibleAt = e
+	if e <= now {
+		if x.state == stEligible {
+			switch {
+			case x.rNsPerByte > 0 && p.rh.has(id):
+				p.rh.fix(id, x.rTag)
+			case x.rNsPerByte > 0:
+				// A reservation was just given (SetParams).
+				x.rTag = math.Max(x.rTag, now-p.rOff)
+				p.rh.push(id, x.rTag)
+			default:
+				p.rh.remove(id)
+			}
+			p.sh.fix(id, x.sTag)
+			return
+		}
+		if x.state == stLimited {
+			// Back from being held by a limit: keep at most
+			// MaxCreditBytes of what it was owed meanwhile.
+			p.lh.remove(id)
+			x.rTag = math.Max(x.rTag, now-p.rOff-s.creditBytes*x.rNsPerByte)
+			x.sTag = math.Max(x.sTag, p.vt-s.creditBytes*x.sPerByte)
+		} else {
+			// Back from idle: no credit at all.
+			x.rTag = math.Max(x.rTag, now-p.rOff)
+			x.sTag = math.Max(x.sTag, p.vt)
+		}
+		x.state = stEligible
+		if x.rNsPerByte > 0 {
+			p.rh.push(id, x.rTag)
+		}
+		p.sh.push(id, x.sTag)
+		return
+	}
+	switch x.state {
+	case stLimited:
+		p.lh.fix(id, e)
+		return
+	case stEligible:
+		p.rh.remove(id)
+		p.sh.remove(id)
+	}
+	x.state = stLimited
+	p.lh.push(id, e)
+}
+
+// deactivate takes an idle node out of its parent's heaps.
+func (s *Scheduler) deactivate(id int32) {
+	x := &s.nodes[id]
+	p := &s.nodes[x.parent]
+	switch x.state {
+	case stEligible:
+		p.rh.remove(id)
+		p.sh.remove(id)
+	case stLimited:
+		p.lh.remove(id)
+	}
+	x.state = stIdle
+	p.nActive--
+}
+
+// Dequeue picks the next packet to send at nowNs. When nothing may be sent
+// it returns ok false and nextEligibleNs: the time at which something will
+// be (limits), or Never when nothing is queued. The caller calls Dequeue
+// when the wire is free, and again at nextEligibleNs or at the next Enqueue.
+func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs int64) {
+	now := s.now(nowNs)
+	r := &s.nodes[s.root]
+	if r.nActive == 0 {
+		return Packet{}, false, Never
+	}
+	if r.eligibleAt > now {
+		return Packet{}, false, int64(math.Ceil(r.eligibleAt))
+	}
+	// Walk down: at each level take a child behind its reservation, else
+	// the eligible child with the smallest share tag.
+	id := s.root
+	depth := 0
+	for x := r; !x.isPort; {
+		for x.lh.len() > 0 && x.lh.top().key <= now {
+			c := x.lh.top().id
+			s.place(c, now)
+		}
+		var c int32
+		ph := ByShares
+		if x.rh.len() > 0 {
+			t := x.rh.top()
+			if due := t.key + x.rOff; due <= now {
+				c, ph = t.id, ByReservation
+				if lag := now - due; lag > float64(s.cfg.MaxReservationLagNs) {
+					x.rOff += lag - float64(s.cfg.MaxReservationLagNs)
+				}
+			}
+		}
+		if ph == ByShares {
+			if x.sh.len() == 0 {
+				// Cannot happen while the invariants hold; be safe.
+				return Packet{}, false, Never
+			}
+			c = x.sh.top().id
+			x.vt = math.Max(x.vt, s.nodes[c].sTag)
+		}
+		s.path[depth], s.phases[depth] = c, ph
+		depth++
+		id = c
+		x = &s.nodes[c]
+	}
+	// Pop the packet.
+	x := &s.nodes[id]
+	q := x.q[x.qHead]
+	x.qHead++
+	if int(x.qHead) == len(x.q) {
+		x.qHead = 0
+	}
+	x.qN--
+	x.qBytes -= int64(q.bytes)
+	s.queued--
+	b := float64(q.bytes)
+	// Charge the path bottom-up and re-place each node in its parent.
+	for i := depth - 1; i >= 0; i-- {
+		c := s.path[i]
+		y := &s.nodes[c]
+		s.charge(y, b, q.bytes, now)
+		if s.phases[i] == ByReservation {
+			y.rTag += b * y.rNsPerByte
+			y.st.ReservationBytes += uint64(q.bytes)
+		} else {
+			y.sTag += b * y.sPerByte
+		}
+		if (y.isPort && y.qN == 0) || (!y.isPort && y.nActive == 0) {
+			s.deactivate(c)
+		} else {
+			s.place(c, now)
+		}
+	}
+	s.charge(r, b, q.bytes, now)
+	r.eligibleAt = s.eligibleAt(r)
+	return Packet{Port: int(id), Bytes: int(q.bytes), EnqueuedNs: q.enqNs}, true, nowNs
+}
+
+// charge advances a node's limit tag and counters for one packet.
+func (s *Scheduler) charge(y *node, b float64, bytes int32, now float64) {
+	if y.lNsPerByte > 0 {
+		y.lTag = math.Max(y.lTag, now-y.lSlackNs) + b*y.lNsPerByte
+	}
+	y.st.SentBytes += uint64(bytes)
+	y.st.SentPackets++
+}

@@ -1,0 +1,118 @@
+package hclock
+
+// entry is one heap element: a node id and its key (a tag in ns or in
+// virtual bytes-per-share units). The key is kept next to the id so that
+// sifting never touches the node array.
+type entry struct {
+	key float64
+	id  int32
+}
+
+// iheap is an indexed binary min-heap of node ids. pos[id] is the index of
+// id in e, or -1 when id is not in this heap. One pos slice is shared by all
+// heaps of the same kind (a node is a child of exactly one parent), so it is
+// indexed by node id. All storage is preallocated: push never grows e past
+// the capacity given at construction.
+type iheap struct {
+	e   []entry
+	pos []int32
+}
+
+func (h *iheap) len() int { return len(h.e) }
+
+// top returns the minimum entry; the heap must not be empty.
+func (h *iheap) top() entry { return h.e[0] }
+
+func (h *iheap) has(id int32) bool { return h.pos[id] >= 0 }
+
+func (h *iheap) push(id int32, key float64) {
+	i := len(h.e)
+	h.e = append(h.e, entry{key, id})
+	h.pos[id] = int32(i)
+	h.up(i)
+}
+
+// pop removes and returns the minimum entry.
+func (h *iheap) pop() entry {
+	t := h.e[0]
+	h.removeAt(0)
+	return t
+}
+
+// remove takes id out of the heap if it is there.
+func (h *iheap) remove(id int32) {
+	if i := h.pos[id]; i >= 0 {
+		h.removeAt(int(i))
+	}
+}
+
+func (h *iheap) removeAt(i int) {
+	last := len(h.e) - 1
+	h.pos[h.e[i].id] = -1
+	if i != last {
+		h.e[i] = h.e[last]
+		h.pos[h.e[i].id] = int32(i)
+	}
+	h.e = h.e[:last]
+	if i != last {
+		if !h.down(i) {
+			h.up(i)
+		}
+	}
+}
+
+// fix sets id's key and restores the heap order; id must be in the heap.
+func (h *iheap) fix(id int32, key float64) {
+	i := int(h.pos[id])
+	old := h.e[i].key
+	h.e[i].key = key
+	switch {
+	case key > old:
+		h.down(i)
+	case key < old:
+		h.up(i)
+	}
+}
+
+func (h *iheap) up(i int) {
+	e := h.e
+	x := e[i]
+	for i > 0 {
+		p := (i - 1) / 2
+		if !(x.key < e[p].key) {
+			break
+		}
+		e[i] = e[p]
+		h.pos[e[i].id] = int32(i)
+		i = p
+	}
+	e[i] = x
+	h.pos[x.id] = int32(i)
+}
+
+// down sifts element i towards the leaves and reports whether it moved.
+func (h *iheap) down(i0 int) bool {
+	e := h.e
+	n := len(e)
+	i := i0
+	x := e[i]
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && e[r].key < e[l].key {
+			m = r
+		}
+		if !(e[m].key < x.key) {
+			break
+		}
+		e[i] = e[m]
+		h.pos[e[i].id] = int32(i)
+		i = m
+	}
+	e[i] = x
+	h.pos[x.id] = int32(i)
+	return i > i0
+}
