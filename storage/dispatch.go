@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"sluice/mclock"
 	"sluice/policy"
 	"sluice/storage/nbd"
 )
@@ -22,14 +23,11 @@ type op struct {
 	done      chan error
 }
 
-// ioCost is the scheduling cost of an I/O of n bytes, in 4 KiB-equivalent
-// I/Os: 1 up to 4 KiB, then one more per 32 KiB (positioning dominates small
-// I/O, transfer dominates large I/O). Flush and trim cost 1.
+// ioCost is the cost of an I/O of n bytes in I/O units, the same as the
+// scheduler's (package mclock: one unit per started 32 KiB, at least 1);
+// flush and trim cost 1. Device latency is normalised by it.
 func ioCost(n int) float64 {
-	if n <= 4096 {
-		return 1
-	}
-	return 1 + float64(n-4096)/32768
+	return float64(max(1, (n+mclock.DefaultChunkBytes-1)/mclock.DefaultChunkBytes))
 }
 
 // datastoreGate is the gateway's part of one datastore: the disks of this
@@ -43,7 +41,9 @@ type datastoreGate struct {
 	parda       *pardaWindow // nil when SIOC is off
 
 	mu          sync.Mutex
-	sched       mclockSched
+	sched       *mclock.Scheduler
+	ops         map[uint64]*op // queued in sched, by handle
+	nextHandle  uint64
 	disks       []*disk
 	window      float64
 	outstanding int // requests at the datastore
@@ -70,7 +70,9 @@ func (g *datastoreGate) submit(o *op) error {
 	}
 	d := g.disks[o.disk]
 	d.queued++
-	g.sched.add(o.disk, o, o.enqueue.UnixNano())
+	g.nextHandle++
+	g.ops[g.nextHandle] = o
+	_ = g.sched.Add(o.disk, mclock.Request{Bytes: int64(max(len(o.buf), 1)), Handle: g.nextHandle}, o.enqueue.UnixNano())
 	g.dispatchLocked()
 	g.mu.Unlock()
 	return <-o.done
@@ -80,9 +82,9 @@ func (g *datastoreGate) submit(o *op) error {
 func (g *datastoreGate) dispatchLocked() {
 	for float64(g.outstanding) < g.window || g.outstanding == 0 {
 		now := time.Now()
-		o, ok, waitNs := g.sched.next(now.UnixNano())
+		req, _, ok, waitNs := g.sched.Pull(now.UnixNano())
 		if !ok {
-			if waitNs > 0 {
+			if waitNs != mclock.Never {
 				at := time.Unix(0, waitNs)
 				if g.timer == nil || at.Before(g.timerAt) || g.timerAt.Before(now) {
 					if g.timer != nil {
@@ -98,6 +100,8 @@ func (g *datastoreGate) dispatchLocked() {
 			}
 			return
 		}
+		o := g.ops[req.Handle]
+		delete(g.ops, req.Handle)
 		g.outstanding++
 		d := g.disks[o.disk]
 		d.queued--

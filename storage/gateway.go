@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"sluice/mclock"
 	"sluice/policy"
 	"sluice/storage/nbd"
 )
@@ -102,7 +103,10 @@ func New(opts Options) (*Gateway, error) {
 		for i, e := range mine {
 			d := &disk{gate: gate, idx: i, ext: e, policy: pds[i]}
 			gate.disks = append(gate.disks, d)
-			gate.sched.disks = append(gate.sched.disks, mclockDiskFor(pds[i]))
+			if err := gate.sched.AddClient(i, mclockParams(pds[i])); err != nil {
+				g.closeGates()
+				return nil, fmt.Errorf("gateway: disk %s: %w", e.Name(), err)
+			}
 			g.exports[e.Name()] = d
 		}
 		g.gates = append(g.gates, gate)
@@ -127,13 +131,14 @@ func dsByName(p *policy.Policy, name string) (policy.Datastore, bool) {
 	return policy.Datastore{}, false
 }
 
-func mclockDiskFor(d policy.Disk) *mclockDisk {
-	m := &mclockDisk{shares: float64(max(d.Shares, 1))}
+// mclockParams are a disk's scheduler settings from the policy.
+func mclockParams(d policy.Disk) mclock.Params {
+	m := mclock.Params{Shares: float64(max(d.Shares, 1))}
 	if d.ReservationIOPS > 0 {
-		m.reservationIOPS = float64(d.ReservationIOPS)
+		m.ReservationIOPS = float64(d.ReservationIOPS)
 	}
 	if d.LimitIOPS > 0 && d.LimitIOPS != policy.UnlimitedIOPS {
-		m.limitIOPS = float64(d.LimitIOPS)
+		m.LimitIOPS = float64(d.LimitIOPS)
 	}
 	return m
 }
@@ -156,7 +161,8 @@ func newGate(ds policy.Datastore, uri string, required uint64, host string, p *p
 		up.close()
 		return nil, fmt.Errorf("gateway: datastore %s: %w", ds.Name, err)
 	}
-	g := &datastoreGate{name: ds.Name, ds: ds, up: up, exportBytes: size, statsOff: off, window: 256}
+	g := &datastoreGate{name: ds.Name, ds: ds, up: up, exportBytes: size, statsOff: off, window: 256,
+		sched: mclock.New(mclock.Config{}), ops: map[uint64]*op{}}
 	if ds.SIOC.Enabled {
 		th := ds.SIOC.CongestionThreshold
 		if th <= 0 {
