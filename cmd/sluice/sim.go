@@ -1,0 +1,62 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+
+	"sluice/sim"
+)
+
+func init() {
+	register(command{name: "sim", summary: "run a simulation scenario (time series, summary, plots)", run: runSim})
+}
+
+// runSim is `sluice sim SCENARIO [-o DIR]`: exit 1 when the scenario is bad
+// or an expectation fails, 2 on usage errors.
+func runSim(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("o", "", "directory for CSV series, summary.{json,txt} and plots (default: out/sim/NAME)")
+	quiet := fs.Bool("q", false, "do not print the summary table")
+	var pos []string
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			return exitUsage
+		}
+		args = fs.Args()
+		if len(args) > 0 {
+			pos = append(pos, args[0])
+			args = args[1:]
+		}
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(stderr, "usage: sluice sim SCENARIO [-o DIR] [-q]")
+		return exitUsage
+	}
+	sc, err := sim.LoadScenario(pos[0])
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice sim:", err)
+		return exitBad
+	}
+	res, err := sim.Run(sc)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice sim:", err)
+		return exitBad
+	}
+	dir := *out
+	if dir == "" {
+		dir = "out/sim/" + sc.Name
+	}
+	if err := res.Write(dir); err != nil {
+		fmt.Fprintln(stderr, "sluice sim:", err)
+		return exitBad
+	}
+	if !*quiet {
+		fmt.Fprint(stdout, res.Summary.Text())
+	}
+	if !res.Summary.Passed {
+		return exitBad
+	}
+	return exitOK
+}

@@ -1,0 +1,394 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"sluice/policy"
+)
+
+// RunResult is one finished run.
+type RunResult struct {
+	Name   string
+	sim    *Sim
+	Events uint64 // events fired
+	Log    []string
+}
+
+// Outcome is one evaluated expectation.
+type Outcome struct {
+	Name     string  `json:"name"`
+	Run      string  `json:"run"`
+	Metric   string  `json:"metric"`
+	Of       string  `json:"of"`
+	Window   string  `json:"window"`
+	Measured float64 `json:"measured"`
+	Expected string  `json:"expected"`
+	Unit     string  `json:"unit"`
+	Seed     string  `json:"seed,omitempty"`
+	Pass     bool    `json:"pass"`
+	Error    string  `json:"error,omitempty"`
+}
+
+// Summary is the result of a scenario.
+type Summary struct {
+	Scenario string       `json:"scenario"`
+	Seed     uint64       `json:"seed"`
+	Duration float64      `json:"duration_s"`
+	Runs     []RunSummary `json:"runs"`
+	Expect   []Outcome    `json:"expectations"`
+	Passed   bool         `json:"passed"`
+}
+
+// RunSummary lists what happened in one run.
+type RunSummary struct {
+	Name   string   `json:"name"`
+	Events uint64   `json:"events"`
+	Log    []string `json:"log"`
+}
+
+// Result is everything a scenario produced.
+type Result struct {
+	Scenario *Scenario
+	Runs     []*RunResult
+	Summary  Summary
+}
+
+// Run runs every run of the scenario and evaluates its expectations.
+func Run(sc *Scenario) (*Result, error) {
+	res := &Result{Scenario: sc}
+	for _, run := range sc.Runs {
+		s, err := newSim(sc, run)
+		if err != nil {
+			return nil, err
+		}
+		without := map[string]bool{}
+		for _, w := range run.Without {
+			if s.loads[w] == nil {
+				return nil, lineErr(sc.file, run.Line, "without", "unknown workload %q", w)
+			}
+			without[w] = true
+		}
+		for _, wl := range s.loadList {
+			if without[wl.spec.Name] || wl.spec.Start == "never" {
+				continue
+			}
+			at, err := durNs(wl.spec.Start, 0)
+			if err != nil {
+				return nil, lineErr(sc.file, wl.spec.Line, "start", "%v", err)
+			}
+			w := wl
+			s.eng.At(at, func() { _ = s.startLoad(w) })
+			if wl.spec.Stop != "" {
+				st, err := durNs(wl.spec.Stop, 0)
+				if err != nil {
+					return nil, lineErr(sc.file, wl.spec.Line, "stop", "%v", err)
+				}
+				s.eng.At(st, func() { s.stopLoad(w) })
+			}
+		}
+		for _, ev := range append(append([]EventSpec(nil), sc.Timeline...), run.Events...) {
+			if (ev.Start != "" && without[ev.Start]) || (ev.Stop != "" && without[ev.Stop]) {
+				continue
+			}
+			if err := s.schedule(ev); err != nil {
+				return nil, err
+			}
+		}
+		for _, ds := range sortedKeys(s.dstores) {
+			d := s.dstores[ds]
+			s.eng.At(d.periodNs, d.control)
+		}
+		s.rec.startSampling(sc.durNs)
+		s.eng.Run(sc.durNs)
+		res.Runs = append(res.Runs, &RunResult{Name: run.Name, sim: s, Events: s.eng.Fired, Log: s.Log})
+	}
+	sum := Summary{Scenario: sc.Name, Seed: sc.Seed, Duration: float64(sc.durNs) / 1e9, Passed: true}
+	for _, r := range res.Runs {
+		sum.Runs = append(sum.Runs, RunSummary{Name: r.Name, Events: r.Events, Log: r.Log})
+	}
+	for _, x := range sc.Expect {
+		o := res.evaluate(x)
+		if !o.Pass {
+			sum.Passed = false
+		}
+		sum.Expect = append(sum.Expect, o)
+	}
+	res.Summary = sum
+	return res, nil
+}
+
+func (res *Result) run(name string) *RunResult {
+	if name == "" {
+		return res.Runs[0]
+	}
+	for _, r := range res.Runs {
+		if r.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// metric measures one metric of a run over [fromNs, toNs) and gives its
+// display unit and the scale from display unit to raw value.
+func (res *Result) metric(run, metric, of string, fromNs, toNs int64) (float64, string, error) {
+	r := res.run(run)
+	if r == nil {
+		return 0, "", fmt.Errorf("unknown run %q", run)
+	}
+	rec := r.sim.rec
+	get := func(prefix string) (*Series, error) {
+		s := rec.series[prefix+of]
+		if s == nil {
+			return nil, fmt.Errorf("nothing recorded for %s%s", prefix, of)
+		}
+		return s, nil
+	}
+	var s *Series
+	var err error
+	switch metric {
+	case "rate":
+		if s, err = get(prefRate); err == nil {
+			return s.Rate(fromNs, toNs), "bps", nil
+		}
+	case "min_rate":
+		if s, err = get(prefRate); err == nil {
+			return s.MinRate(fromNs, toNs), "bps", nil
+		}
+	case "iops":
+		if s, err = get(prefIOPS); err == nil {
+			return s.Rate(fromNs, toNs), "IOPS", nil
+		}
+	case "iops_share":
+		if s, err = get(prefIOPS); err == nil {
+			total := 0.0
+			for _, n := range rec.names() {
+				if hasPrefix(n, prefIOPS) {
+					total += rec.series[n].Rate(fromNs, toNs)
+				}
+			}
+			if total == 0 {
+				return 0, "", fmt.Errorf("no I/O in the window")
+			}
+			return s.Rate(fromNs, toNs) / total, "fraction", nil
+		}
+	case "latency":
+		if s, err = get(prefLat); err == nil {
+			return s.Mean(fromNs, toNs), "ms", nil
+		}
+	case "orders":
+		if s, err = get(prefOrders); err == nil {
+			return s.Rate(fromNs, toNs), "orders/s", nil
+		}
+	case "order_time":
+		if s, err = get(prefOrderT); err == nil {
+			return s.Mean(fromNs, toNs), "ms", nil
+		}
+	case "rr":
+		if s, err = get(prefRR); err == nil {
+			return s.Mean(fromNs, toNs), "us", nil
+		}
+	case "qdepth":
+		if s, err = get(prefQDepth); err == nil {
+			return s.Mean(fromNs, toNs), "I/Os", nil
+		}
+	case "cpu":
+		if s, err = get(prefCPU); err == nil {
+			return s.Rate(fromNs, toNs) / 1e6, "MHz", nil
+		}
+	default:
+		return 0, "", fmt.Errorf("unknown metric %q (rate, min_rate, iops, iops_share, latency, orders, order_time, rr, qdepth, cpu)", metric)
+	}
+	return 0, "", err
+}
+
+func (res *Result) evaluate(x ExpectSpec) Outcome {
+	sc := res.Scenario
+	o := Outcome{Name: x.Name, Run: x.Run, Metric: x.Metric, Of: x.Of, Seed: x.Seed}
+	if o.Run == "" {
+		o.Run = sc.Runs[0].Name
+	}
+	fail := func(err error) Outcome {
+		o.Error = fmt.Sprintf("%s:%d: %v", sc.file, x.Line, err)
+		return o
+	}
+	from, err := durNs(x.From, 0)
+	if err != nil {
+		return fail(err)
+	}
+	to, err := durNs(x.To, sc.durNs)
+	if err != nil {
+		return fail(err)
+	}
+	o.Window = fmt.Sprintf("%g–%gs", float64(from)/1e9, float64(to)/1e9)
+	v, unit, err := res.metric(o.Run, x.Metric, x.Of, from, to)
+	if err != nil {
+		return fail(err)
+	}
+	if ref := x.RelativeTo; ref != nil {
+		rr, rm, ro, rf, rt := ref.Run, ref.Metric, ref.Of, from, to
+		if rr == "" {
+			rr = o.Run
+		}
+		if rm == "" {
+			rm = x.Metric
+		}
+		if ro == "" {
+			ro = x.Of
+		}
+		if ref.From != "" {
+			if rf, err = durNs(ref.From, 0); err != nil {
+				return fail(err)
+			}
+		}
+		if ref.To != "" {
+			if rt, err = durNs(ref.To, 0); err != nil {
+				return fail(err)
+			}
+		}
+		b, _, err := res.metric(rr, rm, ro, rf, rt)
+		if err != nil {
+			return fail(err)
+		}
+		if b == 0 {
+			return fail(fmt.Errorf("reference is zero"))
+		}
+		v, unit = v/b, "ratio"
+	}
+	o.Measured, o.Unit = v, unit
+	want, err := parseValue(x.Value)
+	if err != nil {
+		return fail(fmt.Errorf("value: %v", err))
+	}
+	tol := 0.0
+	rel := false
+	if t, ok := strings.CutSuffix(x.Tol, "%"); ok {
+		if tol, err = strconv.ParseFloat(t, 64); err != nil {
+			return fail(fmt.Errorf("tol: bad %q", x.Tol))
+		}
+		tol, rel = tol/100, true
+	} else if x.Tol != "" {
+		if tol, err = parseValue(x.Tol); err != nil {
+			return fail(fmt.Errorf("tol: %v", err))
+		}
+	}
+	if rel {
+		tol *= math.Abs(want)
+	}
+	switch x.Op {
+	case "", "=":
+		o.Pass = math.Abs(v-want) <= tol
+		o.Expected = fmt.Sprintf("%s ± %s", fmtVal(want, unit), fmtVal(tol, unit))
+	case ">=":
+		o.Pass = v >= want-tol
+		o.Expected = "≥ " + fmtVal(want, unit)
+	case "<=":
+		o.Pass = v <= want+tol
+		o.Expected = "≤ " + fmtVal(want, unit)
+	case "between":
+		hi, err := parseValue(x.Max)
+		if err != nil {
+			return fail(fmt.Errorf("max: %v", err))
+		}
+		o.Pass = v >= want-tol && v <= hi+tol
+		o.Expected = fmt.Sprintf("%s … %s", fmtVal(want, unit), fmtVal(hi, unit))
+	default:
+		return fail(fmt.Errorf("op: unknown %q (=, >=, <=, between)", x.Op))
+	}
+	return o
+}
+
+// parseValue reads a number, a percentage, a rate or a time (to ms).
+func parseValue(s string) (float64, error) {
+	if p, ok := strings.CutSuffix(s, "%"); ok {
+		f, err := strconv.ParseFloat(p, 64)
+		return f / 100, err
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		return f, nil
+	}
+	if strings.HasSuffix(s, "bps") {
+		r, err := policy.ParseRate(s)
+		return float64(r), err
+	}
+	if d, err := durNs(s, 0); err == nil {
+		return float64(d) / 1e6, nil
+	}
+	return 0, fmt.Errorf("bad value %q", s)
+}
+
+func fmtVal(v float64, unit string) string {
+	switch unit {
+	case "bps":
+		return fmt.Sprintf("%.3g Gbps", v/1e9)
+	case "fraction", "ratio":
+		return fmt.Sprintf("%.1f%%", v*100)
+	}
+	return fmt.Sprintf("%.4g %s", v, unit)
+}
+
+// Text renders the summary as a table: measured vs expected.
+func (sum *Summary) Text() string {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "scenario %s (seed %d, %gs simulated)\n", sum.Scenario, sum.Seed, sum.Duration)
+	for _, r := range sum.Runs {
+		fmt.Fprintf(&b, "run %s: %d events\n", r.Name, r.Events)
+		for _, l := range r.Log {
+			fmt.Fprintf(&b, "  %s\n", l)
+		}
+	}
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nresult\texpectation\trun\twindow\tmeasured\texpected\tseed")
+	for _, o := range sum.Expect {
+		st := "ok"
+		if !o.Pass {
+			st = "FAIL"
+		}
+		m := fmtVal(o.Measured, o.Unit)
+		if o.Error != "" {
+			m = o.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st, o.Name, o.Run, o.Window, m, o.Expected, o.Seed)
+	}
+	tw.Flush()
+	if sum.Passed {
+		fmt.Fprintln(&b, "all expectations met")
+	} else {
+		fmt.Fprintln(&b, "SOME EXPECTATIONS FAILED")
+	}
+	return b.String()
+}
+
+// Write puts the CSV series, the summary (JSON and text) and the plots of
+// a result into dir.
+func (res *Result) Write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, r := range res.Runs {
+		var b bytes.Buffer
+		r.sim.rec.writeCSV(&b, res.Scenario.durNs)
+		if err := os.WriteFile(filepath.Join(dir, "series-"+r.Name+".csv"), b.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
+	j, err := json.MarshalIndent(res.Summary, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(j, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(res.Summary.Text()), 0o644); err != nil {
+		return err
+	}
+	return res.plot(dir)
+}

@@ -1,0 +1,280 @@
+package sim
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"sluice/policy"
+)
+
+// Scenario is a scenario file (docs/sim.md): a policy, workloads, a
+// timeline, runs to compare, what to plot and what to expect.
+type Scenario struct {
+	Name        string            `yaml:"name"`
+	Description string            `yaml:"description"`
+	Seed        uint64            `yaml:"seed"`
+	Duration    string            `yaml:"duration"`
+	Sample      string            `yaml:"sample"`
+	Scheduler   string            `yaml:"scheduler"` // netioc (default) | default
+	Policy      yaml.Node         `yaml:"policy"`    // inline policy, or a file name relative to the scenario
+	Models      ModelSpec         `yaml:"models"`
+	Workloads   []WorkloadSpec    `yaml:"workloads"`
+	Timeline    []EventSpec       `yaml:"timeline"`
+	Runs        []RunSpec         `yaml:"runs"`
+	Expect      []ExpectSpec      `yaml:"expect"`
+	Plots       []PlotSpec        `yaml:"plots"`
+	Seed2       map[string]string `yaml:"seedValues"` // free text shown in the report: seed figure per expectation name
+
+	file            string
+	pol             *policy.Policy
+	durNs, sampleNs int64
+}
+
+// ModelSpec overrides model parameters; every field is optional.
+type ModelSpec struct {
+	Net struct {
+		Segment   string `yaml:"segment"`
+		BaseRTT   string `yaml:"baseRTT"`
+		PortQueue int    `yaml:"portQueue"`
+		VMotion   string `yaml:"vmotionRate"`
+	} `yaml:"net"`
+	CPU struct {
+		CyclesPerByte   float64 `yaml:"cyclesPerByte"`
+		CyclesPerPacket float64 `yaml:"cyclesPerPacket"`
+		OverheadMHz     float64 `yaml:"overheadMHz"`
+		PeakMHz         float64 `yaml:"peakMHz"`
+	} `yaml:"cpu"`
+	Storage StorageSpec `yaml:"storage"`
+}
+
+// WorkloadSpec is one workload.
+type WorkloadSpec struct {
+	Name        string `yaml:"name"`
+	Type        string `yaml:"type"` // bulk | transfer | rr | oltp | iometer
+	Port        string `yaml:"port"`
+	Disk        string `yaml:"disk"`
+	Streams     int    `yaml:"streams"`
+	Window      string `yaml:"window"`
+	Rate        string `yaml:"rate"`
+	Bytes       string `yaml:"bytes"`
+	Response    string `yaml:"response"`
+	ServerTime  string `yaml:"serverTime"`
+	Users       int    `yaml:"users"`
+	Think       string `yaml:"think"`
+	IOsPerOrder int    `yaml:"iosPerOrder"`
+	IOSize      string `yaml:"ioSize"`
+	Outstanding int    `yaml:"outstanding"`
+	Start       string `yaml:"start"` // default 0s; "never": only by an event
+	Stop        string `yaml:"stop"`
+	Line        int    `yaml:"-"`
+}
+
+// EventSpec is one timeline event; exactly one action is set.
+type EventSpec struct {
+	At          string `yaml:"at"`
+	Start       string `yaml:"start"`
+	Stop        string `yaml:"stop"`
+	Set         string `yaml:"set"` // VM/NIC, HOST/CLASS, VM/DISK, or VM (cpu)
+	Reservation string `yaml:"reservation"`
+	Shares      string `yaml:"shares"`
+	Limit       string `yaml:"limit"`
+	CPULimit    string `yaml:"cpuLimit"` // MHz or % of the host core
+	Migrate     string `yaml:"migrate"`
+	To          string `yaml:"to"`
+	DRS         bool   `yaml:"drs"`
+	Fail        string `yaml:"fail"`    // HOST/UPLINK
+	PowerOn     string `yaml:"powerOn"` // VM
+	SIOC        string `yaml:"sioc"`    // datastore
+	Enabled     *bool  `yaml:"enabled"`
+	Threshold   string `yaml:"threshold"`
+	Line        int    `yaml:"-"`
+}
+
+// RunSpec is one run of the scenario; runs differ by scheduler, events and
+// the workloads they leave out.
+type RunSpec struct {
+	Name      string      `yaml:"name"`
+	Scheduler string      `yaml:"scheduler"`
+	Events    []EventSpec `yaml:"events"`
+	Without   []string    `yaml:"without"`
+	Line      int         `yaml:"-"`
+}
+
+// ExpectSpec is one expectation: a metric measured over a window of a
+// run, optionally divided by the same or another metric of a reference run,
+// compared with a value within a tolerance.
+type ExpectSpec struct {
+	Name       string   `yaml:"name"`
+	Run        string   `yaml:"run"`
+	Metric     string   `yaml:"metric"`
+	Of         string   `yaml:"of"`
+	From       string   `yaml:"from"`
+	To         string   `yaml:"to"`
+	Value      string   `yaml:"value"`
+	Op         string   `yaml:"op"` // "=" (default, within tol), ">=", "<=", "between"
+	Tol        string   `yaml:"tol"`
+	Max        string   `yaml:"max"` // for between
+	RelativeTo *RefSpec `yaml:"relativeTo"`
+	Seed       string   `yaml:"seed"` // the seed's figure, for the report
+	Line       int      `yaml:"-"`
+}
+
+// RefSpec names the reference of a relative expectation; empty fields
+// default to the expectation's own.
+type RefSpec struct {
+	Run    string `yaml:"run"`
+	Metric string `yaml:"metric"`
+	Of     string `yaml:"of"`
+	From   string `yaml:"from"`
+	To     string `yaml:"to"`
+}
+
+// PlotSpec draws series of runs into one figure.
+type PlotSpec struct {
+	Name   string   `yaml:"name"`
+	Title  string   `yaml:"title"`
+	Run    string   `yaml:"run"`
+	Series []string `yaml:"series"` // series names or prefixes (rate_bps:vm1/nic0, rate_bps:)
+	YLabel string   `yaml:"ylabel"`
+	Scale  float64  `yaml:"scale"` // values are multiplied by it (1e-9 for Gbps)
+}
+
+func (w *WorkloadSpec) UnmarshalYAML(n *yaml.Node) error {
+	type plain WorkloadSpec
+	w.Line = n.Line
+	return n.Decode((*plain)(w))
+}
+
+func (e *EventSpec) UnmarshalYAML(n *yaml.Node) error {
+	type plain EventSpec
+	e.Line = n.Line
+	return n.Decode((*plain)(e))
+}
+
+func (r *RunSpec) UnmarshalYAML(n *yaml.Node) error {
+	type plain RunSpec
+	r.Line = n.Line
+	return n.Decode((*plain)(r))
+}
+
+func (x *ExpectSpec) UnmarshalYAML(n *yaml.Node) error {
+	type plain ExpectSpec
+	x.Line = n.Line
+	return n.Decode((*plain)(x))
+}
+
+// lineErr is a one-line FILE:LINE: field: message error.
+func lineErr(file string, line int, field, format string, a ...any) error {
+	return fmt.Errorf("%s:%d: %s: %s", file, line, field, fmt.Sprintf(format, a...))
+}
+
+// LoadScenario reads and checks a scenario file.
+func LoadScenario(path string) (*Scenario, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseScenario(path, data)
+}
+
+// ParseScenario parses scenario text; file names it in messages and is the
+// base of a relative policy file name.
+func ParseScenario(file string, data []byte) (*Scenario, error) {
+	sc := &Scenario{file: file}
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec.KnownFields(true)
+	if err := dec.Decode(sc); err != nil {
+		msg := err.Error()
+		line := 1
+		if i := strings.Index(msg, "line "); i >= 0 {
+			fmt.Sscanf(msg[i+5:], "%d", &line)
+		}
+		msg = strings.TrimPrefix(msg, "yaml: ")
+		if j := strings.Index(msg, "\n"); j >= 0 {
+			msg = strings.TrimSpace(msg[j:])
+		}
+		return nil, lineErr(file, line, "scenario", "%s", msg)
+	}
+	var err error
+	if sc.durNs, err = durNs(sc.Duration, 60*Second); err != nil {
+		return nil, lineErr(file, 1, "duration", "%v", err)
+	}
+	if sc.sampleNs, err = durNs(sc.Sample, Second); err != nil || sc.sampleNs <= 0 {
+		return nil, lineErr(file, 1, "sample", "must be a positive time")
+	}
+	switch sc.Policy.Kind {
+	case yaml.ScalarNode:
+		p := sc.Policy.Value
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(filepath.Dir(file), p)
+		}
+		sc.pol, err = policy.Load(p)
+	case yaml.MappingNode:
+		var b []byte
+		b, err = yaml.Marshal(&sc.Policy)
+		if err == nil {
+			sc.pol, err = policy.Parse(file+"(policy)", b)
+		}
+	default:
+		return nil, lineErr(file, 1, "policy", "missing: give a policy inline or a file name")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: policy: %s", file, strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	if len(sc.Runs) == 0 {
+		sc.Runs = []RunSpec{{Name: "main"}}
+	}
+	for _, w := range sc.Workloads {
+		switch w.Type {
+		case "bulk", "transfer", "rr", "oltp", "iometer":
+		default:
+			return nil, lineErr(file, w.Line, "type", "unknown workload type %q (bulk, transfer, rr, oltp, iometer)", w.Type)
+		}
+	}
+	return sc, nil
+}
+
+// durNs parses a time like 150s or 4ms; empty gives def.
+func durNs(s string, def int64) (int64, error) {
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("bad time %q", s)
+	}
+	return int64(d), nil
+}
+
+// parseRate parses a rate with units (policy syntax) to bits/s; "" gives def.
+func parseRate(s string, def float64) (float64, error) {
+	if s == "" {
+		return def, nil
+	}
+	if s == "unlimited" {
+		return inf, nil
+	}
+	r, err := policy.ParseRate(s)
+	if err != nil {
+		return 0, err
+	}
+	return float64(r), nil
+}
+
+// parseSize parses a size (KiB, MiB, GiB, or a plain byte count).
+func parseSize(s string, def int64) (int64, error) {
+	if s == "" {
+		return def, nil
+	}
+	if n, err := strconv.ParseInt(strings.TrimSuffix(s, "B"), 10, 64); err == nil {
+		return n, nil
+	}
+	b, err := policy.ParseSize(s)
+	return int64(b), err
+}
