@@ -1,81 +1,93 @@
 package mclock
 
-// cheap is an intrusive binary min-heap of clients keyed by one of their
-// tags (tag[kind]); each client records its position in idx[kind]. Ties go
-// to the lower client id so that runs are deterministic.
+// cheap is an intrusive 4-ary min-heap of clients keyed by one of their
+// tags (tag[kind]); each client records its position in idx[kind]. The key
+// and id are copied into the heap so that sifting touches no client. Ties
+// go to the lower client id so that runs are deterministic.
 type cheap struct {
 	kind int
-	a    []*client
+	a    []hent
 }
 
-func (h *cheap) less(i, j int) bool {
-	x, y := h.a[i], h.a[j]
-	tx, ty := x.tag[h.kind], y.tag[h.kind]
-	if tx != ty {
-		return tx < ty
-	}
-	return x.id < y.id
+type hent struct {
+	key int64
+	id  int64
+	c   *client
 }
 
-func (h *cheap) swap(i, j int) {
-	h.a[i], h.a[j] = h.a[j], h.a[i]
-	h.a[i].idx[h.kind] = int32(i)
-	h.a[j].idx[h.kind] = int32(j)
+func (e *hent) less(f *hent) bool {
+	return e.key < f.key || (e.key == f.key && e.id < f.id)
+}
+
+func (h *cheap) set(i int, e hent) {
+	h.a[i] = e
+	e.c.idx[h.kind] = int32(i)
 }
 
 func (h *cheap) push(c *client) {
-	c.idx[h.kind] = int32(len(h.a))
-	h.a = append(h.a, c)
-	h.up(len(h.a) - 1)
+	h.a = append(h.a, hent{})
+	h.up(len(h.a)-1, hent{key: c.tag[h.kind], id: int64(c.id), c: c})
 }
 
 func (h *cheap) remove(i int) {
 	n := len(h.a) - 1
-	c := h.a[i]
-	if i != n {
-		h.swap(i, n)
-	}
-	h.a[n] = nil
+	c := h.a[i].c
+	last := h.a[n]
+	h.a[n] = hent{}
 	h.a = h.a[:n]
 	c.idx[h.kind] = -1
 	if i != n {
-		h.fix(i)
+		h.place(i, last)
 	}
 }
 
+// fix re-sorts position i after its client's tag changed.
 func (h *cheap) fix(i int) {
-	if !h.down(i) {
-		h.up(i)
+	e := h.a[i]
+	e.key = e.c.tag[h.kind]
+	h.place(i, e)
+}
+
+// place puts e at hole i, moving it up or down as needed.
+func (h *cheap) place(i int, e hent) {
+	if i > 0 && e.less(&h.a[(i-1)/4]) {
+		h.up(i, e)
+	} else {
+		h.down(i, e)
 	}
 }
 
-func (h *cheap) up(j int) {
+func (h *cheap) up(j int, e hent) {
 	for j > 0 {
-		i := (j - 1) / 2
-		if !h.less(j, i) {
+		i := (j - 1) / 4
+		if !e.less(&h.a[i]) {
 			break
 		}
-		h.swap(i, j)
+		h.set(j, h.a[i])
 		j = i
 	}
+	h.set(j, e)
 }
 
-func (h *cheap) down(i0 int) bool {
-	i, n := i0, len(h.a)
+func (h *cheap) down(i int, e hent) {
+	n := len(h.a)
 	for {
-		l := 2*i + 1
-		if l >= n {
+		c := 4*i + 1
+		if c >= n {
 			break
 		}
-		j := l
-		if r := l + 1; r < n && h.less(r, l) {
-			j = r
+		m := c
+		end := min(c+4, n)
+		for k := c + 1; k < end; k++ {
+			if h.a[k].less(&h.a[m]) {
+				m = k
+			}
 		}
-		if !h.less(j, i) {
+		if !h.a[m].less(&e) {
 			break
 		}
-		h.swap(i, j)
-		i = j
+		h.set(i, h.a[m])
+		i = m
 	}
-	return i > i0
+	h.set(i, e)
 }

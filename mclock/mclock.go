@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 )
 
 // Never is the time of an event that will not happen: Pull returns it as
@@ -197,6 +198,7 @@ type client struct {
 // Scheduler is an mClock/dmClock request scheduler for one device.
 type Scheduler struct {
 	chunk      int64
+	chunkShift uint // log2(chunk) when chunk is a power of two, else 0
 	atLimit    AtLimit
 	limitBurst float64
 	clients    []*client // by id; nil when absent
@@ -211,6 +213,9 @@ func New(cfg Config) *Scheduler {
 	s := &Scheduler{chunk: cfg.ChunkBytes, atLimit: cfg.AtLimit}
 	if s.chunk <= 0 {
 		s.chunk = DefaultChunkBytes
+	}
+	if s.chunk&(s.chunk-1) == 0 {
+		s.chunkShift = uint(bits.TrailingZeros64(uint64(s.chunk)))
 	}
 	switch {
 	case cfg.LimitBurst == 0:
@@ -234,6 +239,9 @@ var ErrUnknownClient = errors.New("unknown client")
 func (s *Scheduler) Cost(bytes int64) int64 {
 	if bytes <= s.chunk {
 		return 1
+	}
+	if s.chunkShift > 0 {
+		return (bytes + s.chunk - 1) >> s.chunkShift
 	}
 	return (bytes + s.chunk - 1) / s.chunk
 }
@@ -364,7 +372,8 @@ func (c *client) grow() {
 // last weight-phase request.
 func (s *Scheduler) virtualNow() int64 {
 	if h := &s.heaps[kP]; len(h.a) > 0 {
-		return max(s.vP, h.a[0].tag[kP]-int64(float64(h.a[0].headCost)*h.a[0].invW))
+		t := h.a[0].c
+		return max(s.vP, t.tag[kP]-int64(float64(t.headCost)*t.invW))
 	}
 	return s.vP
 }
@@ -435,27 +444,27 @@ func (s *Scheduler) unlink(c *client) {
 // next Add.
 func (s *Scheduler) Pull(nowNs int64) (req Request, clientID int, ok bool, nextEligibleNs int64) {
 	hl, hp, hr := &s.heaps[kL], &s.heaps[kP], &s.heaps[kR]
-	for len(hl.a) > 0 && hl.a[0].tag[kL] <= nowNs {
-		c := hl.a[0]
+	for len(hl.a) > 0 && hl.a[0].key <= nowNs {
+		c := hl.a[0].c
 		hl.remove(0)
 		hp.push(c)
 	}
 	var c *client
 	var phase Phase
 	switch {
-	case len(hr.a) > 0 && hr.a[0].tag[kR] <= nowNs:
-		c, phase = hr.a[0], Reservation
+	case len(hr.a) > 0 && hr.a[0].key <= nowNs:
+		c, phase = hr.a[0].c, Reservation
 	case len(hp.a) > 0:
-		c, phase = hp.a[0], Weight
+		c, phase = hp.a[0].c, Weight
 	case s.atLimit == AllowWhenIdle && len(hl.a) > 0:
-		c, phase = hl.a[0], OverLimit
+		c, phase = hl.a[0].c, OverLimit
 	default:
 		next := Never
 		if len(hr.a) > 0 {
-			next = hr.a[0].tag[kR]
+			next = hr.a[0].key
 		}
 		if len(hl.a) > 0 {
-			next = min(next, hl.a[0].tag[kL])
+			next = min(next, hl.a[0].key)
 		}
 		s.last = NoPhase
 		return Request{}, -1, false, next
