@@ -1,9 +1,8 @@
 # sluice: the two commands of a fresh machine are `make demo` and `make test`.
 GO      ?= go
 BIN     := bin/sluice
-GOFLAGS ?=
 
-.PHONY: all build demo test deps unit live fuzz bench reproduce clean
+.PHONY: all build demo test deps fuzz bench reproduce clean
 
 all: build
 
@@ -13,16 +12,22 @@ build:
 deps:
 	./scripts/deps.sh
 
-# The main job on the embedded default.
+# The main job on the embedded default: the seed reproductions, then the examples.
 demo: build
 	./scripts/demo.sh
 
-# Everything needed, then all tests (unit, fuzz corpora, live lab tests).
+# Everything needed, then all tests: unit tests, fuzz corpora, live lab tests
+# (root, network namespaces). Packages run one at a time so that live tests
+# measuring real traffic do not compete for the CPU.
 test: deps build
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 18m ./...
+	$(GO) test -count=1 -p 1 -timeout 18m ./...
 
-bench:
+# Every seed experiment in the simulator; writes out/report.md.
+reproduce: build
+	./scripts/reproduce.sh
+
+bench: build
 	./bench/run.sh
 
 clean:
