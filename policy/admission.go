@@ -30,7 +30,7 @@ func (p *Policy) Admission() Errors {
 	if len(l.errs) == 0 {
 		return nil
 	}
-	return l.errs
+	return l.errs.capped()
 }
 
 func capText(p *Policy, u *Uplink) string {
@@ -56,11 +56,12 @@ func (p *Policy) checkUplinks(l *errorList) {
 			}
 		}
 	}
+	byHost := p.vmsByHost()
 	for hi := range p.Hosts {
 		h := &p.Hosts[hi]
-		a := p.assign(h)
+		a := p.assign(h, byHost[h.Name])
 		used := map[string]Bps{}
-		for _, vm := range p.VMsOn(h.Name) {
+		for _, vm := range byHost[h.Name] {
 			for _, nic := range vm.NICs {
 				if nic.Reservation == 0 {
 					continue
@@ -110,6 +111,14 @@ func (p *Policy) budgetText(h *Host, u *Uplink, used Bps) string {
 }
 
 func (p *Policy) checkPools(l *errorList) {
+	poolOf := map[string]int{} // port group → pool index
+	for i, np := range p.NetworkPools {
+		for _, pg := range np.PortGroups {
+			if _, taken := poolOf[pg]; !taken {
+				poolOf[pg] = i
+			}
+		}
+	}
 	for i, np := range p.NetworkPools {
 		path := listPath("networkPools", np.Name, i)
 		var span Bps
@@ -127,7 +136,7 @@ func (p *Policy) checkPools(l *errorList) {
 		var sum Bps
 		for _, vm := range p.VMs {
 			for _, nic := range vm.NICs {
-				if nic.PortGroup == "" || nic.Reservation == 0 || p.Pool(nic.PortGroup) != &p.NetworkPools[i] {
+				if pi, ok := poolOf[nic.PortGroup]; !ok || pi != i || nic.Reservation == 0 {
 					continue
 				}
 				if addSat(sum, nic.Reservation) > np.Reservation {
@@ -141,11 +150,12 @@ func (p *Policy) checkPools(l *errorList) {
 }
 
 func (p *Policy) checkHostResources(l *errorList) {
+	byHost := p.vmsByHost()
 	for _, h := range p.Hosts {
 		capMHz := h.CPU.Cores * h.CPU.MHz
 		var mhz int
 		var mem Bytes
-		for _, vm := range p.VMsOn(h.Name) {
+		for _, vm := range byHost[h.Name] {
 			path := "vms[" + vm.Name + "]"
 			if h.CPU.Cores > 0 && vm.CPU.VCPUs > h.CPU.Cores {
 				l.add(vm.Pos.FieldLine("cpu.vcpus"), path+".cpu.vcpus", "%d vCPUs is more than the %d cores of host %s", vm.CPU.VCPUs, h.CPU.Cores, h.Name)

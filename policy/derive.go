@@ -70,6 +70,17 @@ func (h *Host) Uplink(name string) *Uplink {
 	return nil
 }
 
+// vmsByHost indexes the placed VMs by host, in file order.
+func (p *Policy) vmsByHost() map[string][]*VM {
+	m := map[string][]*VM{}
+	for i := range p.VMs {
+		if h := p.VMs[i].Host; h != "" {
+			m[h] = append(m[h], &p.VMs[i])
+		}
+	}
+	return m
+}
+
 // VMsOn returns the VMs placed on the host, in file order.
 func (p *Policy) VMsOn(host string) []*VM {
 	var vms []*VM
@@ -122,7 +133,7 @@ type nicAssignment struct {
 // goes there; otherwise to the first uplink (file order) whose vm-class
 // budget still holds its reservation; if none does, to the uplink with the
 // most budget left (the first of equals), where Admission reports it.
-func (p *Policy) assign(h *Host) nicAssignment {
+func (p *Policy) assign(h *Host, vms []*VM) nicAssignment {
 	a := nicAssignment{uplink: map[string]string{}, reserved: map[string]Bps{}}
 	if len(h.Uplinks) == 0 {
 		return a
@@ -131,7 +142,7 @@ func (p *Policy) assign(h *Host) nicAssignment {
 	for i := range h.Uplinks {
 		budget[i] = p.VMClassBudget(&h.Uplinks[i])
 	}
-	for _, vm := range p.VMsOn(h.Name) {
+	for _, vm := range vms {
 		for _, nic := range vm.NICs {
 			i := -1
 			if nic.Uplink != "" {
@@ -174,15 +185,16 @@ func (p *Policy) NICUplink(vm *VM, nic *NIC) string {
 	if h == nil {
 		return ""
 	}
-	return p.assign(h).uplink[PortName(vm.Name, nic.Name)]
+	return p.assign(h, p.VMsOn(h.Name)).uplink[PortName(vm.Name, nic.Name)]
 }
 
 // UplinkAssignment returns the uplink of every vNIC of every placed VM,
 // keyed by port name (VM/NIC): NICUplink for all ports at once.
 func (p *Policy) UplinkAssignment() map[string]string {
 	all := map[string]string{}
+	byHost := p.vmsByHost()
 	for i := range p.Hosts {
-		for port, u := range p.assign(&p.Hosts[i]).uplink {
+		for port, u := range p.assign(&p.Hosts[i], byHost[p.Hosts[i].Name]).uplink {
 			all[port] = u
 		}
 	}
@@ -196,9 +208,10 @@ func (p *Policy) NICsOnUplink(host, uplink string) []string {
 	if h == nil {
 		return nil
 	}
-	a := p.assign(h)
+	vms := p.VMsOn(host)
+	a := p.assign(h, vms)
 	var ports []string
-	for _, vm := range p.VMsOn(host) {
+	for _, vm := range vms {
 		for _, nic := range vm.NICs {
 			if port := PortName(vm.Name, nic.Name); a.uplink[port] == uplink {
 				ports = append(ports, port)
@@ -221,7 +234,7 @@ func (p *Policy) ClassReservation(host, uplink, class string) Bps {
 	if class != "vm" || tc.Reservation > 0 {
 		return tc.Reservation
 	}
-	return p.assign(h).reserved[uplink]
+	return p.assign(h, p.VMsOn(host)).reserved[uplink]
 }
 
 // addSat adds two non-negative rates, saturating at Unlimited.

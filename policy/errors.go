@@ -49,6 +49,21 @@ func (es Errors) sortByLine() {
 	sort.SliceStable(es, func(i, j int) bool { return es[i].Line < es[j].Line })
 }
 
+// MaxErrors is how many problems one run reports at most; the last line
+// then says how many more there are.
+const MaxErrors = 100
+
+// capped keeps the first MaxErrors problems and a last line counting the
+// rest.
+func (es Errors) capped() Errors {
+	if len(es) <= MaxErrors {
+		return es
+	}
+	rest := es[MaxErrors]
+	out := append(Errors(nil), es[:MaxErrors]...)
+	return append(out, Error{File: rest.File, Line: rest.Line, Msg: fmt.Sprintf("%d more problems not shown", len(es)-MaxErrors)})
+}
+
 // errorList collects problems for one file.
 type errorList struct {
 	file string

@@ -77,7 +77,7 @@ func Decode(file string, data []byte) (p *Policy, err error) {
 	p.resolve(&d.errorList)
 	if len(d.errs) > 0 {
 		d.errs.sortByLine()
-		return nil, d.errs
+		return nil, d.errs.capped()
 	}
 	return p, nil
 }
