@@ -104,29 +104,46 @@ func (b *balance) tieBreak() float64 { return b.std(&b.s1, &b.s2, resNetResv) }
 // vi moved from host from (-1: not placed) to host to. It changes nothing.
 func (b *balance) after(s *state, vi, from, to int) (metric, tie float64) {
 	s1, s2 := b.s1, b.s2
-	v := &s.vms[vi]
-	shift := func(hi int, sign float64) {
-		h := &s.hosts[hi]
-		old := loads(h)
-		nh := *h
-		nh.cpuLoad += sign * v.cpuLoad
-		nh.memLoad += sign * v.memLoad
-		nh.netLoad += sign * v.netLoad
-		nh.netResv += sign * v.netResv
-		nl := loads(&nh)
-		for r := range nl {
-			s1[r] += nl[r] - old[r]
-			s2[r] += nl[r]*nl[r] - old[r]*old[r]
-		}
-	}
 	if from >= 0 {
-		shift(from, -1)
+		b.shift(s, &s1, &s2, from, vi, -1)
 	}
-	shift(to, +1)
+	b.shift(s, &s1, &s2, to, vi, +1)
+	return b.metric(&s1, &s2), b.std(&s1, &s2, resNetResv)
+}
+
+// gainPessimistic is the gain in the metric of moving VM vi from host
+// from to host to if the VM turned out to load its destination 1+m times
+// what was measured on its source. It changes nothing.
+func (b *balance) gainPessimistic(s *state, vi, from, to int, m float64) float64 {
+	s1, s2 := b.s1, b.s2
+	b.shift(s, &s1, &s2, from, vi, -1)
+	b.shift(s, &s1, &s2, to, vi, 1+m)
+	return b.metric(&b.s1, &b.s2) - b.metric(&s1, &s2)
+}
+
+// shift updates the sums s1, s2 as if host hi (as it is now) gained f
+// times VM vi's load (f < 0: lost). Shift each host at most once per sums.
+func (b *balance) shift(s *state, s1, s2 *[nRes]float64, hi, vi int, f float64) {
+	h, v := &s.hosts[hi], &s.vms[vi]
+	old := loads(h)
+	nh := *h
+	nh.cpuLoad += f * v.cpuLoad
+	nh.memLoad += f * v.memLoad
+	nh.netLoad += f * v.netLoad
+	nh.netResv += f * v.netResv
+	nl := loads(&nh)
+	for r := range nl {
+		s1[r] += nl[r] - old[r]
+		s2[r] += nl[r]*nl[r] - old[r]*old[r]
+	}
+}
+
+func (b *balance) metric(s1, s2 *[nRes]float64) float64 {
+	var m float64
 	for r := 0; r < nRes; r++ {
 		if b.w[r] != 0 {
-			metric += b.w[r] * b.std(&s1, &s2, r)
+			m += b.w[r] * b.std(s1, s2, r)
 		}
 	}
-	return metric, b.std(&s1, &s2, resNetResv)
+	return m
 }

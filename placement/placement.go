@@ -48,6 +48,11 @@ type Options struct {
 	// vmotion class limit, else the smaller usable rate of the two hosts'
 	// first uplinks.
 	VMotionBps float64
+	// DemandMargin is the relative error of a demand measurement that a
+	// rebalancing move's gain must survive: the gain is also computed with
+	// the VM loading its destination 1+DemandMargin times what it loaded
+	// its source. 0 means 0.1; negative means none.
+	DemandMargin float64
 	// NetworkWeight is the weight of the network term in the imbalance
 	// metric (0: balance CPU and memory only, as DRS does).
 	NetworkWeight float64
@@ -224,6 +229,11 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxMoves == 0 {
 		o.MaxMoves = 8
+	}
+	if o.DemandMargin == 0 {
+		o.DemandMargin = 0.1
+	} else if o.DemandMargin < 0 {
+		o.DemandMargin = 0
 	}
 	if o.IntervalS <= 0 {
 		o.IntervalS = 300

@@ -16,7 +16,10 @@ const candidateHosts = 16
 //
 //	gain ≥ minGain  and  gain × (IntervalS − costS) > minGain × costS
 //
-// No VM moves twice in a pass, VMs that migrated within the cooldown do not
+// The gain must also reach minGain with the VM's load on its destination
+// DemandMargin higher than measured, so that a move that only mirrors the load
+// (the VM's share of the difference between two hosts) within the noise of
+// the measurement is not taken. No VM moves twice in a pass, VMs that migrated within the cooldown do not
 // move, broken hosts are left to repair, and since every move strictly
 // lowers the metric by at least minGain, a pass cannot undo its own moves;
 // the minimum gain is the hysteresis that keeps passes from undoing each
@@ -52,6 +55,11 @@ func (s *state) rebalance(o *Options) []Decision {
 					m, _ := s.bal.after(s, vi, from, to)
 					gain := cur - m
 					if gain < th.minGain {
+						continue
+					}
+					// The gain must hold if the VM's demand was
+					// measured DemandMargin too low.
+					if s.bal.gainPessimistic(s, vi, from, to, o.DemandMargin) < th.minGain {
 						continue
 					}
 					cost := s.costS(o, vi, from, to)
@@ -96,35 +104,51 @@ func (s *state) returning(o *Options, vi, to int) bool {
 	return ok && m.From == s.hosts[to].name && o.NowNs-m.AtNs < o.ReturnNs
 }
 
-// loadOrder returns up to candidateHosts of the most loaded hosts (above
-// the mean) and of the least loaded (below the mean), by the weighted sum
-// of normalised loads.
+// loadOrder returns the hosts a rebalancing step moves VMs from and to.
+// In a cluster of up to 2 × candidateHosts hosts, every host is both.
+// Otherwise the sources are the candidateHosts most loaded hosts by each
+// weighted resource and by their sum, and the destinations the
+// candidateHosts least loaded ones by the same measures.
 func (s *state) loadOrder() (srcs, dsts []int) {
-	type hl struct {
-		hi int
-		l  float64
+	n := len(s.hosts)
+	if n <= 2*candidateHosts {
+		all := make([]int, n)
+		for i := range all {
+			all[i] = i
+		}
+		return all, all
 	}
-	all := make([]hl, len(s.hosts))
-	var mean float64
-	for hi := range s.hosts {
-		ld := loads(&s.hosts[hi])
-		var l float64
+	inSrc, inDst := make([]bool, n), make([]bool, n)
+	order := make([]int, n)
+	key := make([]float64, n)
+	pick := func(measure func(l *[nRes]float64) float64) {
+		for hi := range s.hosts {
+			order[hi] = hi
+			l := loads(&s.hosts[hi])
+			key[hi] = measure(&l)
+		}
+		sort.SliceStable(order, func(a, b int) bool { return key[order[a]] > key[order[b]] })
+		for k := 0; k < candidateHosts; k++ {
+			if hi := order[k]; !inSrc[hi] {
+				inSrc[hi] = true
+				srcs = append(srcs, hi)
+			}
+			if hi := order[n-1-k]; !inDst[hi] {
+				inDst[hi] = true
+				dsts = append(dsts, hi)
+			}
+		}
+	}
+	pick(func(l *[nRes]float64) float64 {
+		var sum float64
 		for r := 0; r < nRes; r++ {
-			l += s.bal.w[r] * ld[r]
+			sum += s.bal.w[r] * l[r]
 		}
-		all[hi] = hl{hi, l}
-		mean += l
-	}
-	mean /= float64(len(all))
-	sort.SliceStable(all, func(a, b int) bool { return all[a].l > all[b].l })
-	for _, x := range all {
-		if len(srcs) < candidateHosts && x.l > mean {
-			srcs = append(srcs, x.hi)
-		}
-	}
-	for i := len(all) - 1; i >= 0; i-- {
-		if len(dsts) < candidateHosts && all[i].l < mean {
-			dsts = append(dsts, all[i].hi)
+		return sum
+	})
+	for r := 0; r < nRes; r++ {
+		if s.bal.w[r] != 0 {
+			pick(func(l *[nRes]float64) float64 { return l[r] })
 		}
 	}
 	return srcs, dsts
