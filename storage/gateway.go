@@ -301,9 +301,10 @@ func (g *Gateway) controlStep(now time.Time, elapsed time.Duration) Status {
 			g.opts.Logf("gateway: datastore %s: stats region: %v", gt.name, err)
 			recs = []statsRecord{rec}
 		}
-		r.dsLatNs, r.hosts = datastoreLatency(recs, now.UnixNano())
+		v := viewOf(recs, now.UnixNano())
+		r.dsLatNs, r.hosts = v.latNs, v.hosts
 		if gt.parda != nil {
-			w := gt.parda.update(r.dsLatNs, r.activeShares)
+			w := gt.parda.update(v.latNs, r.activeShares, v.totalShares, v.totalWindow)
 			gt.mu.Lock()
 			gt.window = w
 			gt.dispatchLocked()

@@ -169,21 +169,33 @@ func decodeStatsRecord(b []byte) (statsRecord, bool) {
 	}, true
 }
 
-// datastoreLatency is the IOPS-weighted mean normalised latency (ns) of the
-// fresh records: those whose period ended within 3 periods before nowNs.
-func datastoreLatency(recs []statsRecord, nowNs int64) (latNs float64, hosts int) {
+// datastoreView is what every host derives from the fresh records of the
+// stats region (those whose period ended within 3 periods before now).
+type datastoreView struct {
+	latNs       float64 // IOPS-weighted mean normalised latency; 0: no I/O
+	hosts       int
+	totalShares float64 // Σ active shares
+	totalWindow float64 // Σ windows of hosts with active shares
+}
+
+func viewOf(recs []statsRecord, nowNs int64) datastoreView {
+	var v datastoreView
 	var ios uint64
 	var sum float64
 	for _, r := range recs {
 		if r.PeriodNs <= 0 || nowNs-r.PeriodEndNs > 3*r.PeriodNs {
 			continue
 		}
-		hosts++
+		v.hosts++
 		ios += r.IOs
 		sum += r.NormLatSumNs
+		if r.ActiveShares > 0 {
+			v.totalShares += r.ActiveShares
+			v.totalWindow += r.Window
+		}
 	}
-	if ios == 0 {
-		return 0, hosts
+	if ios > 0 {
+		v.latNs = sum / float64(ios)
 	}
-	return sum / float64(ios), hosts
+	return v
 }
