@@ -53,8 +53,10 @@ func (d *decoder) policy(root *yaml.Node) *Policy {
 	for i, n := range d.list(m, "hosts") {
 		p.Hosts = append(p.Hosts, d.host(n, itemPath("hosts", i, n)))
 	}
-	if len(p.Hosts) == 0 && len(d.errs) == 0 {
-		d.add(m.line, "hosts", "at least one host is required")
+	if v, ok := m.vals["hosts"]; !ok {
+		d.add(m.line, "hosts", "missing (required): at least one host")
+	} else if len(p.Hosts) == 0 && (v.Kind == yaml.SequenceNode || v.Tag == "!!null") {
+		d.add(v.Line, "hosts", "at least one host is required")
 	}
 	p.TrafficClasses = d.classes(m)
 	for i, n := range d.list(m, "networkPools") {
