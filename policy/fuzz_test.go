@@ -23,6 +23,9 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("error %T %v is not a non-empty Errors", err, err)
 			}
 			for _, e := range errs {
+				if strings.HasPrefix(e.Msg, "internal error") {
+					t.Fatalf("the loader panicked (recovered): %s", e.Msg)
+				}
 				line := e.Error()
 				if !strings.HasPrefix(line, "f.yaml:") || e.Line < 1 || strings.ContainsAny(line, "\n\r") {
 					t.Fatalf("malformed message %q", line)
