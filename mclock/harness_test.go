@@ -16,11 +16,13 @@ import (
 //	client id=N [r=IOPS] [s=SHARES] [l=IOPS]       add a client
 //	update id=N [r=IOPS] [s=SHARES] [l=IOPS]       change a client
 //	add id=N [n=1] [bytes=4KiB] [t=0ms] [delta=0] [rho=0]
+//	remove id=N                                    remove a client
 //	pull t=DUR [n=1] [every=DUR]                   pull n times, t advancing by every
 //	stats                                          per-client counters
 //	sim capacity=UNITS/s duration=DUR [at-limit=..] [chunk=..]   (clients as input lines)
 //	agree seed=N trials=N                          random sims against alloc
 //	lag ...                                        reactivation burst (see lag_test.go)
+//	dmclock servers=N capacity=U duration=D [tracker=on|off]   (see dmclock_test.go)
 //
 // Every pull checks the phase invariants (a reservation-phase request had its
 // R tag due, a weight-phase request was under its limit, nothing was served
@@ -28,6 +30,8 @@ import (
 func TestDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		var s *Scheduler
+		var handle uint64
+		lastHandle := map[int]uint64{}
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			a := args(t, d)
 			switch d.Cmd {
@@ -49,14 +53,21 @@ func TestDataDriven(t *testing.T) {
 			case "add":
 				id := a.int("id", 0)
 				for range a.int("n", 1) {
-					req := Request{Bytes: a.bytes("bytes", 4096), Delta: uint32(a.int("delta", 0)), Rho: uint32(a.int("rho", 0))}
+					handle++
+					req := Request{Bytes: a.bytes("bytes", 4096), Delta: uint32(a.int("delta", 0)), Rho: uint32(a.int("rho", 0)), Handle: handle}
 					if err := s.Add(id, req, a.dur("t", 0)); err != nil {
 						return "error: " + err.Error()
 					}
 				}
 				return fmt.Sprintf("queued=%d", s.Len())
+			case "remove":
+				n, err := s.RemoveClient(a.int("id", 0))
+				if err != nil {
+					return "error: " + err.Error()
+				}
+				return fmt.Sprintf("dropped=%d queued=%d", n, s.Len())
 			case "pull":
-				return pullTrace(s, a.dur("t", 0), a.int("n", 1), a.dur("every", 0))
+				return pullTrace(s, a.dur("t", 0), a.int("n", 1), a.dur("every", 0), lastHandle)
 			case "stats":
 				return statsTable(s)
 			case "sim":
@@ -65,6 +76,8 @@ func TestDataDriven(t *testing.T) {
 				return runAgree(a.int("seed", 1), a.int("trials", 10))
 			case "lag":
 				return runLag(a)
+			case "dmclock":
+				return runDmclock(t, d, a)
 			}
 			t.Fatalf("unknown directive %q", d.Cmd)
 			return ""
@@ -72,7 +85,7 @@ func TestDataDriven(t *testing.T) {
 	})
 }
 
-func pullTrace(s *Scheduler, t0 int64, n int, every int64) string {
+func pullTrace(s *Scheduler, t0 int64, n int, every int64, lastHandle map[int]uint64) string {
 	var b strings.Builder
 	now := t0
 	for range n {
@@ -91,6 +104,10 @@ func pullTrace(s *Scheduler, t0 int64, n int, every int64) string {
 				fmt.Fprintf(&b, "t=%s none next=%s\n", fmtNs(now), fmtNs(next))
 			}
 		} else {
+			if req.Handle <= lastHandle[id] {
+				fmt.Fprintf(&b, "  violation: c%d served out of FIFO order\n", id)
+			}
+			lastHandle[id] = req.Handle
 			tg := pre[id]
 			ph := s.LastPhase()
 			fmt.Fprintf(&b, "t=%s c%d %-6s cost=%d R=%s L=%s\n", fmtNs(now), id, ph, s.Cost(req.Bytes), fmtTag(tg[kR]), fmtNs(tg[kL]))

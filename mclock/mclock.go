@@ -206,6 +206,7 @@ type Scheduler struct {
 	vP         int64 // virtual time: P tag of the last weight-phase request
 	queued     int
 	last       Phase
+	lastNs     int64 // latest time seen by Add or Pull
 }
 
 // New returns an empty Scheduler.
@@ -283,7 +284,8 @@ func (c *client) setParams(p Params) {
 }
 
 // Update changes a client's parameters; they apply from its current head
-// request on.
+// request on. A reservation given to a client that had none counts from the
+// latest time the Scheduler has seen (Add or Pull).
 func (s *Scheduler) Update(id int, p Params) error {
 	c := s.client(id)
 	if c == nil {
@@ -292,7 +294,12 @@ func (s *Scheduler) Update(id int, p Params) error {
 	if err := p.validate(); err != nil {
 		return fmt.Errorf("client %d: %w", id, err)
 	}
+	hadR := c.invR > 0
 	c.setParams(p)
+	if !hadR && c.invR > 0 {
+		// A new reservation counts from now, not from the client's start.
+		c.rBase = max(c.rBase, s.lastNs)
+	}
 	if c.qLen > 0 {
 		s.unlink(c)
 		s.tagHead(c, c.fresh, c.headSince)
@@ -345,6 +352,7 @@ func (s *Scheduler) Add(id int, req Request, nowNs int64) error {
 	if c == nil {
 		return fmt.Errorf("client %d: %w", id, ErrUnknownClient)
 	}
+	s.lastNs = max(s.lastNs, nowNs)
 	if c.qLen == len(c.q) {
 		c.grow()
 	}
@@ -443,6 +451,7 @@ func (s *Scheduler) unlink(c *client) {
 // could be (Never when nothing is queued); call Pull again then, or on the
 // next Add.
 func (s *Scheduler) Pull(nowNs int64) (req Request, clientID int, ok bool, nextEligibleNs int64) {
+	s.lastNs = max(s.lastNs, nowNs)
 	hl, hp, hr := &s.heaps[kL], &s.heaps[kP], &s.heaps[kR]
 	for len(hl.a) > 0 && hl.a[0].key <= nowNs {
 		c := hl.a[0].c
