@@ -277,29 +277,26 @@ func (s *Sim) action(e EventSpec) (func() error, error) {
 }
 
 func (s *Sim) setDisk(d *diskState, e EventSpec) (func() error, error) {
-	c := *d.mc
+	c := d.params
 	var err error
 	if e.Shares != "" {
-		if c.shares, err = parseShares(e.Shares, c.shares, policy.StorageSharesLow, policy.StorageSharesNormal, policy.StorageSharesHigh); err != nil {
+		if c.Shares, err = parseShares(e.Shares, c.Shares, policy.StorageSharesLow, policy.StorageSharesNormal, policy.StorageSharesHigh); err != nil {
 			return nil, err
 		}
 	}
 	if e.Reservation != "" {
-		if c.resIOPS, err = strconv.ParseFloat(e.Reservation, 64); err != nil {
+		if c.ReservationIOPS, err = strconv.ParseFloat(e.Reservation, 64); err != nil {
 			return nil, fmt.Errorf("bad IOPS %q", e.Reservation)
 		}
 	}
 	if e.Limit != "" {
 		if e.Limit == "unlimited" {
-			c.limIOPS = math.Inf(1)
-		} else if c.limIOPS, err = strconv.ParseFloat(e.Limit, 64); err != nil {
+			c.LimitIOPS = math.Inf(1)
+		} else if c.LimitIOPS, err = strconv.ParseFloat(e.Limit, 64); err != nil {
 			return nil, fmt.Errorf("bad IOPS %q", e.Limit)
 		}
 	}
-	return func() error {
-		d.mc.resIOPS, d.mc.shares, d.mc.limIOPS = c.resIOPS, c.shares, c.limIOPS
-		return nil
-	}, nil
+	return func() error { d.setParams(c); return nil }, nil
 }
 
 func parseShares(v string, def float64, low, normal, high int) (float64, error) {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"sluice/mclock"
+	"sluice/parda"
 	"sluice/policy"
 )
 
@@ -14,15 +16,15 @@ var inf = math.Inf(1)
 
 // Sim is one run of a scenario: the cluster's models on one engine.
 type Sim struct {
-	eng   *Engine
-	rec   *Recorder
-	net   NetParams
-	cpu   CPUParams
-	st    StorageParams
-	parda pardaCtl
-	pol   *policy.Policy
-	sched string
-	file  string
+	eng      *Engine
+	rec      *Recorder
+	net      NetParams
+	cpu      CPUParams
+	st       StorageParams
+	pardaCfg parda.Config
+	pol      *policy.Policy
+	sched    string
+	file     string
 
 	uplinks  map[string]*Uplink // HOST/UPLINK
 	upOrder  []*Uplink
@@ -110,11 +112,11 @@ func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 	setF(&s.cpu.PeakMHz, m.CPU.PeakMHz)
 	setF(&s.st.TransferMBps, m.Storage.TransferMBps)
 	setF(&s.st.Gamma, m.Storage.Gamma)
-	setF(&s.st.BetaPer1000, m.Storage.BetaPer1000)
+	setF(&s.st.BetaPerShare, m.Storage.BetaPerShare)
 	if m.Storage.HostQueue > 0 {
 		s.st.HostQueue = m.Storage.HostQueue
 	}
-	s.parda = pardaCtl{gamma: s.st.Gamma, betaPer1000: s.st.BetaPer1000, minW: 4, maxW: 256}
+	s.pardaCfg = parda.Config{Gamma: s.st.Gamma, BetaPerShare: s.st.BetaPerShare}
 	s.rec = newRecorder(s.eng, sc.sampleNs)
 
 	classes := make([]schedClass, len(s.pol.TrafficClasses))
@@ -167,6 +169,13 @@ func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 		if ds.periodNs <= 0 {
 			ds.periodNs = 4 * Second
 		}
+		ds.size = parda.SizeModel{FixedNs: ds.st4kNs, NsPerKiB: 0, RefBytes: 8 << 10}
+		if s.st.TransferMBps <= 0 {
+			ds.size = parda.SizeModel{FixedNs: 0, NsPerKiB: ds.st4kNs / 4, RefBytes: 8 << 10}
+		} else {
+			ds.size.NsPerKiB = 1024 / (s.st.TransferMBps * 1e6) * 1e9
+			ds.size.FixedNs = ds.st4kNs - 4*ds.size.NsPerKiB
+		}
 		s.dstores[d.Name] = ds
 		ds2 := ds
 		s.rec.Gauge(prefDSLat+d.Name, func() float64 { return ds2.lastLatNs / 1e6 })
@@ -179,10 +188,13 @@ func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 			}
 			hq := s.hostQ(ds, vm.Host)
 			name := vm.Name + "/" + dk.Name
-			d := &diskState{name: name, host: hq, iops: s.rec.Series(prefIOPS + name), lat: s.rec.Series(prefLat + name),
-				mc: &mcClient{resIOPS: float64(dk.ReservationIOPS), shares: float64(max(dk.Shares, 1)), limIOPS: iopsLimit(dk.LimitIOPS)}}
+			d := &diskState{name: name, host: hq, id: len(hq.disks), iops: s.rec.Series(prefIOPS + name), lat: s.rec.Series(prefLat + name)}
+			d.params = mclock.Params{ReservationIOPS: float64(dk.ReservationIOPS), Shares: float64(max(dk.Shares, 1)), LimitIOPS: iopsLimit(dk.LimitIOPS)}
+			d.shares = d.params.Shares
+			if err := hq.mc.AddClient(d.id, d.params); err != nil {
+				return nil, fmt.Errorf("%s: disk %s: %v", sc.file, name, err)
+			}
 			hq.disks = append(hq.disks, d)
-			hq.mc.clients = append(hq.mc.clients, d.mc)
 			s.disks[name] = d
 		}
 	}
@@ -200,7 +212,7 @@ func (s *Sim) hostQ(ds *datastore, host string) *hostQ {
 			return h
 		}
 	}
-	h := &hostQ{s: s, name: host + "/" + ds.name, ds: ds, window: float64(s.st.HostQueue)}
+	h := &hostQ{s: s, name: host + "/" + ds.name, ds: ds, window: float64(s.st.HostQueue), mc: mclock.New(mclock.Config{}), reqs: map[uint64]*ioReq{}}
 	ds.hosts = append(ds.hosts, h)
 	s.rec.Gauge(prefQDepth+h.name, func() float64 { return h.window })
 	return h

@@ -1,13 +1,18 @@
 package sim
 
-import "math"
+import (
+	"math"
+
+	"sluice/mclock"
+	"sluice/parda"
+)
 
 // StorageSpec overrides storage model parameters (docs/sim.md).
 type StorageSpec struct {
-	TransferMBps float64 `yaml:"transferMBps"` // per slot, for bytes beyond the first 4 KiB
+	TransferMBps float64 `yaml:"transferMBps"` // per slot, for bytes beyond the first 4 KiB (0: linear in size)
 	HostQueue    int     `yaml:"hostQueue"`    // host window without SIOC
-	Gamma        float64 `yaml:"gamma"`        // PARDA smoothing
-	BetaPer1000  float64 `yaml:"betaPer1000"`  // PARDA β per 1000 active shares
+	Gamma        float64 `yaml:"gamma"`        // PARDA γ (0: package parda's default)
+	BetaPerShare float64 `yaml:"betaPerShare"` // PARDA β per active share (0: package parda's default)
 }
 
 // StorageParams are the storage model parameters.
@@ -15,11 +20,11 @@ type StorageParams struct {
 	TransferMBps float64
 	HostQueue    int
 	Gamma        float64
-	BetaPer1000  float64
+	BetaPerShare float64
 }
 
 // DefaultStorageParams: see docs/sim.md for their sources.
-var DefaultStorageParams = StorageParams{TransferMBps: 60, HostQueue: 64, Gamma: 0.5, BetaPer1000: 1}
+var DefaultStorageParams = StorageParams{HostQueue: 32}
 
 // ioReq is one I/O in flight.
 type ioReq struct {
@@ -32,24 +37,31 @@ type ioReq struct {
 
 // datastore is an array of slots parallel servers with a FIFO queue.
 type datastore struct {
-	s         *Sim
-	name      string
-	slots     int
-	st4kNs    float64
-	busy      int
-	queue     []*ioReq
-	sioc      bool
-	threshNs  float64
-	periodNs  int64
-	hosts     []*hostQ
-	latSum    float64 // normalised latency of the current period
-	latCnt    float64
+	s        *Sim
+	name     string
+	slots    int
+	st4kNs   float64
+	busy     int
+	queue    []*ioReq
+	sioc     bool
+	threshNs float64
+	periodNs int64
+	hosts    []*hostQ
+	ctl      *parda.Controller
+	size     parda.SizeModel
+	// lastLatNs is the datastore-wide (size-normalised) latency of the
+	// last control period.
 	lastLatNs float64
 }
 
-// serviceNs is the time one slot takes for an I/O of b bytes: the 4 KiB
-// service time plus the transfer of the rest.
+// serviceNs is the time one slot takes for an I/O of b bytes. By default
+// (TransferMBps 0) it is the array's service time per 4 KiB times the
+// number of 4 KiB blocks (DESIGN.md §4: "time per 4 KiB I/O"); with
+// TransferMBps set, the 4 KiB time plus the transfer of the rest.
 func (d *datastore) serviceNs(b int64) float64 {
+	if d.s.st.TransferMBps <= 0 {
+		return d.st4kNs * math.Max(1, float64(b)/4096)
+	}
 	extra := math.Max(0, float64(b-4096))
 	return d.st4kNs + extra/(d.s.st.TransferMBps*1e6)*1e9
 }
@@ -68,36 +80,46 @@ func (d *datastore) serve() {
 		d.s.eng.After(int64(d.serviceNs(q.bytes)), func() {
 			d.busy--
 			now := d.s.eng.NowNs()
-			// Size-normalised latency: the time beyond what the extra
-			// transfer of a large I/O explains.
-			lat := float64(now-q.dsNs) - (d.serviceNs(q.bytes) - d.st4kNs)
-			d.latSum += lat
-			d.latCnt++
-			q.disk.host.outstanding--
+			h := q.disk.host
+			h.ios++
+			h.latSumNs += float64(now - q.dsNs)
+			h.bytesSum += float64(q.bytes)
+			h.outstanding--
 			q.disk.complete(q, now)
-			q.disk.host.dispatch()
+			h.dispatch()
 			d.serve()
 		})
 	}
 }
 
-// control runs PARDA on every host at the end of a control period.
+// control runs PARDA (package parda) on every host at the end of a
+// control period: the datastore-wide latency from every host's report,
+// then each host's window from its active shares.
 func (d *datastore) control() {
-	if d.latCnt > 0 {
-		d.lastLatNs = d.latSum / d.latCnt
+	reports := make([]parda.HostReport, 0, len(d.hosts))
+	for _, h := range d.hosts {
+		if h.ios > 0 {
+			reports = append(reports, parda.HostReport{IOs: h.ios, LatencyNs: h.latSumNs / h.ios, MeanBytes: h.bytesSum / h.ios})
+		}
+		h.ios, h.latSumNs, h.bytesSum = 0, 0, 0
 	}
-	d.latSum, d.latCnt = 0, 0
+	d.lastLatNs = d.size.DatastoreLatency(reports)
 	for _, h := range d.hosts {
 		if d.sioc {
+			if d.ctl == nil || d.ctl.Config().ThresholdNs != d.threshNs {
+				cfg := d.s.pardaCfg
+				cfg.ThresholdNs = d.threshNs
+				d.ctl = parda.New(cfg)
+			}
 			act := 0.0
 			for _, dk := range h.disks {
-				if dk.issued > 0 || len(dk.mc.queue) > 0 {
-					act += dk.mc.shares
+				if dk.issued > 0 || dk.queued > 0 {
+					act += dk.shares
 				}
 				dk.issued = 0
 			}
 			if act > 0 {
-				h.window = d.s.parda.update(h.window, d.threshNs, d.lastLatNs, act)
+				h.window = d.ctl.Update(h.window, d.lastLatNs, act)
 			}
 		} else {
 			h.window = float64(d.s.st.HostQueue)
@@ -108,48 +130,70 @@ func (d *datastore) control() {
 }
 
 // hostQ is one host's queue to one datastore: a window of outstanding
-// I/Os (set by PARDA when SIOC is on) fed by mClock over the host's disks.
+// I/Os (set by PARDA when SIOC is on) fed by package mclock over the
+// host's disks.
 type hostQ struct {
 	s           *Sim
 	name        string // HOST/DATASTORE
 	ds          *datastore
 	window      float64
 	outstanding int
-	mc          mclockQ
+	mc          *mclock.Scheduler
 	disks       []*diskState
+	reqs        map[uint64]*ioReq
+	nextHandle  uint64
 	wakeNs      int64
+	// measurements of the current control period
+	ios, latSumNs, bytesSum float64
 }
 
 func (h *hostQ) dispatch() {
 	for float64(h.outstanding) < math.Floor(h.window) {
-		q, next := h.mc.pull(h.s.eng.NowNs())
-		if q == nil {
-			if next > 0 && (h.wakeNs <= h.s.eng.NowNs() || next < h.wakeNs) {
+		now := h.s.eng.NowNs()
+		req, id, ok, next := h.mc.Pull(now)
+		if !ok {
+			if next != mclock.Never && next > now && (h.wakeNs <= now || next < h.wakeNs) {
 				h.wakeNs = next
 				h.s.eng.At(next, h.dispatch)
 			}
 			return
 		}
+		q := h.reqs[req.Handle]
+		delete(h.reqs, req.Handle)
 		h.outstanding++
-		q.disk.issued++
+		dk := h.disks[id]
+		dk.queued--
+		dk.issued++
 		h.ds.arrive(q)
 	}
 }
 
-// diskState is a VM's virtual disk.
+// diskState is a VM's virtual disk: one mclock client of its host's queue.
 type diskState struct {
 	name   string
 	host   *hostQ
-	mc     *mcClient
+	id     int
+	params mclock.Params
+	shares float64
+	queued int
 	issued int
 	iops   *Series
 	lat    *Series
 }
 
 func (dk *diskState) submit(bytes int64, done func()) {
-	q := &ioReq{disk: dk, bytes: bytes, t0Ns: dk.host.s.eng.NowNs(), done: done}
-	dk.host.mc.add(dk.mc, q, q.t0Ns)
-	dk.host.dispatch()
+	h := dk.host
+	q := &ioReq{disk: dk, bytes: bytes, t0Ns: h.s.eng.NowNs(), done: done}
+	h.nextHandle++
+	h.reqs[h.nextHandle] = q
+	dk.queued++
+	_ = h.mc.Add(dk.id, mclock.Request{Bytes: bytes, Handle: h.nextHandle}, q.t0Ns)
+	h.dispatch()
+}
+
+func (dk *diskState) setParams(p mclock.Params) {
+	dk.params, dk.shares = p, p.Shares
+	_ = dk.host.mc.Update(dk.id, p)
 }
 
 func (dk *diskState) complete(q *ioReq, nowNs int64) {
