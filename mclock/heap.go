@@ -44,7 +44,11 @@ func (h *cheap) remove(i int) {
 // fix re-sorts position i after its client's tag changed.
 func (h *cheap) fix(i int) {
 	e := h.a[i]
-	e.key = e.c.tag[h.kind]
+	k := e.c.tag[h.kind]
+	if k == e.key {
+		return
+	}
+	e.key = k
 	h.place(i, e)
 }
 
