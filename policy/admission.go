@@ -26,11 +26,10 @@ func (p *Policy) Admission() Errors {
 	p.checkPools(l)
 	p.checkHostResources(l)
 	p.checkDatastores(l)
-	l.errs.sortByLine()
 	if len(l.errs) == 0 {
 		return nil
 	}
-	return l.errs.capped()
+	return l.result()
 }
 
 func capText(p *Policy, u *Uplink) string {

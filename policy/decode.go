@@ -69,6 +69,10 @@ func (d *decoder) mapping(n *yaml.Node, path string, pos *Pos, prefix string, kn
 			continue
 		}
 		if !contains(known, key) {
+			if d.full() {
+				d.dropped++ // skip the costly suggestion
+				continue
+			}
 			d.add(k.Line, join(path, clip(key)), "unknown field%s", suggestOrList(key, known))
 			continue
 		}

@@ -54,24 +54,39 @@ func (es Errors) sortByLine() {
 const MaxErrors = 100
 
 // capped keeps the first MaxErrors problems and a last line counting the
-// rest.
-func (es Errors) capped() Errors {
+// rest of them plus dropped (problems counted but not recorded).
+func (es Errors) capped(dropped int) Errors {
 	if len(es) <= MaxErrors {
 		return es
 	}
 	rest := es[MaxErrors]
 	out := append(Errors(nil), es[:MaxErrors]...)
-	return append(out, Error{File: rest.File, Line: rest.Line, Msg: fmt.Sprintf("%d more problems not shown", len(es)-MaxErrors)})
+	return append(out, Error{File: rest.File, Line: rest.Line, Msg: fmt.Sprintf("%d more problems not shown", len(es)-MaxErrors+dropped)})
 }
 
-// errorList collects problems for one file.
+// errorList collects problems for one file. Past 10 × MaxErrors it only
+// counts them, so that a file of a million typos costs no more than reading it.
 type errorList struct {
-	file string
-	errs Errors
+	file    string
+	errs    Errors
+	dropped int
 }
+
+// full reports whether further problems are only counted.
+func (l *errorList) full() bool { return len(l.errs) >= 10*MaxErrors }
 
 func (l *errorList) add(line int, field, format string, args ...any) {
+	if l.full() {
+		l.dropped++
+		return
+	}
 	l.errs = append(l.errs, Error{File: l.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// result is the collected problems in line order, capped at MaxErrors.
+func (l *errorList) result() Errors {
+	l.errs.sortByLine()
+	return l.errs.capped(l.dropped)
 }
 
 // suggest returns ` (did you mean "x"?)` for the candidate nearest to s, or

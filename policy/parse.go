@@ -76,8 +76,7 @@ func Decode(file string, data []byte) (p *Policy, err error) {
 	p = d.policy(root)
 	p.resolve(&d.errorList)
 	if len(d.errs) > 0 {
-		d.errs.sortByLine()
-		return nil, d.errs.capped()
+		return nil, d.result()
 	}
 	return p, nil
 }
