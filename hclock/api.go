@@ -12,7 +12,11 @@ func (s *Scheduler) Stats(id int) NodeStats {
 		return NodeStats{}
 	}
 	x := &s.nodes[id]
-	st := x.st
+	cd := &s.cold[id]
+	st := NodeStats{
+		SentBytes: x.sentBytes, SentPackets: x.sentPackets, ReservationBytes: cd.resvBytes,
+		DroppedBytes: cd.droppedBytes, DroppedPackets: cd.droppedPackets,
+	}
 	if x.isPort {
 		st.QueuedBytes, st.QueuedPackets = uint64(x.qBytes), uint64(x.qN)
 	}
@@ -35,7 +39,7 @@ func (s *Scheduler) Name(id int) string {
 	if id < 0 || id >= len(s.nodes) {
 		return ""
 	}
-	return s.nodes[id].name
+	return s.cold[id].name
 }
 
 // Params returns node id's current reservation, shares and limit.
@@ -43,7 +47,7 @@ func (s *Scheduler) Params(id int) Params {
 	if id < 0 || id >= len(s.nodes) {
 		return Params{}
 	}
-	return s.nodes[id].params
+	return s.cold[id].params
 }
 
 // SetParams changes node id's reservation, shares and limit at nowNs. Queued
@@ -55,27 +59,28 @@ func (s *Scheduler) SetParams(id int, p Params, nowNs int64) error {
 		return fmt.Errorf("hclock: no node %d", id)
 	}
 	x := &s.nodes[id]
-	if err := checkParams(x.name, p, x.parent < 0); err != nil {
+	if err := checkParams(s.cold[id].name, p, x.parent < 0); err != nil {
 		return err
 	}
 	now := s.now(nowNs)
 	oldL := x.lNsPerByte
-	x.params = p
+	s.cold[id].params = p
 	// The most a subtree can take changes along the path to the root.
 	for y := int32(id); y >= 0; y = s.nodes[y].parent {
 		n := &s.nodes[y]
+		cd := &s.cold[y]
 		l := math.Inf(1)
-		if !unlimited(n.params.LimitBps) {
-			l = n.params.LimitBps
+		if !unlimited(cd.params.LimitBps) {
+			l = cd.params.LimitBps
 		}
 		if !n.isPort {
 			sum := 0.0
 			for _, c := range s.kids[y] {
-				sum += s.nodes[c].lEff
+				sum += s.cold[c].lEff
 			}
 			l = math.Min(l, sum)
 		}
-		n.lEff = l
+		cd.lEff = l
 		s.derive(y)
 	}
 	if oldL > 0 && x.lTag > now {

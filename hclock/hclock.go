@@ -15,7 +15,10 @@
 // not safe for concurrent use.
 package hclock
 
-import "math"
+import (
+	"math"
+	"unsafe"
+)
 
 // Packet is what Dequeue hands out.
 type Packet struct {
@@ -47,35 +50,46 @@ type qent struct {
 	bytes int32
 }
 
+// node is the hot per-node state, touched on every packet. Kept small:
+// what is only read on configuration changes lives in cold.
 type node struct {
-	parent int32
-	isPort bool
-	state  uint8
-	name   string
-	params Params
-	lEff   float64 // min(limit, Σ children's lEff): the most the subtree can take
-
-	rNsPerByte float64 // 8e9/min(R, lEff); 0 without reservation
-	sPerByte   float64 // 1/shares
-	lNsPerByte float64 // 8e9/L; 0 when unlimited
-	lSlackNs   float64 // limit credit a node may bank, in ns of its limit
-
-	rTag, sTag, lTag float64 // ns, virtual, ns
+	// First cache line: what choosing and charging read.
+	rTag, sTag, lTag float64 // ns, virtual bytes/share, ns
 	eligibleAt       float64 // ns: earliest time something below may be sent
+	rNsPerByte       float64 // 8e9/min(R, lEff); 0 without reservation
+	sPerByte         float64 // 1/shares
+	lNsPerByte       float64 // 8e9/L; 0 when unlimited
+	lSlackNs         float64 // limit credit a node may bank, in ns of its limit
 
-	// Inner nodes.
+	in *inner // nil for ports
+
+	// Ports: a ring of queued packets, s.slab[qOff : qOff+qCap].
+	qBytes, qBytesCap int64
+	qOff, qCap        int32
+	qHead, qN         int32
+
+	parent int32
+	state  uint8
+	isPort bool
+
+	sentBytes, sentPackets uint64
+}
+
+// inner is the state of a node with children: its children's heaps.
+type inner struct {
 	rh, sh, lh iheap
 	rOff       float64 // added to children's rTag (shortage debt bound)
 	vt         float64 // share virtual time: last start tag served
 	nActive    int32
+}
 
-	// Ports: a ring of queued packets.
-	q         []qent
-	qHead, qN int32
-	qBytes    int64
-	qBytesCap int64
-
-	st NodeStats
+// cold is per-node state that packets do not touch.
+type cold struct {
+	name                         string
+	params                       Params
+	lEff                         float64 // min(limit, Σ children's lEff): the most the subtree can take
+	resvBytes                    uint64
+	droppedBytes, droppedPackets uint64
 }
 
 // NodeStats are a node's counters. An inner node's Sent* count what its
@@ -92,6 +106,8 @@ type NodeStats struct {
 // Scheduler is a hierarchical R/S/L packet scheduler. Build it with New.
 type Scheduler struct {
 	nodes   []node
+	slab    []qent
+	cold    []cold
 	root    int32
 	rPos    []int32
 	sPos    []int32
@@ -125,6 +141,7 @@ func New(cfg Config) (*Scheduler, error) {
 	n := len(cfg.Nodes)
 	s := &Scheduler{
 		nodes:       make([]node, n),
+		cold:        make([]cold, n),
 		root:        int32(root),
 		rPos:        make([]int32, n),
 		sPos:        make([]int32, n),
@@ -146,25 +163,37 @@ func New(cfg Config) (*Scheduler, error) {
 			slots += nc.QueuePackets
 		}
 	}
-	slab := make([]qent, slots)
-	ents := make([]entry, 3*(n-1))
+	s.slab = make([]qent, slots)
+	off := 0
+	ents := make([]entry, 3*(n-1)+12*n+4)
+	nInner := 0
+	for _, k := range kids {
+		if len(k) > 0 {
+			nInner++
+		}
+	}
+	ins := make([]inner, nInner)
 	maxDepth := 0
 	for i := range cfg.Nodes {
 		nc := &cfg.Nodes[i]
 		x := &s.nodes[nc.ID]
 		x.parent = int32(nc.Parent)
-		x.name = nc.Name
-		x.params = nc.Params
+		cd := &s.cold[nc.ID]
+		cd.name = nc.Name
+		cd.params = nc.Params
 		if k := kids[nc.ID]; len(k) == 0 {
 			x.isPort = true
-			x.q, slab = slab[:nc.QueuePackets:nc.QueuePackets], slab[nc.QueuePackets:]
+			x.qOff, x.qCap = int32(off), int32(nc.QueuePackets)
+			off += nc.QueuePackets
 			x.qBytesCap = int64(nc.QueueBytes)
 		} else {
 			c := len(k)
-			x.rh = iheap{e: ents[0:0:c], pos: s.rPos}
-			x.sh = iheap{e: ents[c : c : 2*c], pos: s.sPos}
-			x.lh = iheap{e: ents[2*c : 2*c : 3*c], pos: s.lPos}
-			ents = ents[3*c:]
+			in := &ins[0]
+			ins = ins[1:]
+			in.rh = iheap{e: carve(&ents, c), pos: s.rPos}
+			in.sh = iheap{e: carve(&ents, c), pos: s.sPos}
+			in.lh = iheap{e: carve(&ents, c), pos: s.lPos}
+			x.in = in
 		}
 	}
 	for id := range s.nodes {
@@ -185,10 +214,10 @@ func New(cfg Config) (*Scheduler, error) {
 
 // computeLEff fills lEff bottom-up from id.
 func (s *Scheduler) computeLEff(id int32, kids [][]int32) float64 {
-	x := &s.nodes[id]
+	cd := &s.cold[id]
 	l := math.Inf(1)
-	if !unlimited(x.params.LimitBps) {
-		l = x.params.LimitBps
+	if !unlimited(cd.params.LimitBps) {
+		l = cd.params.LimitBps
 	}
 	if len(kids[id]) > 0 {
 		sum := 0.0
@@ -197,16 +226,16 @@ func (s *Scheduler) computeLEff(id int32, kids [][]int32) float64 {
 		}
 		l = math.Min(l, sum)
 	}
-	x.lEff = l
+	cd.lEff = l
 	return l
 }
 
 // derive computes a node's per-byte increments from its params.
 func (s *Scheduler) derive(id int32) {
 	x := &s.nodes[id]
-	p := x.params
+	p := s.cold[id].params
 	x.rNsPerByte = 0
-	if r := math.Min(p.ReservationBps, x.lEff); r > 0 {
+	if r := math.Min(p.ReservationBps, s.cold[id].lEff); r > 0 {
 		x.rNsPerByte = 8e9 / r
 	}
 	x.sPerByte = 0
@@ -238,19 +267,19 @@ func (s *Scheduler) Enqueue(port int, bytes int, nowNs int64) bool {
 		return false
 	}
 	x := &s.nodes[port]
-	if int(x.qN) == len(x.q) || (x.qBytesCap > 0 && x.qBytes+int64(bytes) > x.qBytesCap) {
+	if x.qN == x.qCap || (x.qBytesCap > 0 && x.qBytes+int64(bytes) > x.qBytesCap) {
 		for id := int32(port); id >= 0; id = s.nodes[id].parent {
-			st := &s.nodes[id].st
-			st.DroppedPackets++
-			st.DroppedBytes += uint64(bytes)
+			cd := &s.cold[id]
+			cd.droppedPackets++
+			cd.droppedBytes += uint64(bytes)
 		}
 		return false
 	}
 	i := x.qHead + x.qN
-	if int(i) >= len(x.q) {
-		i -= int32(len(x.q))
+	if i >= x.qCap {
+		i -= x.qCap
 	}
-	x.q[i] = qent{enqNs: nowNs, bytes: int32(bytes)}
+	s.slab[x.qOff+i] = qent{enqNs: nowNs, bytes: int32(bytes)}
 	x.qN++
 	x.qBytes += int64(bytes)
 	s.queued++
@@ -272,8 +301,8 @@ func (s *Scheduler) activate(id int32, now float64) {
 		}
 		p := &s.nodes[x.parent]
 		s.place(id, now)
-		p.nActive++
-		if p.nActive > 1 {
+		p.in.nActive++
+		if p.in.nActive > 1 {
 			s.refreshUp(x.parent, now)
 			return
 		}
@@ -301,10 +330,10 @@ func (s *Scheduler) eligibleAt(x *node) float64 {
 	e := x.lTag
 	if !x.isPort {
 		switch {
-		case x.sh.len() > 0:
+		case x.in.sh.len() > 0:
 			// Some child is eligible already.
-		case x.lh.len() > 0:
-			e = math.Max(e, x.lh.top().key)
+		case x.in.lh.len() > 0:
+			e = math.Max(e, x.in.lh.top().key)
 		default:
 			return math.Inf(1)
 		}
@@ -323,46 +352,46 @@ func (s *Scheduler) place(id int32, now float64) {
 	if e <= now {
 		if x.state == stEligible {
 			switch {
-			case x.rNsPerByte > 0 && p.rh.has(id):
-				p.rh.fix(id, x.rTag)
+			case x.rNsPerByte > 0 && p.in.rh.has(id):
+				p.in.rh.fix(id, x.rTag)
 			case x.rNsPerByte > 0:
 				// A reservation was just given (SetParams).
-				x.rTag = math.Max(x.rTag, now-p.rOff)
-				p.rh.push(id, x.rTag)
+				x.rTag = math.Max(x.rTag, rFloor(p.in, now))
+				p.in.rh.push(id, x.rTag)
 			default:
-				p.rh.remove(id)
+				p.in.rh.remove(id)
 			}
-			p.sh.fix(id, x.sTag)
+			p.in.sh.fix(id, x.sTag)
 			return
 		}
 		if x.state == stLimited {
 			// Back from being held by a limit: keep at most
 			// MaxCreditBytes of what it was owed meanwhile.
-			p.lh.remove(id)
-			x.rTag = math.Max(x.rTag, now-p.rOff-s.creditBytes*x.rNsPerByte)
-			x.sTag = math.Max(x.sTag, p.vt-s.creditBytes*x.sPerByte)
+			p.in.lh.remove(id)
+			x.rTag = math.Max(x.rTag, rFloor(p.in, now)-s.creditBytes*x.rNsPerByte)
+			x.sTag = math.Max(x.sTag, p.in.vt-s.creditBytes*x.sPerByte)
 		} else {
 			// Back from idle: no credit at all.
-			x.rTag = math.Max(x.rTag, now-p.rOff)
-			x.sTag = math.Max(x.sTag, p.vt)
+			x.rTag = math.Max(x.rTag, rFloor(p.in, now))
+			x.sTag = math.Max(x.sTag, p.in.vt)
 		}
 		x.state = stEligible
 		if x.rNsPerByte > 0 {
-			p.rh.push(id, x.rTag)
+			p.in.rh.push(id, x.rTag)
 		}
-		p.sh.push(id, x.sTag)
+		p.in.sh.push(id, x.sTag)
 		return
 	}
 	switch x.state {
 	case stLimited:
-		p.lh.fix(id, e)
+		p.in.lh.fix(id, e)
 		return
 	case stEligible:
-		p.rh.remove(id)
-		p.sh.remove(id)
+		p.in.rh.remove(id)
+		p.in.sh.remove(id)
 	}
 	x.state = stLimited
-	p.lh.push(id, e)
+	p.in.lh.push(id, e)
 }
 
 // deactivate takes an idle node out of its parent's heaps.
@@ -371,13 +400,13 @@ func (s *Scheduler) deactivate(id int32) {
 	p := &s.nodes[x.parent]
 	switch x.state {
 	case stEligible:
-		p.rh.remove(id)
-		p.sh.remove(id)
+		p.in.rh.remove(id)
+		p.in.sh.remove(id)
 	case stLimited:
-		p.lh.remove(id)
+		p.in.lh.remove(id)
 	}
 	x.state = stIdle
-	p.nActive--
+	p.in.nActive--
 }
 
 // Dequeue picks the next packet to send at nowNs. When nothing may be sent
@@ -387,7 +416,7 @@ func (s *Scheduler) deactivate(id int32) {
 func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs int64) {
 	now := s.now(nowNs)
 	r := &s.nodes[s.root]
-	if r.nActive == 0 {
+	if r.in.nActive == 0 {
 		return Packet{}, false, Never
 	}
 	if r.eligibleAt > now {
@@ -398,28 +427,30 @@ func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs in
 	id := s.root
 	depth := 0
 	for x := r; !x.isPort; {
-		for x.lh.len() > 0 && x.lh.top().key <= now {
-			c := x.lh.top().id
+		for x.in.lh.len() > 0 && x.in.lh.top().key <= now {
+			c := x.in.lh.top().id
 			s.place(c, now)
 		}
 		var c int32
 		ph := ByShares
-		if x.rh.len() > 0 {
-			t := x.rh.top()
-			if due := t.key + x.rOff; due <= now {
+		if x.in.rh.len() > 0 {
+			t := x.in.rh.top()
+			if due := t.key + x.in.rOff; due <= now {
 				c, ph = t.id, ByReservation
 				if lag := now - due; lag > float64(s.cfg.MaxReservationLagNs) {
-					x.rOff += lag - float64(s.cfg.MaxReservationLagNs)
+					x.in.rOff += lag - float64(s.cfg.MaxReservationLagNs)
 				}
 			}
 		}
 		if ph == ByShares {
-			if x.sh.len() == 0 {
+			if x.in.sh.len() == 0 {
 				// Cannot happen while the invariants hold; be safe.
 				return Packet{}, false, Never
 			}
-			c = x.sh.top().id
-			x.vt = math.Max(x.vt, s.nodes[c].sTag)
+			c = x.in.sh.top().id
+			if st := s.nodes[c].sTag; st > x.in.vt {
+				x.in.vt = st
+			}
 		}
 		s.path[depth], s.phases[depth] = c, ph
 		depth++
@@ -428,9 +459,9 @@ func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs in
 	}
 	// Pop the packet.
 	x := &s.nodes[id]
-	q := x.q[x.qHead]
+	q := s.slab[x.qOff+x.qHead]
 	x.qHead++
-	if int(x.qHead) == len(x.q) {
+	if x.qHead == x.qCap {
 		x.qHead = 0
 	}
 	x.qN--
@@ -444,13 +475,23 @@ func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs in
 		s.charge(y, b, q.bytes, now)
 		if s.phases[i] == ByReservation {
 			y.rTag += b * y.rNsPerByte
-			y.st.ReservationBytes += uint64(q.bytes)
+			s.cold[c].resvBytes += uint64(q.bytes)
 		} else {
 			y.sTag += b * y.sPerByte
 		}
-		if (y.isPort && y.qN == 0) || (!y.isPort && y.nActive == 0) {
+		switch {
+		case (y.isPort && y.qN == 0) || (!y.isPort && y.in.nActive == 0):
 			s.deactivate(c)
-		} else {
+		case y.state == stEligible && y.lTag <= now && (y.isPort || y.in.sh.len() > 0):
+			// Still eligible, only the tag it was chosen by moved.
+			y.eligibleAt = y.lTag
+			p := s.nodes[y.parent].in
+			if s.phases[i] == ByReservation {
+				p.rh.fix(c, y.rTag)
+			} else {
+				p.sh.fix(c, y.sTag)
+			}
+		default:
 			s.place(c, now)
 		}
 	}
@@ -462,8 +503,39 @@ func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs in
 // charge advances a node's limit tag and counters for one packet.
 func (s *Scheduler) charge(y *node, b float64, bytes int32, now float64) {
 	if y.lNsPerByte > 0 {
-		y.lTag = math.Max(y.lTag, now-y.lSlackNs) + b*y.lNsPerByte
+		l := y.lTag
+		if floor := now - y.lSlackNs; floor > l {
+			l = floor
+		}
+		y.lTag = l + b*y.lNsPerByte
 	}
-	y.st.SentBytes += uint64(bytes)
-	y.st.SentPackets++
+	y.sentBytes += uint64(bytes)
+	y.sentPackets++
+}
+
+// carve cuts an empty heap of capacity c from the front of *ents, placed so
+// that each group of four siblings (indexes 4i+1..4i+4) fills one 64-byte
+// cache line.
+func carve(ents *[]entry, c int) []entry {
+	e := *ents
+	k := 0
+	for k < 3 && (uintptr(unsafe.Pointer(&e[k+1]))%64) != 0 {
+		k++
+	}
+	*ents = e[k+c:]
+	return e[k : k : k+c]
+}
+
+// rFloor is the reservation tag a child of p starts from when it becomes
+// eligible: now, or the tag of the child most behind its reservation if
+// that is earlier (in a shortage all are behind; a newcomer must queue
+// with them, not behind them). It is the reservation analogue of vt.
+func rFloor(p *inner, now float64) float64 {
+	f := now - p.rOff
+	if p.rh.len() > 0 {
+		if t := p.rh.top().key; t < f {
+			f = t
+		}
+	}
+	return f
 }

@@ -8,7 +8,7 @@ type entry struct {
 	id  int32
 }
 
-// iheap is an indexed binary min-heap of node ids. pos[id] is the index of
+// iheap is an indexed 4-ary min-heap of node ids. pos[id] is the index of
 // id in e, or -1 when id is not in this heap. One pos slice is shared by all
 // heaps of the same kind (a node is a child of exactly one parent), so it is
 // indexed by node id. All storage is preallocated: push never grows e past
@@ -78,7 +78,7 @@ func (h *iheap) up(i int) {
 	e := h.e
 	x := e[i]
 	for i > 0 {
-		p := (i - 1) / 2
+		p := (i - 1) / 4
 		if !(x.key < e[p].key) {
 			break
 		}
@@ -97,15 +97,18 @@ func (h *iheap) down(i0 int) bool {
 	i := i0
 	x := e[i]
 	for {
-		l := 2*i + 1
-		if l >= n {
+		c := 4*i + 1
+		if c >= n {
 			break
 		}
-		m := l
-		if r := l + 1; r < n && e[r].key < e[l].key {
-			m = r
+		m, mk := c, e[c].key
+		end := min(c+4, n)
+		for j := c + 1; j < end; j++ {
+			if k := e[j].key; k < mk {
+				m, mk = j, k
+			}
 		}
-		if !(e[m].key < x.key) {
+		if !(mk < x.key) {
 			break
 		}
 		e[i] = e[m]
