@@ -1,7 +1,11 @@
 package sim
 
 import (
+	"fmt"
 	"math"
+
+	"sluice/hclock"
+	"sluice/policy"
 )
 
 // NetParams are the parameters of the network models. Defaults
@@ -48,7 +52,9 @@ type Port struct {
 	series *Series
 }
 
-// Uplink is one physical NIC of a host with one transmit queue.
+// Uplink is one physical NIC of a host with one transmit queue, drained
+// at line rate; the scheduler is package hclock (NetIOC) or a FIFO (the
+// seeds' "default scheduler").
 type Uplink struct {
 	Name     string
 	Host     string
@@ -57,55 +63,100 @@ type Uplink struct {
 	p        NetParams
 	eng      *Engine
 	sched    TxScheduler
-	ioc      *netiocSched // nil for the default scheduler
-	ports    []*Port
+	hc       *hclock.Scheduler // nil for the default scheduler
+	ids      map[string]int    // port or class name → scheduler node ID
+	ports    []*Port           // by node ID
 	busy     bool
 	wakeAtNs int64
 	failed   bool
+	entAtNs  int64 // entitlements cached at this time
+	ent      map[string]float64
 }
 
-func newUplink(eng *Engine, host, name string, lineBps, usableBps float64, p NetParams, scheduler string, classes []schedClass) *Uplink {
-	u := &Uplink{Name: name, Host: host, LineBps: lineBps, UsableBp: usableBps, p: p, eng: eng}
+// hclockSched adapts package hclock to TxScheduler.
+type hclockSched struct{ h *hclock.Scheduler }
+
+func (a hclockSched) Enqueue(port int, bytes int64, nowNs int64) {
+	a.h.Enqueue(port, int(bytes), nowNs)
+}
+
+func (a hclockSched) Dequeue(nowNs int64) (int, bool, int64) {
+	pkt, ok, next := a.h.Dequeue(nowNs)
+	if next == hclock.Never {
+		next = 0
+	}
+	return pkt.Port, ok, next
+}
+
+// newUplink builds an uplink. Under NetIOC the hclock tree is uplink →
+// every traffic class → one port per system class and one per vNIC of
+// the cluster (a VM can migrate here), so that the tree never changes.
+func newUplink(eng *Engine, host, name string, lineBps, usableBps float64, p NetParams, scheduler string, pol *policy.Policy) (*Uplink, error) {
+	u := &Uplink{Name: name, Host: host, LineBps: lineBps, UsableBp: usableBps, p: p, eng: eng, ids: map[string]int{}}
 	if scheduler == "default" {
 		u.sched = &fifoSched{}
-	} else {
-		u.ioc = &netiocSched{capacity: usableBps, classes: append([]schedClass(nil), classes...), dirty: true}
-		u.sched = u.ioc
+		return u, nil
 	}
-	return u
+	cfg := hclock.Config{Nodes: []hclock.NodeConfig{{ID: 0, Parent: -1, Name: host + "/" + name, Params: hclock.Params{Shares: 1}}}}
+	add := func(parent int, name string, prm hclock.Params) int {
+		id := len(cfg.Nodes)
+		if prm.Shares <= 0 {
+			prm.Shares = 1
+		}
+		cfg.Nodes = append(cfg.Nodes, hclock.NodeConfig{ID: id, Parent: parent, Name: name, Params: prm, QueuePackets: 4 * p.PortQueue})
+		u.ids[name] = id
+		return id
+	}
+	for _, c := range pol.TrafficClasses {
+		cid := add(0, "class:"+c.Name, hclock.Params{ReservationBps: float64(c.Reservation), Shares: float64(c.Shares), LimitBps: limitOf(c.Limit)})
+		if c.Name == "vm" {
+			for _, vm := range pol.VMs {
+				for _, n := range vm.NICs {
+					add(cid, policy.PortName(vm.Name, n.Name), hclock.Params{ReservationBps: float64(n.Reservation), Shares: float64(n.Shares), LimitBps: limitOf(n.Limit)})
+				}
+			}
+		} else {
+			add(cid, policy.ClassName(host, c.Name), hclock.Params{Shares: 1})
+		}
+	}
+	h, err := hclock.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("uplink %s/%s: %v", host, name, err)
+	}
+	u.hc = h
+	u.sched = hclockSched{h}
+	return u, nil
 }
 
-// addPort attaches a port with its class index and R/S/L.
-func (u *Uplink) addPort(pt *Port, class int, res, shares, limit float64) {
-	pt.id = len(u.ports)
+// addPort attaches a port (VM/NIC or HOST/CLASS).
+func (u *Uplink) addPort(pt *Port) error {
 	pt.up = u
-	pt.class = class
-	u.ports = append(u.ports, pt)
-	if u.ioc != nil {
-		u.ioc.ports = append(u.ioc.ports, &schedPort{class: class, res: res, shares: shares, limit: limit})
-		u.ioc.dirty = true
+	if u.hc == nil {
+		pt.id = len(u.ports)
+		u.ports = append(u.ports, pt)
+		return nil
 	}
+	id, ok := u.ids[pt.Name]
+	if !ok {
+		return fmt.Errorf("no port %s on uplink %s/%s", pt.Name, u.Host, u.Name)
+	}
+	pt.id = id
+	for len(u.ports) <= id {
+		u.ports = append(u.ports, nil)
+	}
+	u.ports[id] = pt
+	return nil
 }
 
-// setPort changes a port's R/S/L or activity.
-func (u *Uplink) setPort(pt *Port, res, shares, limit float64, active bool) {
-	if u.ioc == nil {
+// setParams changes the R/S/L of a port or of a class ("class:NAME").
+func (u *Uplink) setParams(name string, res, shares, limit float64) {
+	if u.hc == nil {
 		return
 	}
-	sp := u.ioc.ports[pt.id]
-	sp.res, sp.shares, sp.limit, sp.active = res, shares, limit, active
-	u.ioc.dirty = true
-}
-
-// entitlement is the port's current entitlement in bps (0 under FIFO).
-func (u *Uplink) entitlement(pt *Port) float64 {
-	if u.ioc == nil {
-		return 0
+	if shares <= 0 {
+		shares = 1
 	}
-	if u.ioc.dirty {
-		u.ioc.recompute()
-	}
-	return u.ioc.ports[pt.id].weight
+	_ = u.hc.SetParams(u.ids[name], hclock.Params{ReservationBps: res, Shares: shares, LimitBps: limit}, u.eng.NowNs())
 }
 
 // enqueue queues a segment on pt; it returns false (and queues nothing)

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"math"
 
 	"sluice/policy"
 )
@@ -105,9 +104,8 @@ func (s *Sim) migrate(vm, to string) {
 				continue
 			}
 			oldUp := s.portUp[name]
-			if oldUp.ioc != nil {
-				oldUp.setPort(old, 0, 1, math.Inf(1), false)
-			}
+			delete(s.portUp, name)
+			s.syncClass(oldUp)
 			pin := ""
 			if v := s.pol.VM(vm); v != nil {
 				for _, n := range v.NICs {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"sluice/alloc"
 	"sluice/mclock"
 	"sluice/parda"
 	"sluice/policy"
@@ -119,17 +120,16 @@ func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 	s.pardaCfg = parda.Config{Gamma: s.st.Gamma, BetaPerShare: s.st.BetaPerShare}
 	s.rec = newRecorder(s.eng, sc.sampleNs)
 
-	classes := make([]schedClass, len(s.pol.TrafficClasses))
-	for i, c := range s.pol.TrafficClasses {
-		classes[i] = schedClass{name: c.Name, res: float64(c.Reservation), shares: float64(c.Shares), limit: limitOf(c.Limit)}
-	}
 	for _, h := range s.pol.Hosts {
 		for _, u := range h.Uplinks {
 			usable := float64(u.Usable)
 			if usable <= 0 {
 				usable = float64(u.Speed)
 			}
-			up := newUplink(s.eng, h.Name, u.Name, float64(u.Speed), usable, s.net, s.sched, classes)
+			up, err := newUplink(s.eng, h.Name, u.Name, float64(u.Speed), usable, s.net, s.sched, s.pol)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %v", sc.file, err)
+			}
 			s.uplinks[h.Name+"/"+u.Name] = up
 			s.upOrder = append(s.upOrder, up)
 		}
@@ -247,21 +247,20 @@ func (s *Sim) attachPort(name, host, pin string) {
 		s.portRSL[name] = r
 	}
 	pt := &Port{Name: name, series: s.rec.Series(prefRate + name)}
-	up.addPort(pt, class, r.res, r.shares, r.limit)
+	pt.class = class
+	if err := up.addPort(pt); err != nil {
+		return
+	}
 	s.ports[name] = pt
 	s.portUp[name] = up
-	if up.ioc != nil && !strings.HasPrefix(s.pol.TrafficClasses[class].Name, "vm") {
-		// A system class is one port: its R/S/L are the class's.
-		up.ioc.ports[pt.id].shares = 1
-	}
 	s.syncPort(name)
-	if up.ioc != nil {
+	if up.hc != nil {
 		upc, ptc := up, pt
 		s.rec.Gauge(prefEntitled+name, func() float64 {
 			if s.ports[name] != ptc {
 				return 0
 			}
-			return upc.entitlement(ptc)
+			return s.entitlements(upc)[name]
 		})
 	}
 }
@@ -275,26 +274,78 @@ func (s *Sim) classIndex(name string) int {
 	return 1
 }
 
-// syncPort pushes a port's R/S/L and activity into its uplink's scheduler,
-// and the vm class reservation (the sum of its vNICs' when not declared).
+// syncPort pushes a port's R/S/L into its uplink's scheduler, and the vm
+// class reservation: when the policy gives none, the sum of its vNICs'
+// reservations on the uplink, capped by the uplink's budget.
 func (s *Sim) syncPort(name string) {
-	up, pt := s.portUp[name], s.ports[name]
-	if up == nil || up.ioc == nil {
+	up := s.portUp[name]
+	if up == nil || up.hc == nil {
 		return
 	}
-	r := s.portRSL[name]
-	up.setPort(pt, r.res, r.shares, r.limit, s.active[name] > 0)
 	vi := s.classIndex("vm")
-	if tc := s.pol.TrafficClasses[vi]; tc.Reservation == 0 {
-		sum := 0.0
-		for n, u := range s.portUp {
-			if u == up && s.ports[n].class == vi {
-				sum += s.portRSL[n].res
-			}
-		}
-		up.ioc.classes[vi].res = math.Min(sum, s.vmBudget(up))
-		up.ioc.dirty = true
+	if s.ports[name].class == vi {
+		r := s.portRSL[name]
+		up.setParams(name, r.res, r.shares, r.limit)
 	}
+	s.syncClass(up)
+}
+
+func (s *Sim) syncClass(up *Uplink) {
+	vi := s.classIndex("vm")
+	tc := s.pol.TrafficClasses[vi]
+	res := float64(tc.Reservation)
+	if res == 0 {
+		res = math.Min(s.reserved(up), s.vmBudget(up))
+	}
+	up.setParams("class:vm", res, float64(tc.Shares), limitOf(tc.Limit))
+}
+
+// entitlements computes with package alloc what every port of up is due
+// now (demand unbounded for ports with a running workload or queued
+// traffic): the reference the scheduler's rates are checked against.
+func (s *Sim) entitlements(up *Uplink) map[string]float64 {
+	now := s.eng.NowNs()
+	if up.ent != nil && up.entAtNs == now {
+		return up.ent
+	}
+	root := &alloc.Node{Name: "uplink", Shares: 1, Limit: alloc.Inf}
+	vi := s.classIndex("vm")
+	leaves := map[string]*alloc.Node{}
+	for i, c := range s.pol.TrafficClasses {
+		res := float64(c.Reservation)
+		if i == vi && res == 0 {
+			res = math.Min(s.reserved(up), s.vmBudget(up))
+		}
+		cn := &alloc.Node{Name: c.Name, Reservation: res, Shares: float64(c.Shares), Limit: limitOf(c.Limit)}
+		for _, name := range sortedKeys(s.portUp) {
+			pt := s.ports[name]
+			if s.portUp[name] != up || pt.class != i {
+				continue
+			}
+			d := 0.0
+			if s.active[name] > 0 || len(pt.queue) > pt.qhead {
+				d = alloc.Inf
+			}
+			r := s.portRSL[name]
+			if i != vi {
+				r = &rsl{0, 1, inf}
+			}
+			leaves[name] = &alloc.Node{Name: name, Reservation: r.res, Shares: r.shares, Limit: r.limit, Demand: d}
+			cn.Children = append(cn.Children, leaves[name])
+		}
+		if len(cn.Children) > 0 {
+			root.Children = append(root.Children, cn)
+		}
+	}
+	ent := map[string]float64{}
+	if len(root.Children) > 0 {
+		compute(root, up.UsableBp)
+		for n, l := range leaves {
+			ent[n] = l.Alloc
+		}
+	}
+	up.ent, up.entAtNs = ent, now
+	return ent
 }
 
 func (s *Sim) portFor(name string) (*Port, error) {
