@@ -207,11 +207,12 @@ type Scheduler struct {
 	queued     int
 	last       Phase
 	lastNs     int64 // latest time seen by Add or Pull
+	pRebaseAt  int64 // P tag beyond which virtual time is shifted back
 }
 
 // New returns an empty Scheduler.
 func New(cfg Config) *Scheduler {
-	s := &Scheduler{chunk: cfg.ChunkBytes, atLimit: cfg.AtLimit}
+	s := &Scheduler{chunk: cfg.ChunkBytes, atLimit: cfg.AtLimit, pRebaseAt: pRebaseAt}
 	if s.chunk <= 0 {
 		s.chunk = DefaultChunkBytes
 	}
@@ -479,6 +480,9 @@ func (s *Scheduler) Pull(nowNs int64) (req Request, clientID int, ok bool, nextE
 		return Request{}, -1, false, next
 	}
 	s.serve(c, phase, nowNs)
+	if c.pBase > s.pRebaseAt {
+		s.rebaseP()
+	}
 	e := c.q[c.qHead]
 	c.q[c.qHead] = Request{}
 	c.qHead = (c.qHead + 1) & (len(c.q) - 1)
@@ -521,6 +525,34 @@ func (s *Scheduler) serve(c *client, phase Phase, nowNs int64) {
 	}
 	c.stats.Served++
 	c.stats.ServedCost += uint64(cost)
+}
+
+// pRebaseAt bounds P tags: virtual time advances by 1e9/shares per cost
+// unit, which with small shares at a high rate reaches int64's range in
+// hours; before that all P tags are shifted back by the same amount, which
+// changes no comparison.
+const pRebaseAt int64 = 1 << 61
+
+// rebaseP shifts every P tag (and virtual now) back by virtual now. O(n),
+// once in a long while.
+func (s *Scheduler) rebaseP() {
+	d := s.virtualNow()
+	s.vP -= d
+	for _, c := range s.clients {
+		if c == nil {
+			continue
+		}
+		// A client that far behind virtual now (only an idle one can be)
+		// is lifted to virtual now when it returns: clamping changes
+		// nothing and keeps repeated shifts from overflowing.
+		c.pBase = max(c.pBase-d, -s.pRebaseAt)
+		if c.qLen > 0 {
+			c.tag[kP] = max(c.tag[kP]-d, -s.pRebaseAt)
+		}
+	}
+	for i := range s.heaps[kP].a {
+		s.heaps[kP].a[i].key = s.heaps[kP].a[i].c.tag[kP]
+	}
 }
 
 // relink repositions a client whose head tags changed.
