@@ -545,9 +545,9 @@ func (s *Scheduler) rebaseP() {
 		// A client that far behind virtual now (only an idle one can be)
 		// is lifted to virtual now when it returns: clamping changes
 		// nothing and keeps repeated shifts from overflowing.
-		c.pBase = max(c.pBase-d, -s.pRebaseAt)
+		c.pBase = max(c.pBase-d, farPast)
 		if c.qLen > 0 {
-			c.tag[kP] = max(c.tag[kP]-d, -s.pRebaseAt)
+			c.tag[kP] = max(c.tag[kP]-d, farPast)
 		}
 	}
 	for i := range s.heaps[kP].a {
