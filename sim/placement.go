@@ -2,6 +2,9 @@ package sim
 
 import (
 	"fmt"
+	"strings"
+
+	"sluice/placement"
 
 	"sluice/policy"
 )
@@ -34,47 +37,40 @@ func (s *Sim) reserved(up *Uplink) float64 {
 	return sum
 }
 
-func (s *Sim) vmReservation(vm string) float64 {
-	sum := 0.0
-	for n := range s.portRSL {
-		if vmOf(n) == vm && s.pol.Host(vmOf(n)) == nil {
-			sum += s.portRSL[n].res
+// drs is a placement pass of package placement over the cluster as it is
+// now (current reservations, hosts and lost uplinks), repairing faults
+// only (migration threshold 1); its migrations are carried out.
+func (s *Sim) drs() {
+	p := *s.pol
+	p.VMs = make([]policy.VM, len(s.pol.VMs))
+	cur := placement.Placement{}
+	for i, vm := range s.pol.VMs {
+		vm.NICs = append([]policy.NIC(nil), vm.NICs...)
+		for j := range vm.NICs {
+			if r := s.portRSL[policy.PortName(vm.Name, vm.NICs[j].Name)]; r != nil {
+				vm.NICs[j].Reservation = policy.Bps(r.res)
+			}
+		}
+		h := s.vmHost[vm.Name]
+		if strings.HasPrefix(h, "→") {
+			h = strings.TrimPrefix(h, "→") // in flight: count it at its destination
+		}
+		vm.Host = h
+		cur[vm.Name] = h
+		p.VMs[i] = vm
+	}
+	opts := placement.Options{Threshold: 1, Changed: s.changed, VMotionBps: s.vmotion, NowNs: s.eng.NowNs()}
+	for _, u := range s.upOrder {
+		if u.failed {
+			opts.DownUplinks = append(opts.DownUplinks, u.Host+"/"+u.Name)
 		}
 	}
-	return sum
-}
-
-// drs is a placement pass: on every uplink whose vNIC reservations exceed
-// its budget (a fault), the VM whose reservation was raised last is moved
-// to the host with the most room that can take it. It stands in for
-// package placement while that is not in the tree.
-func (s *Sim) drs() {
-	for _, up := range s.upOrder {
-		if s.reserved(up) <= s.vmBudget(up)+1 {
-			continue
-		}
-		for i := len(s.changed) - 1; i >= 0; i-- {
-			vm := s.changed[i]
-			if s.vmHost[vm] != up.Host {
-				continue
-			}
-			need := s.vmReservation(vm)
-			best, room := "", -1.0
-			for _, u := range s.upOrder {
-				if u.Host == up.Host || u.failed {
-					continue
-				}
-				r := s.vmBudget(u) - s.reserved(u)
-				if r+1 >= need && r > room {
-					best, room = u.Host, r
-				}
-			}
-			if best != "" {
-				s.Log = append(s.Log, fmt.Sprintf("%.1fs: fault on %s/%s: reservations %s > %s; migrate %s to %s",
-					float64(s.eng.NowNs())/1e9, up.Host, up.Name, gbps(s.reserved(up)), gbps(s.vmBudget(up)), vm, best))
-				s.migrate(vm, best)
-				break
-			}
+	res := placement.Plan(&p, cur, placement.Demand{}, opts)
+	now := float64(s.eng.NowNs()) / 1e9
+	for _, d := range res.Decisions {
+		s.Log = append(s.Log, fmt.Sprintf("%.1fs: placement: %s", now, strings.SplitN(d.String(), "\n", 2)[0]))
+		if d.IsMove() && s.vmHost[d.VM] == d.From {
+			s.migrate(d.VM, d.To)
 		}
 	}
 }
