@@ -20,6 +20,7 @@ import (
 
 // simClient is a client of the server model and its demand.
 type simClient struct {
+	name   string
 	p      Params
 	kind   string  // "greedy" (always backlogged), "poisson", "burst"
 	rate   float64 // requests per second (poisson, burst)
@@ -205,6 +206,7 @@ func runSimDirective(t *testing.T, d *datadriven.TestData, a argMap) string {
 		}
 		ca := argMap{t, m}
 		c := simClient{
+			name:   f[0],
 			p:      Params{ReservationIOPS: ca.float("r", 0), Shares: ca.float("s", 1), LimitIOPS: ca.float("l", 0)},
 			kind:   ca.str("demand", "greedy"),
 			rate:   ca.float("rate", 0),
@@ -253,7 +255,11 @@ func simTable(capacity float64, dur int64, cs []simClient, res simResult) string
 		if ent[i] > 0 {
 			err = 100 * (res.served[i]/secs - ent[i]) / ent[i]
 		}
-		fmt.Fprintf(&b, "c%-3d %8g %8g %8s %10s %10.1f %10.1f %+6.2f%%\n", i, c.p.ReservationIOPS, c.p.Shares, lim, dem, res.served[i]/secs, ent[i], err)
+		name := c.name
+		if name == "" {
+			name = fmt.Sprintf("c%d", i)
+		}
+		fmt.Fprintf(&b, "%-4s %8g %8g %8s %10s %10.1f %10.1f %+6.2f%%\n", name, c.p.ReservationIOPS, c.p.Shares, lim, dem, res.served[i]/secs, ent[i], err)
 	}
 	fmt.Fprintf(&b, "device idle %.1f%% of the time\n", 100*float64(res.idleNs)/float64(dur))
 	return b.String()
