@@ -11,16 +11,15 @@ import (
 
 // op is one I/O request of a VM disk on its way to the datastore.
 type op struct {
-	kind      int // nbd.CmdRead, CmdWrite, CmdFlush, CmdTrim
-	buf       []byte
-	offset    uint64 // in the datastore export
-	length    uint64 // for trim
-	fua       bool
-	cost      float64 // in 4 KiB-equivalent I/Os
-	disk      int
-	enqueue   time.Time
-	arrivalNs int64 // enqueue time for the scheduler
-	done      chan error
+	kind    int // nbd.CmdRead, CmdWrite, CmdFlush, CmdTrim
+	buf     []byte
+	offset  uint64 // in the datastore export
+	length  uint64 // for trim
+	fua     bool
+	cost    float64 // in I/O units (see ioCost)
+	disk    int
+	enqueue time.Time
+	start   chan struct{} // signalled when the scheduler picked the request
 }
 
 // ioCost is the cost of an I/O of n bytes in I/O units, the same as the
@@ -59,27 +58,38 @@ type dsPeriod struct {
 	normLatNs float64 // Σ latency/cost
 }
 
-// submit queues o and waits until the datastore completed it.
+// submit queues o and waits until the datastore completed it. The
+// goroutine of the request carries it out itself once the scheduler picks
+// it (no hand-off when the datastore is not congested).
 func (g *datastoreGate) submit(o *op) error {
-	o.done = make(chan error, 1)
+	o.start = make(chan struct{}, 1)
 	o.enqueue = time.Now()
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
 		return &nbd.Error{Errno: nbd.ESHUTDOWN}
 	}
-	d := g.disks[o.disk]
-	d.queued++
+	g.disks[o.disk].queued++
 	g.nextHandle++
 	g.ops[g.nextHandle] = o
 	_ = g.sched.Add(o.disk, mclock.Request{Bytes: int64(max(len(o.buf), 1)), Handle: g.nextHandle}, o.enqueue.UnixNano())
-	g.dispatchLocked()
+	started := g.dispatchLocked(nil)
 	g.mu.Unlock()
-	return <-o.done
+	startAll(started)
+	<-o.start
+	return g.issue(o)
 }
 
-// dispatchLocked sends requests upstream while the window allows. g.mu held.
-func (g *datastoreGate) dispatchLocked() {
+// startAll lets the goroutines of the picked requests go.
+func startAll(ops []*op) {
+	for _, o := range ops {
+		o.start <- struct{}{}
+	}
+}
+
+// dispatchLocked picks requests while the window allows and returns them
+// (appended to started); the caller starts them after unlocking. g.mu held.
+func (g *datastoreGate) dispatchLocked(started []*op) []*op {
 	for float64(g.outstanding) < g.window || g.outstanding == 0 {
 		now := time.Now()
 		req, _, ok, waitNs := g.sched.Pull(now.UnixNano())
@@ -91,14 +101,10 @@ func (g *datastoreGate) dispatchLocked() {
 						g.timer.Stop()
 					}
 					g.timerAt = at
-					g.timer = time.AfterFunc(at.Sub(now), func() {
-						g.mu.Lock()
-						g.dispatchLocked()
-						g.mu.Unlock()
-					})
+					g.timer = time.AfterFunc(at.Sub(now), g.kick)
 				}
 			}
-			return
+			return started
 		}
 		o := g.ops[req.Handle]
 		delete(g.ops, req.Handle)
@@ -106,12 +112,23 @@ func (g *datastoreGate) dispatchLocked() {
 		d := g.disks[o.disk]
 		d.queued--
 		d.inflight++
-		go g.issue(o)
+		started = append(started, o)
 	}
+	return started
 }
 
-// issue performs o on the datastore and completes it.
-func (g *datastoreGate) issue(o *op) {
+// kick runs the dispatcher (when a limit or reservation tag comes due, or
+// the window grew).
+func (g *datastoreGate) kick() {
+	g.mu.Lock()
+	started := g.dispatchLocked(nil)
+	g.mu.Unlock()
+	startAll(started)
+}
+
+// issue performs o on the datastore, accounts for it and lets the next
+// requests go.
+func (g *datastoreGate) issue(o *op) error {
 	start := time.Now()
 	err := g.up.do(func(c *nbd.Client) error {
 		switch o.kind {
@@ -137,9 +154,10 @@ func (g *datastoreGate) issue(o *op) {
 		g.period.normLatNs += devNs / o.cost
 		d.record(len(o.buf), end.Sub(o.enqueue))
 	}
-	g.dispatchLocked()
+	started := g.dispatchLocked(nil)
 	g.mu.Unlock()
-	o.done <- err
+	startAll(started)
+	return err
 }
 
 // disk is one VM disk served as an NBD export: a region of the datastore.

@@ -307,8 +307,8 @@ func (g *Gateway) controlStep(now time.Time, elapsed time.Duration) Status {
 			w := gt.parda.update(v.latNs, r.activeShares, v.totalShares, v.totalWindow)
 			gt.mu.Lock()
 			gt.window = w
-			gt.dispatchLocked()
 			gt.mu.Unlock()
+			gt.kick()
 		}
 		res[i] = r
 	}

@@ -229,3 +229,7 @@ func lastLines(s string, n int) string {
 }
 
 func within(got, want, tol float64) bool { return got >= want*(1-tol) && got <= want*(1+tol) }
+
+func parsePolicyB(yaml string) (*policy.Policy, error) {
+	return policy.Parse("bench.yaml", []byte(yaml))
+}

@@ -16,23 +16,23 @@ hosts:
     uplinks: [{name: vmnic0, speed: 10Gbps}]
 datastores:
   - name: ds1
-    sioc: {enabled: true, congestionThreshold: 12ms, controlPeriod: 1s}
+    sioc: {enabled: true, congestionThreshold: 30ms, controlPeriod: 1s}
 vms:
   - {name: a, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: d0, datastore: ds1, shares: 1000, size: 64MiB}]}
   - {name: b, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: d0, datastore: ds1, shares: 2000, size: 64MiB}]}
-  - {name: c, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: d0, datastore: ds1, shares: 1000, limitIOPS: 200, size: 64MiB}]}
+  - {name: c, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: d0, datastore: ds1, shares: 2000, limitIOPS: 200, size: 64MiB}]}
   - {name: d, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: d0, datastore: ds1, shares: 100, reservationIOPS: 300, size: 64MiB}]}
 `
 
-// One host, four disks on a congested datastore (capacity 1600 IOPS):
-// a (shares 1000) and b (2000) split what is left 1:2 within 10%, c's limit
-// of 200 IOPS holds within 5%, d's reservation of 300 IOPS is met (≥ 95%)
-// although its shares alone would give it ~40.
+// One host, four disks on a congested datastore (capacity 1000 IOPS,
+// threshold 30 ms): a (shares 1000) and b (2000) split what is left 1:2
+// within 10%, c (2000 shares, would get 333) holds its limit of 200 IOPS within 5%, d's reservation of
+// 300 IOPS is met (≥ 95%) although its shares alone would give it ~12.
 func TestLiveOneHostSharesLimitReservation(t *testing.T) {
 	needTools(t, "nbdkit", "fio")
 	p := parsePolicy(t, oneHostPolicy)
 	_, req := Layout(p, "ds1")
-	uri := startNbdkit(t, datastoreSpec{sizeBytes: req, serviceTime: "2ms", capacityIOPS: 1600, threads: 64})
+	uri := startNbdkit(t, datastoreSpec{sizeBytes: req, serviceTime: "2ms", capacityIOPS: 1000, threads: 64})
 	gw := startGateway(t, p, "h1", map[string]string{"ds1": uri}, 500*time.Millisecond, "")
 	var jobs []fioJob
 	for _, vm := range []string{"a", "b", "c", "d"} {
@@ -54,9 +54,12 @@ func TestLiveOneHostSharesLimitReservation(t *testing.T) {
 	}
 	if n := len(last); n > 0 {
 		ds := last[n-1].Datastores[0]
-		t.Logf("window %.1f, datastore latency %.1f ms (threshold 12 ms)", ds.Window, ds.DatastoreLatencyMs)
+		t.Logf("window %.1f, datastore latency %.1f ms (threshold 30 ms)", ds.Window, ds.DatastoreLatencyMs)
 	}
 	a, b, c, d := res["a"].IOPS, res["b"].IOPS, res["c"].IOPS, res["d"].IOPS
+	if total := a + b + c + d; total < 1000*0.85 {
+		t.Fatalf("the datastore delivered %.0f of 1000 IOPS: the machine is too loaded for this test (CPU starvation shows up as datastore latency and shrinks the window)", total)
+	}
 	if ratio := b / a; !within(ratio, 2, 0.10) {
 		t.Errorf("shares 2000:1000 → IOPS ratio b/a = %.2f (b %.0f, a %.0f), want 2 ± 10%%", ratio, b, a)
 	}
@@ -65,9 +68,6 @@ func TestLiveOneHostSharesLimitReservation(t *testing.T) {
 	}
 	if d < 300*0.95 {
 		t.Errorf("reservation 300 IOPS → d got %.0f IOPS, want ≥ 285", d)
-	}
-	if total := a + b + c + d; total < 1600*0.85 {
-		t.Errorf("datastore not kept busy: total %.0f IOPS of 1600 capacity", total)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,8 +22,9 @@ type Client struct {
 	sizeBytes uint64
 	flags     uint16
 
-	wmu sync.Mutex
-	w   *bufio.Writer
+	wmu   sync.Mutex
+	wwait atomic.Int32 // requests waiting for wmu
+	w     *bufio.Writer
 
 	mu      sync.Mutex
 	pending map[uint64]*call
@@ -285,10 +287,15 @@ func (c *Client) do(typ, flags uint16, off uint64, length uint32, wdata, rbuf []
 	binary.BigEndian.PutUint64(h[8:], handle)
 	binary.BigEndian.PutUint64(h[16:], off)
 	binary.BigEndian.PutUint32(h[24:], length)
+	// Group flush, as in the server: the last writer in line flushes.
+	c.wwait.Add(1)
 	c.wmu.Lock()
+	c.wwait.Add(-1)
 	c.w.Write(h[:])
-	c.w.Write(wdata)
-	err := c.w.Flush()
+	_, err := c.w.Write(wdata)
+	if c.wwait.Load() == 0 {
+		err = c.w.Flush()
+	}
 	c.wmu.Unlock()
 	if err != nil {
 		c.fail(fmt.Errorf("nbd: sending request: %w", err))

@@ -9,6 +9,7 @@ import (
 	"net"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -160,7 +161,8 @@ type serverConn struct {
 	r  *bufio.Reader
 	w  *bufio.Writer
 
-	wmu      sync.Mutex // guards w during transmission
+	wmu      sync.Mutex   // guards w during transmission
+	wwait    atomic.Int32 // replies waiting for wmu
 	noZeroes bool
 }
 

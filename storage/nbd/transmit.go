@@ -49,7 +49,7 @@ func (c *serverConn) transmission(b Backend, name string) error {
 				// The payload cannot be skipped safely: end the connection.
 				return violationf("export %s: WRITE of %d bytes exceeds the maximum %d", name, req.length, MaxPayloadBytes)
 			}
-			req.data = make([]byte, req.length)
+			req.data = getBuf(int(req.length))
 			if _, err := io.ReadFull(c.r, req.data); err != nil {
 				return err
 			}
@@ -112,7 +112,7 @@ func (c *serverConn) serve(b Backend, req request) {
 		var err error
 		switch req.typ {
 		case CmdRead:
-			buf = make([]byte, req.length)
+			buf = getBuf(int(req.length))
 			err = b.ReadAt(buf, req.off)
 		case CmdWrite:
 			err = b.WriteAt(req.data, req.off, req.flags&CmdFlagFUA != 0)
@@ -130,9 +130,48 @@ func (c *serverConn) serve(b Backend, req request) {
 	if errno != 0 {
 		buf = nil
 	}
-	if err := c.reply(req.handle, errno, buf); err != nil {
+	err := c.reply(req.handle, errno, buf)
+	putBuf(buf)
+	putBuf(req.data)
+	if err != nil {
 		// The connection is gone; the reader will notice and end.
 		_ = c.rw.Close()
+	}
+}
+
+// Buffers of 4 KiB to 1 MiB are reused across requests, in power-of-two
+// size classes.
+const (
+	minPoolShift = 12
+	maxPoolShift = 20
+)
+
+var bufPools [maxPoolShift + 1]sync.Pool
+
+func poolClass(n int) int {
+	c := minPoolShift
+	for 1<<c < n {
+		c++
+	}
+	return c
+}
+
+func getBuf(n int) []byte {
+	c := poolClass(n)
+	if c > maxPoolShift {
+		return make([]byte, n)
+	}
+	if b, ok := bufPools[c].Get().(*[]byte); ok {
+		return (*b)[:n]
+	}
+	return make([]byte, n, 1<<c)
+}
+
+func putBuf(b []byte) {
+	c := poolClass(cap(b))
+	if c <= maxPoolShift && cap(b) == 1<<c {
+		b = b[:cap(b)]
+		bufPools[c].Put(&b)
 	}
 }
 
@@ -142,13 +181,20 @@ func (c *serverConn) reply(handle uint64, errno uint32, data []byte) error {
 	binary.BigEndian.PutUint32(h[0:], simpleMagic)
 	binary.BigEndian.PutUint32(h[4:], errno)
 	binary.BigEndian.PutUint64(h[8:], handle)
+	// Group flush: a reply is flushed by the last of the writers that queued
+	// up behind the lock, so many replies share one write system call.
+	c.wwait.Add(1)
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	c.wwait.Add(-1)
 	if _, err := c.w.Write(h[:]); err != nil {
 		return fmt.Errorf("reply: %w", err)
 	}
 	if _, err := c.w.Write(data); err != nil {
 		return fmt.Errorf("reply: %w", err)
+	}
+	if c.wwait.Load() > 0 {
+		return nil // a writer waiting for the lock will flush
 	}
 	return c.w.Flush()
 }

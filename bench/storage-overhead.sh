@@ -1,0 +1,55 @@
+#!/bin/sh
+# Storage gateway overhead: fio 4 KiB random reads, uncongested datastore
+# (nbdkit memory plugin, no delay), straight to nbdkit vs through
+# `sluice gateway`, at queue depth 1 and 32. Runs alternate (direct, gateway)
+# ROUNDS times; the table shows medians.
+#
+#   bench/storage-overhead.sh [SECONDS_PER_RUN] [ROUNDS]
+#
+# Needs: go, fio (with the nbd engine), nbdkit. Listens on 127.0.0.1:10909/10910.
+set -eu
+secs=${1:-10}
+rounds=${2:-3}
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+cleanup() { [ -n "${gw:-}" ] && kill "$gw" 2>/dev/null; [ -n "${nk:-}" ] && kill "$nk" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT INT TERM
+for t in fio nbdkit go; do command -v $t >/dev/null || { echo "storage-overhead: $t not found (scripts/deps.sh)" >&2; exit 1; }; done
+(cd "$root" && go build -o "$tmp/sluice" ./cmd/sluice)
+cat >"$tmp/p.yaml" <<'YAML'
+cluster: bench
+hosts:
+  - {name: h1, cpu: {cores: 2, mhz: 2000}, memory: 4GiB, uplinks: [{name: vmnic0, speed: 10Gbps}]}
+datastores:
+  - {name: ds1, sioc: {enabled: true, congestionThreshold: 30ms, controlPeriod: 1s}}
+vms:
+  - {name: vm1, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: disk0, datastore: ds1, size: 1GiB}]}
+YAML
+nbdkit -f -i 127.0.0.1 -p 10909 -t 16 memory size=2G & nk=$!
+"$tmp/sluice" gateway --host h1 --policy "$tmp/p.yaml" --datastore ds1=nbd://127.0.0.1:10909 \
+  --listen 127.0.0.1:10910 --status-file "$tmp/status.json" 2>"$tmp/gw.log" & gw=$!
+for i in $(seq 100); do
+  fio --name=probe --ioengine=nbd --uri=nbd://127.0.0.1:10910/vm1/disk0 --rw=read --bs=4k --size=4k --output-format=terse >/dev/null 2>&1 && break
+  sleep 0.1
+done
+# Prefill so reads hit allocated pages in both paths.
+fio --name=fill --ioengine=nbd --uri=nbd://127.0.0.1:10910/vm1/disk0 --rw=write --bs=1M --size=1G --output-format=terse >/dev/null
+run() { # uri qd -> "iops p50_us"
+  fio --name=r --ioengine=nbd --uri="$1" --rw=randread --bs=4k --iodepth="$2" --size=1G \
+      --time_based --runtime="$secs" --ramp_time=1 --output-format=json 2>/dev/null |
+    python3 -c 'import json,sys; s=sys.stdin.read(); j=json.loads(s[s.index("{"):])["jobs"][0]["read"]; print("%.0f %.1f" % (j["iops"], j["clat_ns"]["percentile"]["50.000000"]/1000))'
+}
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+echo "| qd | direct IOPS | gateway IOPS | gateway/direct | direct p50 µs | gateway p50 µs | added p50 µs |"
+echo "|---:|---:|---:|---:|---:|---:|---:|"
+for qd in 1 32; do
+  : >"$tmp/d"; : >"$tmp/g"
+  for r in $(seq "$rounds"); do
+    run "nbd://127.0.0.1:10909/" "$qd" >>"$tmp/d"
+    run "nbd://127.0.0.1:10910/vm1/disk0" "$qd" >>"$tmp/g"
+  done
+  di=$(cut -d' ' -f1 "$tmp/d" | median); dp=$(cut -d' ' -f2 "$tmp/d" | median)
+  gi=$(cut -d' ' -f1 "$tmp/g" | median); gp=$(cut -d' ' -f2 "$tmp/g" | median)
+  awk -v qd="$qd" -v di="$di" -v gi="$gi" -v dp="$dp" -v gp="$gp" \
+    'BEGIN { printf "| %d | %d | %d | %.0f%% | %.1f | %.1f | %.1f |\n", qd, di, gi, 100*gi/di, dp, gp, gp-dp }'
+done
