@@ -166,14 +166,16 @@ func (r Result) Moves() []Decision {
 }
 
 // thresholds gives, per migration threshold 1..5, the imbalance the pass
-// tolerates and the least gain a rebalancing move must bring. Threshold 1
-// never rebalances.
+// tolerates and the least gain a rebalancing move must bring, per host: a
+// move of one VM changes the standard deviation over n hosts by about
+// 1/n of what it would over one, so the least gain is minGain/n. (With two
+// hosts, threshold 3 asks a move for 0.02.) Threshold 1 never rebalances.
 var thresholds = [6]struct{ target, minGain float64 }{
 	1: {math.Inf(1), math.Inf(1)},
-	2: {0.20, 0.05},
-	3: {0.10, 0.02},
-	4: {0.05, 0.01},
-	5: {0.02, 0.005},
+	2: {0.20, 0.10},
+	3: {0.10, 0.04},
+	4: {0.05, 0.02},
+	5: {0.02, 0.01},
 }
 
 // Plan runs one placement pass over the cluster p with the placement cur

@@ -14,7 +14,7 @@ const candidateHosts = 16
 // the threshold's minimum gain, and its gain held for the rest of the
 // interval must outweigh its migration time valued at that minimum gain:
 //
-//	gain ≥ minGain  and  gain × (IntervalS − costS) > minGain × costS
+//	gain ≥ minGain/n  and  gain × (IntervalS − costS) > minGain/n × costS
 //
 // The gain must also reach minGain with the VM's load on its destination
 // DemandMargin higher than measured, so that a move that only mirrors the load
@@ -29,6 +29,7 @@ func (s *state) rebalance(o *Options) []Decision {
 	if o.Threshold <= 1 || o.MaxMoves < 0 || len(s.hosts) < 2 {
 		return nil
 	}
+	th.minGain /= float64(len(s.hosts))
 	var ds []Decision
 	movedNow := map[int]bool{}
 	for len(ds) < o.MaxMoves {

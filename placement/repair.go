@@ -197,46 +197,64 @@ func (s *state) repairHost(o *Options, hi int) []Decision {
 			pinned = append(pinned, vi)
 		}
 	}
-	// One move?
-	var best *repairMove
+	// One move? Among the VMs whose leaving alone mends the host, the
+	// cheapest (least memory to copy) that fits elsewhere; equally cheap
+	// ones are ranked by repairMove.better.
+	var fixers []int
 	for _, vi := range cands {
-		s.unplace(vi)
-		if s.hostOK(hi) {
-			if to := s.bestHost(vi, hi); to >= 0 {
-				m, t := s.bal.after(s, vi, -1, to)
-				c := repairMove{vi, to, s.costS(o, vi, hi, to), m, t, s.vms[vi].changed, s.size(vi, hi)}
-				if best == nil || c.better(best) {
-					b := c
-					best = &b
-				}
+		if _, ok := s.without(hi, vi); ok {
+			fixers = append(fixers, vi)
+		}
+	}
+	sort.SliceStable(fixers, func(a, b int) bool { return s.vms[fixers[a]].mem < s.vms[fixers[b]].mem })
+	var best *repairMove
+	for _, vi := range fixers {
+		if best != nil && s.vms[vi].mem > s.vms[best.vi].mem {
+			break
+		}
+		if to := s.bestHost(vi, hi); to >= 0 {
+			m, t := s.bal.after(s, vi, hi, to)
+			c := repairMove{vi, to, s.costS(o, vi, hi, to), m, t, s.vms[vi].changed, s.size(vi, hi)}
+			if best == nil || c.better(best) {
+				b := c
+				best = &b
 			}
 		}
-		s.place(vi, hi)
 	}
 	if best != nil {
 		s.move(best.vi, best.to)
 		return []Decision{s.repairDecision(o, best.vi, hi, best.to, 1)}
 	}
-	// Greedy, then prune.
+	// Greedy: the VM that removes the most overload per second of
+	// migration and fits elsewhere, until the host is mended; then prune.
 	var moved []int
+	type scored struct {
+		vi    int
+		score float64
+	}
 	for !s.hostOK(hi) {
-		bi, bto, bscore := -1, -1, 0.0
 		before := s.overload(hi)
+		var sc []scored
 		for _, vi := range cands {
 			if s.vms[vi].host != hi {
 				continue
 			}
-			s.unplace(vi)
-			red := before - s.overload(hi)
-			if red > 1e-9 {
-				if to := s.bestHost(vi, hi); to >= 0 {
-					score := red / (s.costS(o, vi, hi, to) + 1e-3)
-					if bi < 0 || score > bscore*(1+1e-9) || (score >= bscore*(1-1e-9) && s.vms[vi].changed && !s.vms[bi].changed) {
-						bi, bto, bscore = vi, to, score
-					}
-				}
+			if over, _ := s.without(hi, vi); before-over > 1e-9 {
+				sc = append(sc, scored{vi, (before - over) / (s.costS(o, vi, hi, -1) + 1e-3)})
 			}
-			s.place(vi, hi)
+		}
+		sort.SliceStable(sc, func(a, b int) bool {
+			if sc[a].score != sc[b].score {
+				return sc[a].score > sc[b].score
+			}
+			return s.vms[sc[a].vi].changed && !s.vms[sc[b].vi].changed
+		})
+		bi, bto := -1, -1
+		for _, c := range sc {
+			if to := s.bestHost(c.vi, hi); to >= 0 {
+				bi, bto = c.vi, to
+				break
+			}
 		}
 		if bi < 0 {
 			break
@@ -313,6 +331,62 @@ func (c repairMove) better(b *repairMove) bool {
 		return c.t < b.t
 	}
 	return c.vi < b.vi
+}
+
+// without returns the overload of host hi if VM vi (on it) left, and
+// whether the host would then meet every reservation. It changes nothing.
+func (s *state) without(hi, vi int) (over float64, ok bool) {
+	h, v := &s.hosts[hi], &s.vms[vi]
+	cpu, mem, net := h.cpuResv-v.cpuResv, h.mem-v.mem, h.netResv-v.netResv
+	big := h.tooBig
+	if v.vcpus > h.cores {
+		big--
+	}
+	over = math.Max(0, cpu-h.cpuCap)/math.Max(h.cpuCap, 1) + math.Max(0, mem-h.memCap)/math.Max(h.memCap, 1) + float64(big)
+	packs := true
+	switch {
+	case net > h.budget+1e-6:
+		over += (net - h.budget) / math.Max(h.budget, 1e6)
+		packs = false
+	case h.netBad:
+		if packs = v.netResv > 0 && s.packsWithout(hi, vi); !packs {
+			over += 1e-3
+		}
+	}
+	return over, packs && cpu <= h.cpuCap+1e-6 && mem <= h.memCap+0.5 && big == 0
+}
+
+// packsWithout reports whether the reserving vNICs of host hi's VMs other
+// than vi pack onto its uplinks (first fit decreasing, best fit).
+func (s *state) packsWithout(hi, vi int) bool {
+	h := &s.hosts[hi]
+	free := s.scratchFree(h)
+	for j := range h.uplinks {
+		free[j] = h.uplinks[j].budget
+	}
+	var all []nicReq
+	for _, vj := range h.vms {
+		if vj == vi {
+			continue
+		}
+		for _, n := range s.vms[vj].nics {
+			if n.resv > 0 {
+				all = append(all, n)
+			}
+		}
+	}
+	sort.SliceStable(all, func(a, b int) bool {
+		if (all[a].pin != "") != (all[b].pin != "") {
+			return all[a].pin != ""
+		}
+		return all[a].resv > all[b].resv
+	})
+	for _, n := range all {
+		if !takeUplink(h, free, n) {
+			return false
+		}
+	}
+	return true
 }
 
 // size is VM vi's reservations relative to host hi's capacities: CPU,
