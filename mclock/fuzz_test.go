@@ -176,3 +176,18 @@ func TestRebaseP(t *testing.T) {
 	}
 	t.Logf("rebased %d times", rebased)
 }
+
+// TestCost pins the size → cost rule: ceil(bytes/chunk), at least 1.
+func TestCost(t *testing.T) {
+	for _, tc := range []struct {
+		chunk, bytes, want int64
+	}{
+		{0, 0, 1}, {0, 4096, 1}, {0, 32 << 10, 1}, {0, 32<<10 + 1, 2}, {0, 64 << 10, 2},
+		{0, 256 << 10, 8}, {0, 1 << 20, 32}, {0, math.MaxInt64, math.MaxInt64/(32<<10) + 1},
+		{4096, 4096, 1}, {4096, 8192, 2}, {3000, 6001, 3}, {1, 7, 7},
+	} {
+		if got := New(Config{ChunkBytes: tc.chunk}).Cost(tc.bytes); got != tc.want {
+			t.Errorf("chunk %d: Cost(%d) = %d, want %d", tc.chunk, tc.bytes, got, tc.want)
+		}
+	}
+}

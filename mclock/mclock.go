@@ -242,6 +242,9 @@ func (s *Scheduler) Cost(bytes int64) int64 {
 	if bytes <= s.chunk {
 		return 1
 	}
+	if bytes > math.MaxInt64-s.chunk {
+		return bytes/s.chunk + 1
+	}
 	if s.chunkShift > 0 {
 		return (bytes + s.chunk - 1) >> s.chunkShift
 	}
