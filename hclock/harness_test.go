@@ -83,6 +83,9 @@ func parseRate(s string) (float64, error) {
 
 // parseDur reads 10ms, 5us, 2s, 100ns.
 func parseDur(s string) (int64, error) {
+	if s == "0" {
+		return 0, nil
+	}
 	for _, u := range []struct {
 		suf string
 		m   float64

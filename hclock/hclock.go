@@ -386,6 +386,11 @@ func (s *Scheduler) place(id int32, now float64) {
 	case stLimited:
 		p.in.lh.fix(id, e)
 		return
+	case stIdle:
+		// Busy again but held by a limit: still no credit for the idle
+		// time; what it misses from now on is bounded when it gets out.
+		x.rTag = math.Max(x.rTag, rFloor(p.in, now))
+		x.sTag = math.Max(x.sTag, p.in.vt)
 	case stEligible:
 		p.in.rh.remove(id)
 		p.in.sh.remove(id)
