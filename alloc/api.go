@@ -93,6 +93,8 @@ type Node struct {
 	// not fit. Kept for Explain.
 	level    float64
 	shortage bool
+	// lo caches min(R, L, D) for the current computation.
+	lo float64
 }
 
 // Compute fills Alloc, Reason and EffDemand of every node of the tree under

@@ -1,9 +1,6 @@
 package alloc
 
-import (
-	"math"
-	"slices"
-)
+import "math"
 
 // A Solver reuses scratch space so that repeated Compute calls on a
 // prepared tree allocate nothing once the scratch has grown to the tree's
@@ -40,19 +37,25 @@ func (s *Solver) Compute(root *Node, capacity float64) {
 	s.divide(root)
 }
 
-// demand computes EffDemand bottom-up.
+// demand computes EffDemand and lo bottom-up.
 func demand(n *Node) float64 {
-	l := limit(n)
+	d := 0.0
 	if len(n.Children) == 0 {
-		n.EffDemand = math.Min(nonNeg(n.Demand), l)
-		return n.EffDemand
+		d = nonNeg(n.Demand)
+	} else {
+		for _, c := range n.Children {
+			d += demand(c)
+		}
 	}
-	sum := 0.0
-	for _, c := range n.Children {
-		sum += demand(c)
+	if l := limit(n); l < d {
+		d = l
 	}
-	n.EffDemand = math.Min(sum, l)
-	return n.EffDemand
+	n.EffDemand = d
+	n.lo = nonNeg(n.Reservation)
+	if d < n.lo {
+		n.lo = d
+	}
+	return d
 }
 
 // limit returns a node's limit, Inf when unset (NaN or negative count as 0).
@@ -65,8 +68,8 @@ func nonNeg(v float64) float64 {
 	return 0 // also NaN
 }
 
-// lo is what a child gets first: min(R, L, D).
-func lo(n *Node) float64 { return math.Min(nonNeg(n.Reservation), n.EffDemand) }
+// lo is what a child gets first: min(R, L, D) (cached by demand).
+func lo(n *Node) float64 { return n.lo }
 
 // hi is the most a child can take: min(L, D).
 func hi(n *Node) float64 { return n.EffDemand }
@@ -143,7 +146,7 @@ func share(c *Node, sem Semantics, lam float64) (float64, Reason) {
 		return 0, Idle
 	}
 	sh := c.Shares
-	if sh <= 0 || l >= h {
+	if !(sh > 0) || l >= h {
 		if l >= h {
 			return h, boundReason(c)
 		}
@@ -167,61 +170,97 @@ func share(c *Node, sem Semantics, lam float64) (float64, Reason) {
 // level finds the water level λ at which the children's allocations add up
 // to capacity, given sumLo < capacity < Σ hi. For Additive a child takes
 // min(lo + S·λ, hi); for Floor clamp(S·λ, lo, hi). Both are piecewise linear
-// in λ; the breakpoints are sorted once, O(k log k) for k children.
+// in λ:
+//
+//	f(λ) = sumLo + Σ_{events e with x_e ≤ λ} s_e·(λ − x_e)
+//
+// where a child adds an event (x, +S) where it starts taking shares and
+// (x, −S) where it stops. Rather than sort the events, level selects λ's
+// segment by repeated partitioning around a pivot (as quickselect does):
+// expected O(k) for k children, in place, no allocation.
 func (s *Solver) level(kids []*Node, sem Semantics, capacity, sumLo float64) float64 {
 	ev := s.events[:0]
-	slope := 0.0 // Σ shares of children taking shares at the current λ
-	active := 0  // how many children that is
+	a0, b0 := 0.0, 0.0 // Σ s_e and Σ s_e·x_e over events known to lie at or below λ
+	n0 := 0            // children taking shares at λ, by the same events
+	last := 0.0        // the largest event known to lie at or below λ
 	for _, c := range kids {
-		l, h, sh := lo(c), hi(c), c.Shares
-		if sh <= 0 || l >= h {
+		l, h, sh := c.lo, c.EffDemand, c.Shares
+		if !(sh > 0) || l >= h {
 			continue
 		}
 		if sem == Floor {
-			ev = append(ev, event{l / sh, sh})
+			if l > 0 {
+				ev = append(ev, event{l / sh, sh})
+			} else {
+				a0 += sh
+				n0++
+			}
 			if !math.IsInf(h, 1) {
 				ev = append(ev, event{h / sh, -sh})
 			}
 			continue
 		}
-		slope += sh
-		active++
+		a0 += sh // starts at λ = 0
+		n0++
 		if !math.IsInf(h, 1) {
 			ev = append(ev, event{(h - l) / sh, -sh})
 		}
 	}
 	s.events = ev
-	slices.SortFunc(ev, func(a, b event) int {
-		switch {
-		case a.x < b.x:
-			return -1
-		case a.x > b.x:
-			return 1
-		}
-		return 0
-	})
-	lam, f := 0.0, sumLo
-	for _, e := range ev {
-		if slope > 0 {
-			if next := f + slope*(e.x-lam); next >= capacity {
-				return lam + (capacity-f)/slope
-			} else {
-				f = next
+	target := capacity - sumLo // f(λ) − sumLo = λ·A − B must reach this
+	for len(ev) > 0 {
+		p := pivot(ev)
+		// Partition: [0,i) below p, [i,j) equal, [j,len) above.
+		i, j, k := 0, 0, len(ev)
+		for j < k {
+			switch x := ev[j].x; {
+			case x < p:
+				ev[i], ev[j] = ev[j], ev[i]
+				i++
+				j++
+			case x > p:
+				k--
+				ev[j], ev[k] = ev[k], ev[j]
+			default:
+				j++
 			}
 		}
-		lam = e.x
-		slope += e.slope
-		if e.slope > 0 {
-			active++
-		} else {
-			active--
+		a, b, cnt := a0, b0, n0
+		for _, e := range ev[:j] {
+			a += e.slope
+			b += e.slope * e.x
+			if e.slope > 0 {
+				cnt++
+			} else {
+				cnt--
+			}
 		}
-		if active == 0 {
-			slope = 0 // no rounding left-overs once the last child stops
+		if p*a-b >= target {
+			ev = ev[:i] // λ ≤ p: the events at p and above do not count
+			continue
 		}
+		a0, b0, n0, last = a, b, cnt, p // λ > p: every event up to p counts
+		ev = ev[j:]
 	}
-	if slope > 0 {
-		return lam + (capacity-f)/slope
+	if n0 == 0 || a0 <= 0 {
+		// Every child that takes shares is full (reached only when the
+		// children that could use more have no shares).
+		return last
 	}
-	return lam // everyone saturated (only through rounding)
+	return (target + b0) / a0
+}
+
+// pivot picks the median of the first, middle and last events' x.
+func pivot(ev []event) float64 {
+	a, b, c := ev[0].x, ev[len(ev)/2].x, ev[len(ev)-1].x
+	if a > b {
+		a, b = b, a
+	}
+	if b > c {
+		b = c
+	}
+	if a > b {
+		b = a
+	}
+	return b
 }
