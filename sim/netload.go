@@ -142,10 +142,15 @@ type rrReq struct {
 	w     *rr
 	t0    int64
 	bytes int64
+	left  int64 // bytes of the response not yet sent
 }
 
-func (q *rrReq) sent(nowNs int64, _ int64) {
+func (q *rrReq) sent(nowNs int64, b int64) {
 	w := q.w
+	q.left -= b
+	if q.left > 0 {
+		return
+	}
 	w.s.eng.After(w.s.net.BaseRTTNs/2, func() {
 		w.series.add(float64(w.s.eng.NowNs()-q.t0)/1e3, 1)
 		w.user()
@@ -165,17 +170,22 @@ func (w *rr) user() {
 		if !w.active {
 			return
 		}
-		q := &rrReq{w: w, t0: w.s.eng.NowNs(), bytes: w.respBytes}
+		q := &rrReq{w: w, t0: w.s.eng.NowNs(), bytes: w.respBytes, left: w.respBytes}
 		w.s.eng.After(w.s.net.BaseRTTNs/2+w.serverNs, func() {
 			pkts := (q.bytes + w.s.net.MSSBytes - 1) / w.s.net.MSSBytes
-			w.cpu.run(q.bytes, pkts, func() { w.push(q) })
+			w.cpu.run(q.bytes, pkts, func() {
+				// The response leaves in segments of at most SegmentBytes.
+				for off := int64(0); off < q.bytes; off += w.s.net.SegmentBytes {
+					w.push(q, min(w.s.net.SegmentBytes, q.bytes-off))
+				}
+			})
 		})
 	})
 }
 
-func (w *rr) push(q *rrReq) {
+func (w *rr) push(q *rrReq, b int64) {
 	pt := w.s.ports[w.portName]
-	if !pt.enqueue(q.bytes, q) {
-		pt.wait(func() { w.push(q) })
+	if !pt.enqueue(b, q) {
+		pt.wait(func() { w.push(q, b) })
 	}
 }
