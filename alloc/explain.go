@@ -129,7 +129,10 @@ func Describe(steps []Step, num func(float64) string) []string {
 		}
 		if s.Semantics == Additive {
 			out = append(out, fmt.Sprintf("  reservations take %s first; %s is left for shares", num(s.Reserved), num(s.Capacity-s.Reserved)))
-			if s.Fixed > 0 {
+			if s.Fixed > 0 && s.ActiveShares == 0 {
+				out = append(out, fmt.Sprintf("  children take %s of it above their reservations, all they can use; %s stays unused",
+					num(s.Fixed), num(s.Pool)))
+			} else if s.Fixed > 0 {
 				out = append(out, fmt.Sprintf("  children held by their limit or demand take %s of it above their reservations; %s remains for %s shares",
 					num(s.Fixed), num(s.Pool), shares(s.ActiveShares)))
 			} else if s.ActiveShares > 0 {
@@ -137,7 +140,9 @@ func Describe(steps []Step, num func(float64) string) []string {
 			}
 		} else {
 			out = append(out, fmt.Sprintf("  each child gets the larger of its reservation and its share, capped by limit and demand"))
-			if s.Fixed > 0 {
+			if s.Fixed > 0 && s.ActiveShares == 0 {
+				out = append(out, fmt.Sprintf("  children take %s, all they can use; %s stays unused", num(s.Fixed), num(s.Pool)))
+			} else if s.Fixed > 0 {
 				out = append(out, fmt.Sprintf("  children held by their reservation, limit or demand take %s; %s remains for %s shares",
 					num(s.Fixed), num(s.Pool), shares(s.ActiveShares)))
 			} else if s.ActiveShares > 0 {
