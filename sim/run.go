@@ -367,6 +367,49 @@ func (sum *Summary) Text() string {
 	return b.String()
 }
 
+// Markdown renders the summary as a report section: a table "seed vs
+// sluice" per expectation and the run logs. Plots are linked from dir
+// (relative to the report).
+func (res *Result) Markdown(dir string) string {
+	sum := &res.Summary
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "## %s\n\n%s\n\n", sum.Scenario, strings.TrimSpace(res.Scenario.Description))
+	fmt.Fprintf(&b, "Seed %d, %g s simulated per run; runs: ", sum.Seed, sum.Duration)
+	for i, r := range sum.Runs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s (%d events)", r.Name, r.Events)
+	}
+	b.WriteString(".\n\n| | expectation | run | window | seed | sluice (measured) | expected |\n|---|---|---|---|---|---|---|\n")
+	for _, o := range sum.Expect {
+		st := "✅"
+		if !o.Pass {
+			st = "❌"
+		}
+		m := fmtVal(o.Measured, o.Unit)
+		if o.Error != "" {
+			m = o.Error
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", st, o.Name, o.Run, o.Window, o.Seed, m, o.Expected)
+	}
+	for _, r := range sum.Runs {
+		if len(r.Log) > 0 {
+			fmt.Fprintf(&b, "\nRun %s:\n\n", r.Name)
+			for _, l := range r.Log {
+				fmt.Fprintf(&b, "- %s\n", l)
+			}
+		}
+	}
+	b.WriteString("\n")
+	specs := res.Scenario.Plots
+	for _, p := range specs {
+		fmt.Fprintf(&b, "![%s](%s/%s.png)\n", p.Title, dir, p.Name)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
 // Write puts the CSV series, the summary (JSON and text) and the plots of
 // a result into dir.
 func (res *Result) Write(dir string) error {
@@ -388,6 +431,9 @@ func (res *Result) Write(dir string) error {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(res.Summary.Text()), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(res.Markdown(filepath.Base(dir))), 0o644); err != nil {
 		return err
 	}
 	return res.plot(dir)
