@@ -17,8 +17,8 @@ func TestEngineOrder(t *testing.T) {
 	e.At(10, rec("b"))
 	e.At(20, func() {
 		got = append(got, fmt.Sprintf("x@%d", e.NowNs()))
-		e.After(0, rec("y"))  // same time, after everything already due
-		e.After(5, rec("z"))  // 25
+		e.After(0, rec("y")) // same time, after everything already due
+		e.After(5, rec("z")) // 25
 		e.At(1, rec("late")) // in the past: runs now
 	})
 	e.At(100, rec("never"))
