@@ -174,8 +174,18 @@ func refCompute(root *Node, capacity float64) map[*Node]float64 {
 }
 
 // TestPropertyReference compares Compute with the bisection reference on
-// random trees: every node within 1e-7 × max(1, capacity).
+// random trees: every node within 1e-7 × max(1, capacity). It runs once
+// with the partitioning search and once with the sorting fallback.
 func TestPropertyReference(t *testing.T) {
+	t.Run("partition", testReference)
+	t.Run("sort", func(t *testing.T) {
+		testForceSort = true
+		defer func() { testForceSort = false }()
+		testReference(t)
+	})
+}
+
+func testReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 7))
 	for i := 0; i < 1500; i++ {
 		root := genTree(r, 1+r.IntN(4), -1, 1)

@@ -1,6 +1,11 @@
 package alloc
 
-import "math"
+import (
+	"cmp"
+	"math"
+	"math/bits"
+	"slices"
+)
 
 // A Solver reuses scratch space so that repeated Compute calls on a
 // prepared tree allocate nothing once the scratch has grown to the tree's
@@ -208,7 +213,17 @@ func (s *Solver) level(kids []*Node, sem Semantics, capacity, sumLo float64) flo
 	}
 	s.events = ev
 	target := capacity - sumLo // f(λ) − sumLo = λ·A − B must reach this
+	// Bad pivots could make partitioning quadratic; after 2·log₂k + 4
+	// rounds the rest is sorted and scanned instead (O(k log k) worst case).
+	rounds := 2*bits.Len(uint(len(ev))) + 4
+	if testForceSort {
+		rounds = 0
+	}
 	for len(ev) > 0 {
+		if rounds == 0 {
+			return scanSorted(ev, target, a0, b0, n0, last)
+		}
+		rounds--
 		p := pivot(ev)
 		// Partition: [0,i) below p, [i,j) equal, [j,len) above.
 		i, j, k := 0, 0, len(ev)
@@ -242,12 +257,44 @@ func (s *Solver) level(kids []*Node, sem Semantics, capacity, sumLo float64) flo
 		a0, b0, n0, last = a, b, cnt, p // λ > p: every event up to p counts
 		ev = ev[j:]
 	}
+	return solveLevel(target, a0, b0, n0, last)
+}
+
+// solveLevel is λ in the segment where n0 children take shares with
+// Σ s = a0 and Σ s·x = b0.
+func solveLevel(target, a0, b0 float64, n0 int, last float64) float64 {
 	if n0 == 0 || a0 <= 0 {
 		// Every child that takes shares is full (reached only when the
 		// children that could use more have no shares).
 		return last
 	}
 	return (target + b0) / a0
+}
+
+// testForceSort makes level always sort (tests of the fallback path).
+var testForceSort bool
+
+// scanSorted finishes level by sorting the remaining events and walking
+// them in order.
+func scanSorted(ev []event, target, a0, b0 float64, n0 int, last float64) float64 {
+	slices.SortFunc(ev, func(a, b event) int { return cmp.Compare(a.x, b.x) })
+	for i := 0; i < len(ev); {
+		x := ev[i].x
+		if x*a0-b0 >= target {
+			break // λ ≤ x
+		}
+		for ; i < len(ev) && ev[i].x == x; i++ {
+			a0 += ev[i].slope
+			b0 += ev[i].slope * x
+			if ev[i].slope > 0 {
+				n0++
+			} else {
+				n0--
+			}
+		}
+		last = x
+	}
+	return solveLevel(target, a0, b0, n0, last)
 }
 
 // pivot picks the median of the first, middle and last events' x.
