@@ -126,12 +126,8 @@ func (b *balance) gainPessimistic(s *state, vi, from, to int, m float64) float64
 func (b *balance) shift(s *state, s1, s2 *[nRes]float64, hi, vi int, f float64) {
 	h, v := &s.hosts[hi], &s.vms[vi]
 	old := loads(h)
-	nh := *h
-	nh.cpuLoad += f * v.cpuLoad
-	nh.memLoad += f * v.memLoad
-	nh.netLoad += f * v.netLoad
-	nh.netResv += f * v.netResv
-	nl := loads(&nh)
+	nl := [nRes]float64{ratio(h.cpuLoad+f*v.cpuLoad, h.cpuCap), ratio(h.memLoad+f*v.memLoad, h.memCap),
+		ratio(h.netLoad+f*v.netLoad, h.netCap), ratio(h.netResv+f*v.netResv, h.budget)}
 	for r := range nl {
 		s1[r] += nl[r] - old[r]
 		s2[r] += nl[r]*nl[r] - old[r]*old[r]

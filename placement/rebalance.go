@@ -7,7 +7,7 @@ import (
 
 // candidateHosts is how many of the most and of the least loaded hosts a
 // rebalancing step considers as sources and destinations.
-const candidateHosts = 16
+const candidateHosts = 8
 
 // rebalance moves VMs while the imbalance exceeds the threshold's target,
 // one best move at a time, at most o.MaxMoves. A move must remove at least

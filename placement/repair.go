@@ -121,10 +121,8 @@ func (s *state) vmotionBps(o *Options, a, b int) float64 {
 	if o.VMotionBps > 0 {
 		return o.VMotionBps
 	}
-	for _, c := range s.p.TrafficClasses {
-		if c.Name == "vmotion" && c.Limit > 0 && c.Limit < 1<<62 {
-			return float64(c.Limit)
-		}
+	if s.vmotionLimit > 0 {
+		return s.vmotionLimit
 	}
 	bps := math.Inf(1)
 	for _, hi := range [2]int{a, b} {
@@ -364,25 +362,8 @@ func (s *state) packsWithout(hi, vi int) bool {
 	for j := range h.uplinks {
 		free[j] = h.uplinks[j].budget
 	}
-	var all []nicReq
-	for _, vj := range h.vms {
-		if vj == vi {
-			continue
-		}
-		for _, n := range s.vms[vj].nics {
-			if n.resv > 0 {
-				all = append(all, n)
-			}
-		}
-	}
-	sort.SliceStable(all, func(a, b int) bool {
-		if (all[a].pin != "") != (all[b].pin != "") {
-			return all[a].pin != ""
-		}
-		return all[a].resv > all[b].resv
-	})
-	for _, n := range all {
-		if !takeUplink(h, free, n) {
+	for _, r := range s.hostNICs(hi) {
+		if r.vi != vi && !takeUplink(h, free, s.vms[r.vi].nics[r.k]) {
 			return false
 		}
 	}

@@ -25,6 +25,8 @@ type state struct {
 	bal balance
 	// scratch is reusable space for trial packings.
 	scratch []float64
+	// vmotionLimit is the vmotion class limit in bits/s, 0 if none.
+	vmotionLimit float64
 }
 
 // host is one host's capacity and what its VMs take of it.
@@ -43,6 +45,8 @@ type host struct {
 	netCap   float64 // bps: sum of up uplinks' usable capacity
 	budget   float64 // bps: sum of up uplinks' vNIC reservation budgets
 	tooBig   int     // VMs with more vCPUs than the host has cores
+	nicList  []nicRef // reserving vNICs of its VMs in packing order (valid if nicOK)
+	nicOK    bool
 	netBad   bool    // the vNIC reservations could not be packed on uplinks
 	vms      []int   // VM indices, in no particular order
 	classErr string  // class reservations exceed the cap on some uplink
@@ -56,6 +60,45 @@ type uplink struct {
 	down   bool
 	budget float64 // bps the vNIC reservations on it may take
 	used   float64 // bps reserved by vNICs assigned to it
+}
+
+// nicRef names vNIC k of VM vi.
+type nicRef struct{ vi, k int }
+
+// nicLess is the packing order: pinned vNICs first, then larger
+// reservations, then file order.
+func (s *state) nicLess(a, b nicRef) bool {
+	na, nb := &s.vms[a.vi].nics[a.k], &s.vms[b.vi].nics[b.k]
+	if (na.pin != "") != (nb.pin != "") {
+		return na.pin != ""
+	}
+	if na.resv != nb.resv {
+		return na.resv > nb.resv
+	}
+	if a.vi != b.vi {
+		return a.vi < b.vi
+	}
+	return a.k < b.k
+}
+
+// hostNICs returns the reserving vNICs of host hi's VMs in packing order,
+// kept until the host's VMs change.
+func (s *state) hostNICs(hi int) []nicRef {
+	h := &s.hosts[hi]
+	if h.nicOK {
+		return h.nicList
+	}
+	h.nicList = h.nicList[:0]
+	for _, vi := range h.vms {
+		for k, n := range s.vms[vi].nics {
+			if n.resv > 0 {
+				h.nicList = append(h.nicList, nicRef{vi, k})
+			}
+		}
+	}
+	sort.Slice(h.nicList, func(a, b int) bool { return s.nicLess(h.nicList[a], h.nicList[b]) })
+	h.nicOK = true
+	return h.nicList
 }
 
 // nicReq is what one vNIC asks of an uplink.
@@ -128,6 +171,9 @@ func newState(p *policy.Policy, cur Placement, d Demand, o *Options) *state {
 	}
 	var vmClassR, otherR float64
 	for _, c := range p.TrafficClasses {
+		if c.Name == "vmotion" && c.Limit > 0 && c.Limit != policy.Unlimited {
+			s.vmotionLimit = float64(c.Limit)
+		}
 		if c.Name == "vm" {
 			vmClassR = float64(c.Reservation)
 		} else {
@@ -272,6 +318,7 @@ func (s *state) attach(vi, hi int) {
 	v, h := &s.vms[vi], &s.hosts[hi]
 	v.host, v.pos = hi, len(h.vms)
 	h.vms = append(h.vms, vi)
+	h.nicOK = false
 	h.cpuResv += v.cpuResv
 	h.mem += v.mem
 	h.cpuLoad += v.cpuLoad
@@ -299,6 +346,7 @@ func (s *state) detach(vi int) {
 	h.vms[v.pos] = last
 	s.vms[last].pos = v.pos
 	h.vms = h.vms[:len(h.vms)-1]
+	h.nicOK = false
 	h.cpuResv -= v.cpuResv
 	h.mem -= v.mem
 	h.cpuLoad -= v.cpuLoad
@@ -422,32 +470,13 @@ func (s *state) repack(hi int) {
 	for j := range h.uplinks {
 		h.uplinks[j].used = 0
 	}
-	type ref struct{ vi, k int }
-	var all []ref
 	for _, vi := range h.vms {
-		v := &s.vms[vi]
-		for k, n := range v.nics {
-			v.nicUp[k] = -1
-			if n.resv > 0 {
-				all = append(all, ref{vi, k})
-			}
+		for k := range s.vms[vi].nicUp {
+			s.vms[vi].nicUp[k] = -1
 		}
 	}
-	sort.Slice(all, func(a, b int) bool {
-		na, nb := s.vms[all[a].vi].nics[all[a].k], s.vms[all[b].vi].nics[all[b].k]
-		if (na.pin != "") != (nb.pin != "") {
-			return na.pin != ""
-		}
-		if na.resv != nb.resv {
-			return na.resv > nb.resv
-		}
-		if all[a].vi != all[b].vi {
-			return all[a].vi < all[b].vi
-		}
-		return all[a].k < all[b].k
-	})
 	h.netBad = false
-	for _, r := range all {
+	for _, r := range s.hostNICs(hi) {
 		n := s.vms[r.vi].nics[r.k]
 		u := bestUplink(h, n)
 		if u < 0 {
@@ -503,29 +532,26 @@ func (s *state) tryPack(vi, hi int) bool {
 	if ok {
 		return true
 	}
-	// A fresh packing of everything on the host, v included.
+	// A fresh packing of everything on the host, v included: merge the
+	// host's list with v's, both in packing order.
 	for j := range h.uplinks {
 		free[j] = h.uplinks[j].budget
 	}
-	var all []nicReq
-	for _, vj := range h.vms {
-		for _, n := range s.vms[vj].nics {
-			if n.resv > 0 {
-				all = append(all, n)
-			}
-		}
-	}
+	hl := s.hostNICs(hi)
+	vl := make([]nicRef, 0, len(order))
 	for _, k := range order {
-		all = append(all, v.nics[k])
+		vl = append(vl, nicRef{vi, k})
 	}
-	sort.SliceStable(all, func(a, b int) bool {
-		if (all[a].pin != "") != (all[b].pin != "") {
-			return all[a].pin != ""
+	sort.Slice(vl, func(a, b int) bool { return s.nicLess(vl[a], vl[b]) })
+	i, j := 0, 0
+	for i < len(hl) || j < len(vl) {
+		var r nicRef
+		if j >= len(vl) || (i < len(hl) && s.nicLess(hl[i], vl[j])) {
+			r, i = hl[i], i+1
+		} else {
+			r, j = vl[j], j+1
 		}
-		return all[a].resv > all[b].resv
-	})
-	for _, n := range all {
-		if !takeUplink(h, free, n) {
+		if !takeUplink(h, free, s.vms[r.vi].nics[r.k]) {
 			return false
 		}
 	}
