@@ -36,20 +36,20 @@ type host struct {
 	cpuCap   float64 // MHz: cores × MHz per core
 	memCap   float64 // bytes
 	uplinks  []uplink
-	cpuResv  float64 // MHz reserved by its VMs
-	mem      float64 // bytes configured for its VMs
-	cpuLoad  float64 // MHz: sum of VM CPU entitlements (balance)
-	memLoad  float64 // bytes: sum of VM memory entitlements (balance)
-	netLoad  float64 // bps: sum of vNIC entitlements (balance, optional)
-	netResv  float64 // bps: sum of vNIC reservations (placement tie-break)
-	netCap   float64 // bps: sum of up uplinks' usable capacity
-	budget   float64 // bps: sum of up uplinks' vNIC reservation budgets
-	tooBig   int     // VMs with more vCPUs than the host has cores
+	cpuResv  float64  // MHz reserved by its VMs
+	mem      float64  // bytes configured for its VMs
+	cpuLoad  float64  // MHz: sum of VM CPU entitlements (balance)
+	memLoad  float64  // bytes: sum of VM memory entitlements (balance)
+	netLoad  float64  // bps: sum of vNIC entitlements (balance, optional)
+	netResv  float64  // bps: sum of vNIC reservations (placement tie-break)
+	netCap   float64  // bps: sum of up uplinks' usable capacity
+	budget   float64  // bps: sum of up uplinks' vNIC reservation budgets
+	tooBig   int      // VMs with more vCPUs than the host has cores
 	nicList  []nicRef // reserving vNICs of its VMs in packing order (valid if nicOK)
 	nicOK    bool
-	netBad   bool    // the vNIC reservations could not be packed on uplinks
-	vms      []int   // VM indices, in no particular order
-	classErr string  // class reservations exceed the cap on some uplink
+	netBad   bool   // the vNIC reservations could not be packed on uplinks
+	vms      []int  // VM indices, in no particular order
+	classErr string // class reservations exceed the cap on some uplink
 }
 
 // uplink is one physical NIC of a host and the vNIC reservations on it.
