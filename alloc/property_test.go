@@ -281,3 +281,41 @@ func TestCompareSemantics(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainArithmetic checks on random trees that every explanation step
+// adds up the way `sluice explain` tells a reader to check it: a
+// share-bound node gets Lo + Shares × Pool/ActiveShares (additive) or
+// Shares × Pool/ActiveShares (floor); in a shortage, Capacity × Lo /
+// Reserved. Tolerance 1e-7 × max(1, capacity).
+func TestExplainArithmetic(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for i := 0; i < 1000; i++ {
+		root := genTree(r, 1+r.IntN(4), -1, 1)
+		capacity := r.Float64() * 40
+		Compute(root, capacity)
+		tol := 1e-7 * math.Max(1, capacity)
+		var walk func(path []*Node)
+		walk = func(path []*Node) {
+			n := path[len(path)-1]
+			for _, c := range n.Children {
+				p := append(path[:len(path):len(path)], c)
+				st := Explain(p)
+				s := st[len(st)-1]
+				want := math.NaN()
+				switch {
+				case s.Shortage:
+					want = s.Capacity * s.Lo / s.Reserved
+				case c.Reason == ShareBound && s.Semantics == Additive:
+					want = s.Lo + c.Shares*s.Pool/s.ActiveShares
+				case c.Reason == ShareBound:
+					want = c.Shares * s.Pool / s.ActiveShares
+				}
+				if !math.IsNaN(want) && math.Abs(c.Alloc-want) > tol {
+					t.Fatalf("case %d: %s gets %g but its explanation adds up to %g: %+v", i, c.Name, c.Alloc, want, s)
+				}
+				walk(p)
+			}
+		}
+		walk([]*Node{root})
+	}
+}

@@ -157,20 +157,26 @@ func share(c *Node, sem Semantics, lam float64) (float64, Reason) {
 		}
 		return l, ReservationBound
 	}
+	// Within relEps of a bound counts as at the bound: λ comes out of
+	// floating-point sums, and a child held at its cap must say so.
 	var a float64
 	if sem == Floor {
 		a = sh * lam
-		if a <= l {
+		if a <= l*(1+relEps) {
 			return l, ReservationBound
 		}
 	} else {
 		a = l + sh*lam
 	}
-	if a >= h {
+	if a >= h*(1-relEps) {
 		return h, boundReason(c)
 	}
 	return a, ShareBound
 }
+
+// relEps is the relative tolerance for deciding that an allocation sits at
+// a bound.
+const relEps = 1e-12
 
 // level finds the water level λ at which the children's allocations add up
 // to capacity, given sumLo < capacity < Σ hi. For Additive a child takes
