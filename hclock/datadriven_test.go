@@ -291,7 +291,7 @@ func simulate(t *testing.T, tr *ttree, o runOpts, srcs []*source, evs []event, p
 			if err := l.s.SetParams(e.node, params[e.node], l.nowNs); err != nil {
 				fmt.Fprintf(&b, "set %s: error: %v\n", tr.nodes[e.node].name, err)
 			} else {
-				fmt.Fprintf(&b, "at %s: set %s r=%s s=%g l=%s\n", fmtDur(l.nowNs), tr.nodes[e.node].name,
+				fmt.Fprintf(&b, "at %s: set %s r=%s s=%g l=%s\n", fmtDur(e.atNs), tr.nodes[e.node].name,
 					fmtRate(params[e.node].ReservationBps), params[e.node].Shares, fmtRate(limitOrInf(params[e.node].LimitBps)))
 			}
 		}
@@ -302,7 +302,7 @@ func simulate(t *testing.T, tr *ttree, o runOpts, srcs []*source, evs []event, p
 		for l.nowNs < end && l.step(end) {
 		}
 		s1, a1, t1, b1 := l.snapshot()
-		fmt.Fprintf(&b, "phase %d: %s..%s, measured from %s\n", pi+1, fmtDur(start), fmtDur(end), fmtDur(t0))
+		fmt.Fprintf(&b, "phase %d: %s..%s, measured after %s\n", pi+1, fmtDur(start), fmtDur(end), fmtDur(warmEnd))
 		worst = max(worst, report(&b, tr, l, params, s0, a0, t0, b0, s1, a1, t1, b1, portsOnly))
 		start = end
 	}
@@ -369,7 +369,7 @@ func report(b *strings.Builder, tr *ttree, l *linkSim, params []Params,
 			rootID = i
 		}
 	}
-	fmt.Fprintf(b, "link busy %.2f%%\n", 100*busy)
+	fmt.Fprintf(b, "link busy %.1f%%\n", 100*busy)
 	if ref[rootID].Alloc >= l.linkBps*0.9999 && busy < busyTol {
 		viol = append(viol, fmt.Sprintf("link idle %.2f%% while demand covers it", 100*(1-busy)))
 	}
@@ -390,10 +390,15 @@ func report(b *strings.Builder, tr *ttree, l *linkSim, params []Params,
 		if !portsOnly || port {
 			dem := ""
 			if port && !math.IsInf(demand[i], 1) {
-				dem = " demand " + fmtRate(demand[i])
+				dem = " demand " + gbps(demand[i])
 			}
-			fmt.Fprintf(b, "%s%-6s got %-11s want %-11s err %+.2f%% (%s)%s\n", strings.Repeat("  ", tr.depth(i)-1), n.name,
-				fmtRate(got), fmtRate(want), 100*rel, ref[i].Reason, dem)
+			// Rounded so that a change of tie-breaking does not show.
+			errPct := math.Round(1000*rel) / 10
+			if errPct == 0 {
+				errPct = 0 // no "-0.0"
+			}
+			fmt.Fprintf(b, "%s%-6s got %-10s want %-10s err %+.1f%% (%s)%s\n", strings.Repeat("  ", tr.depth(i)-1), n.name,
+				gbps(got), gbps(want), errPct, ref[i].Reason, dem)
 		}
 		switch {
 		case want == 0 && got > 0:
@@ -485,7 +490,7 @@ func randomCmd(t *testing.T, cmdArgs []datadriven.CmdArg) string {
 	}
 	o := runOpts{linkBps: linkBps, packets: int(pk), seed: uint64(seed), warmup: 0.1}
 	out, worst := simulate(t, tr, o, srcs, nil, false)
-	return describe(tr) + out + fmt.Sprintf("largest port error %.2f%%\n", 100*worst)
+	return describe(tr) + out + fmt.Sprintf("largest port error %.1f%%\n", 100*worst)
 }
 
 // splitRandom splits total into n random non-negative parts (some zero).
@@ -650,4 +655,9 @@ func opsCmd(t *testing.T, tr *ttree, input string) string {
 		}
 	}
 	return b.String()
+}
+
+// gbps prints a rate in Gbps to the Mbps.
+func gbps(bps float64) string {
+	return strconv.FormatFloat(bps/1e9, 'f', 3, 64) + "Gbps"
 }

@@ -68,7 +68,7 @@ func (h *iheap) fix(id int32, key float64) {
 	h.e[i].key = key
 	switch {
 	case key > old:
-		h.down(i)
+		h.sink(i)
 	case key < old:
 		h.up(i)
 	}
@@ -118,4 +118,41 @@ func (h *iheap) down(i0 int) bool {
 	e[i] = x
 	h.pos[x.id] = int32(i)
 	return i > i0
+}
+
+// sink moves element i, whose key grew, down: it first walks the hole to
+// a leaf along the smallest children (no comparison with x on the way),
+// then lets x rise from there (Floyd). A served node's tag usually belongs
+// near the bottom, so this saves a comparison per level.
+func (h *iheap) sink(i int) {
+	e := h.e
+	n := len(e)
+	x := e[i]
+	for {
+		c := 4*i + 1
+		if c >= n {
+			break
+		}
+		m, mk := c, e[c].key
+		end := min(c+4, n)
+		for j := c + 1; j < end; j++ {
+			if k := e[j].key; k < mk {
+				m, mk = j, k
+			}
+		}
+		e[i] = e[m]
+		h.pos[e[i].id] = int32(i)
+		i = m
+	}
+	for i > 0 {
+		p := (i - 1) / 4
+		if !(x.key < e[p].key) {
+			break
+		}
+		e[i] = e[p]
+		h.pos[e[i].id] = int32(i)
+		i = p
+	}
+	e[i] = x
+	h.pos[x.id] = int32(i)
 }

@@ -38,7 +38,7 @@ func TestRandomSweep(t *testing.T) {
 				fmt.Sscanf(out[strings.LastIndex(out, "largest port error ")+len("largest port error "):], "%f", &w)
 				worst = max(worst, w)
 			}
-			t.Logf("demand=%s size=%s: %d trees, largest port error %.2f%%", demand, size, *sweep, worst)
+			t.Logf("demand=%s size=%s: %d trees, largest port error %.1f%%", demand, size, *sweep, worst)
 		}
 	}
 }
