@@ -155,3 +155,26 @@ func BenchmarkPlan64x8000(b *testing.B) { benchPlan(b, 64, 8000) }
 // BenchmarkPlan1000x30000 is a full pass on 1,000 hosts and 30,000 VMs.
 // Target ≤ 20 s.
 func BenchmarkPlan1000x30000(b *testing.B) { benchPlan(b, 1000, 30000) }
+
+// BenchmarkRepairStorm64x8000 is a pass in which a quarter of the hosts
+// (the heavily loaded ones) lose half their memory: each needs dozens of
+// migrations to be mended.
+func BenchmarkRepairStorm64x8000(b *testing.B) {
+	p, d := synthetic(64, 8000)
+	for h := 0; h < 16; h++ {
+		p.Hosts[h].Memory = 512 << 30
+	}
+	b.ResetTimer()
+	var r Result
+	c0 := cpuNs()
+	for i := 0; i < b.N; i++ {
+		r = Plan(p, nil, d, Options{})
+	}
+	c1 := cpuNs()
+	b.StopTimer()
+	b.ReportMetric(float64(c1-c0)/1e6/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64(len(r.Moves())), "moves")
+	if f := Check(p, r.Placement, Options{}); len(f) > 0 {
+		b.Errorf("faults after the pass: %s", f[0])
+	}
+}
