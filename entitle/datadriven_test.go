@@ -2,7 +2,6 @@ package entitle
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -110,5 +109,3 @@ func parseValue(t *testing.T, d *datadriven.TestData, s string) float64 {
 	}
 	return float64(r)
 }
-
-var _ = math.Inf
