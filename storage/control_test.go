@@ -46,7 +46,7 @@ func TestDatastoreView(t *testing.T) {
 // threshold.
 func TestPardaFixedPoint(t *testing.T) {
 	const capIOPS, thNs = 1600.0, 12e6
-	h := []*pardaWindow{newPardaWindow(thNs), newPardaWindow(thNs)}
+	h := []*windowControl{newWindowControl(thNs), newWindowControl(thNs)}
 	shares := []float64{2000, 3000}
 	var lat float64
 	for period := 0; period < 40; period++ {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"sluice/mclock"
+	"sluice/parda"
 	"sluice/policy"
 	"sluice/storage/nbd"
 )
@@ -24,7 +25,7 @@ type op struct {
 
 // ioCost is the cost of an I/O of n bytes in I/O units, the same as the
 // scheduler's (package mclock: one unit per started 32 KiB, at least 1);
-// flush and trim cost 1. Device latency is normalised by it.
+// flush and trim cost 1.
 func ioCost(n int) float64 {
 	return float64(max(1, (n+mclock.DefaultChunkBytes-1)/mclock.DefaultChunkBytes))
 }
@@ -37,7 +38,7 @@ type datastoreGate struct {
 	up          *upstream
 	exportBytes uint64
 	statsOff    uint64
-	parda       *pardaWindow // nil when SIOC is off
+	parda       *windowControl // nil when SIOC is off
 
 	mu          sync.Mutex
 	sched       *mclock.Scheduler
@@ -55,7 +56,7 @@ type datastoreGate struct {
 // dsPeriod accumulates the datastore I/O of this host during one period.
 type dsPeriod struct {
 	ios       uint64
-	normLatNs float64 // Σ latency/cost
+	normLatNs float64 // Σ size-normalised latency (parda.DefaultSizeModel)
 }
 
 // submit queues o and waits until the datastore completed it. The
@@ -151,7 +152,7 @@ func (g *datastoreGate) issue(o *op) error {
 	d.inflight--
 	if err == nil {
 		g.period.ios++
-		g.period.normLatNs += devNs / o.cost
+		g.period.normLatNs += parda.DefaultSizeModel.Normalize(devNs, float64(len(o.buf)))
 		d.record(len(o.buf), end.Sub(o.enqueue))
 	}
 	started := g.dispatchLocked(nil)
@@ -197,3 +198,9 @@ func (d *disk) Flush() error {
 func (d *disk) Trim(off, n uint64) error {
 	return d.gate.submit(&op{kind: nbd.CmdTrim, offset: d.ext.OffBytes + off, length: n, cost: 1, disk: d.idx})
 }
+
+// limitBurst is how many I/O units a disk held back by a busy window or a
+// late timer may make up above its limit (mclock.Config.LimitBurst): enough
+// for a few hundred milliseconds of a small limit, so that a limit is
+// reached on a loaded host, and small against a datastore's queue.
+const limitBurst = 32

@@ -162,13 +162,13 @@ func newGate(ds policy.Datastore, uri string, required uint64, host string, p *p
 		return nil, fmt.Errorf("gateway: datastore %s: %w", ds.Name, err)
 	}
 	g := &datastoreGate{name: ds.Name, ds: ds, up: up, exportBytes: size, statsOff: off, window: 256,
-		sched: mclock.New(mclock.Config{}), ops: map[uint64]*op{}}
+		sched: mclock.New(mclock.Config{LimitBurst: limitBurst}), ops: map[uint64]*op{}}
 	if ds.SIOC.Enabled {
 		th := ds.SIOC.CongestionThreshold
 		if th <= 0 {
 			th = 30 * time.Millisecond
 		}
-		g.parda = newPardaWindow(float64(th.Nanoseconds()))
+		g.parda = newWindowControl(float64(th.Nanoseconds()))
 		g.window = g.parda.w
 	}
 	return g, nil

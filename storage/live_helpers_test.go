@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -152,7 +154,10 @@ type fioJob struct {
 
 // fioResult is one job's outcome from fio's JSON output.
 type fioResult struct {
-	IOPS      float64
+	IOPS float64
+	// Series is the job's IOPS per log interval (only when runFio was
+	// given logMs > 0), after any ramp time.
+	Series    []float64
 	LatMeanUs float64
 	LatP50Us  float64
 	Errors    int
@@ -160,18 +165,29 @@ type fioResult struct {
 
 // runFio runs the jobs in one fio process and returns the per-job results.
 func runFio(ctx context.Context, t *testing.T, global []string, jobs []fioJob) (map[string]fioResult, error) {
+	return runFioLog(ctx, t, global, jobs, 0)
+}
+
+// runFioLog is runFio that also records each job's IOPS every logMs.
+func runFioLog(ctx context.Context, t *testing.T, global []string, jobs []fioJob, logMs int) (map[string]fioResult, error) {
+	dir := t.TempDir()
 	var b strings.Builder
 	b.WriteString("[global]\nioengine=nbd\nthread\ngroup_reporting=0\n")
+	if logMs > 0 {
+		fmt.Fprintf(&b, "log_avg_msec=%d\n", logMs)
+	}
 	for _, g := range global {
 		b.WriteString(g + "\n")
 	}
 	for _, j := range jobs {
 		fmt.Fprintf(&b, "[%s]\nuri=%s\nrw=%s\nbs=%s\niodepth=%d\n", j.name, j.uri, j.rw, j.bs, j.iodepth)
+		if logMs > 0 {
+			fmt.Fprintf(&b, "write_iops_log=%s\n", filepath.Join(dir, j.name))
+		}
 		for _, e := range j.extra {
 			b.WriteString(e + "\n")
 		}
 	}
-	dir := t.TempDir()
 	jf := filepath.Join(dir, "job.fio")
 	if err := os.WriteFile(jf, []byte(b.String()), 0o644); err != nil {
 		return nil, err
@@ -203,6 +219,12 @@ func runFio(ctx context.Context, t *testing.T, global []string, jobs []fioJob) (
 			r.LatMeanUs = (j.Read.Lat.Mean*float64(j.Read.Lat.N) + j.Write.Lat.Mean*float64(j.Write.Lat.N)) / float64(n) / 1000
 		}
 		r.LatP50Us = max(j.Read.Lat.Pct["50.000000"], j.Write.Lat.Pct["50.000000"]) / 1000
+		if logMs > 0 {
+			// fio numbers the log by the job's index: NAME_iops.N.log.
+			if m, _ := filepath.Glob(filepath.Join(dir, j.Name+"_iops.*.log")); len(m) == 1 {
+				r.Series = readIOPSLog(m[0])
+			}
+		}
 		res[j.Name] = r
 	}
 	if runErr != nil {
@@ -232,4 +254,33 @@ func within(got, want, tol float64) bool { return got >= want*(1-tol) && got <= 
 
 func parsePolicyB(yaml string) (*policy.Policy, error) {
 	return policy.Parse("bench.yaml", []byte(yaml))
+}
+
+// readIOPSLog reads a fio IOPS log ("msec, iops, dir, bs, prio" lines).
+func readIOPSLog(path string) []float64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []float64
+	for _, line := range strings.Split(string(b), "\n") {
+		var ms, iops float64
+		if _, err := fmt.Sscanf(line, "%g, %g,", &ms, &iops); err == nil {
+			out = append(out, iops)
+		}
+	}
+	return out
+}
+
+// median of v (NaN when empty).
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/bits"
 	"time"
+
+	"sluice/parda"
 )
 
 // diskPeriod accumulates one disk's completed I/O during a period.
@@ -180,22 +182,21 @@ type datastoreView struct {
 
 func viewOf(recs []statsRecord, nowNs int64) datastoreView {
 	var v datastoreView
-	var ios uint64
-	var sum float64
+	var reports []parda.HostReport
 	for _, r := range recs {
 		if r.PeriodNs <= 0 || nowNs-r.PeriodEndNs > 3*r.PeriodNs {
 			continue
 		}
 		v.hosts++
-		ios += r.IOs
-		sum += r.NormLatSumNs
+		if r.IOs > 0 {
+			// Latencies are normalised per I/O already (MeanBytes 0).
+			reports = append(reports, parda.HostReport{IOs: float64(r.IOs), LatencyNs: r.NormLatSumNs / float64(r.IOs)})
+		}
 		if r.ActiveShares > 0 {
 			v.totalShares += r.ActiveShares
 			v.totalWindow += r.Window
 		}
 	}
-	if ios > 0 {
-		v.latNs = sum / float64(ios)
-	}
+	v.latNs = parda.DefaultSizeModel.DatastoreLatency(reports)
 	return v
 }
