@@ -27,6 +27,13 @@ test: deps build
 reproduce: build
 	./scripts/reproduce.sh
 
+# Fuzz each parser and protocol for FUZZTIME (default 10m) each.
+FUZZTIME ?= 10m
+fuzz:
+	$(GO) test -run '^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./policy
+	$(GO) test -run '^$$' -fuzz=FuzzServer -fuzztime=$(FUZZTIME) ./storage/nbd
+	$(GO) test -run '^$$' -fuzz=FuzzScheduler -fuzztime=$(FUZZTIME) ./mclock
+
 bench: build
 	./bench/run.sh
 
