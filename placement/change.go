@@ -49,6 +49,7 @@ type RefusedError struct {
 	Spec, Reason string
 }
 
+// Error renders the refusal as one line.
 func (e *RefusedError) Error() string { return fmt.Sprintf("change %q refused: %s", e.Spec, e.Reason) }
 
 // ParseChange parses TARGET[/SUB].FIELD[=VALUE]. Its errors wrap ErrUsage.
