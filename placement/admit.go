@@ -49,6 +49,28 @@ func (s *state) admitAll(cur Placement) []Decision {
 	return ds
 }
 
+// retryRefused retries, after rebalancing has moved VMs, the power-ons
+// refused earlier in the pass; an admitted VM's refusal is replaced by the
+// admission.
+func (s *state) retryRefused(ds []Decision) []Decision {
+	for i := range ds {
+		if ds[i].Kind != Refuse {
+			continue
+		}
+		vi := s.vmIdx[ds[i].VM]
+		if len(s.clusterShortfalls(vi)) > 0 {
+			continue
+		}
+		if hi := s.bestHost(vi, -1); hi >= 0 {
+			m, _ := s.bal.after(s, vi, -1, hi)
+			s.place(vi, hi)
+			ds[i] = Decision{Kind: Admit, VM: ds[i].VM, To: s.hosts[hi].name,
+				Why: fmt.Sprintf("fits once rebalancing has moved VMs; the most balanced choice (imbalance %.3f after)", m)}
+		}
+	}
+	return ds
+}
+
 // clusterShortfalls lists the cluster-wide quotas (network pools, datastore
 // IOPS) that VM vi, not placed, would exceed.
 func (s *state) clusterShortfalls(vi int) []string {

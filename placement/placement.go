@@ -194,6 +194,7 @@ func Plan(p *policy.Policy, cur Placement, d Demand, o Options) Result {
 	r.Decisions = append(r.Decisions, s.repairAll(&o)...)
 	r.Decisions = append(r.Decisions, s.admitAll(cur)...)
 	r.Decisions = append(r.Decisions, s.rebalance(&o)...)
+	r.Decisions = s.retryRefused(r.Decisions)
 
 	r.ImbalanceAfter = s.bal.imbalance()
 	r.Placement = Placement{}
