@@ -72,7 +72,7 @@ type node struct {
 	state  uint8
 	isPort bool
 
-	sentBytes, sentPackets uint64
+	sentBytes, sentPackets, resvBytes uint64
 }
 
 // inner is the state of a node with children: its children's heaps.
@@ -88,7 +88,6 @@ type cold struct {
 	name                         string
 	params                       Params
 	lEff                         float64 // min(limit, Σ children's lEff): the most the subtree can take
-	resvBytes                    uint64
 	droppedBytes, droppedPackets uint64
 }
 
@@ -480,7 +479,7 @@ func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs in
 		s.charge(y, b, q.bytes, now)
 		if s.phases[i] == ByReservation {
 			y.rTag += b * y.rNsPerByte
-			s.cold[c].resvBytes += uint64(q.bytes)
+			y.resvBytes += uint64(q.bytes)
 		} else {
 			y.sTag += b * y.sPerByte
 		}
