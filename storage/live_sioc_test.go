@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"sort"
 	"testing"
@@ -98,12 +97,12 @@ func TestLiveSIOCTest3(t *testing.T) {
 		t.Fatalf("too few periods per phase: %d %d %d", len(p1), len(p2), len(p3))
 	}
 	// Phase 1: windows 2:3, latency at the threshold, IOPS 1:1:1:2.
-	w1 := mean(p1, func(s sample) float64 { return s.window[1] / s.window[0] })
+	w1 := medianOf(p1, func(s sample) float64 { return s.window[1] / s.window[0] })
 	if !within(w1, 1.5, 0.15) {
 		t.Errorf("phase 1: window ratio h2/h1 = %.2f, want 1.5 ± 15%% (aggregate shares 3000:2000)", w1)
 	}
 	for name, ph := range map[string][]sample{"phase 1": p1, "phase 3": p3} {
-		if lat := mean(ph, func(s sample) float64 { return s.latMs }); !within(lat, 12, 0.25) {
+		if lat := medianOf(ph, func(s sample) float64 { return s.latMs }); !within(lat, 12, 0.25) {
 			t.Errorf("%s: datastore latency %.1f ms, want 12 ms ± 25%%", name, lat)
 		}
 	}
@@ -120,7 +119,7 @@ func TestLiveSIOCTest3(t *testing.T) {
 	// Phase 2: within 3 periods after vm4 stops, vm1-3 together do ≥ 30%
 	// more I/O than in phase 1; by the end of the phase each does ≥ 20% more.
 	others := func(s sample) float64 { return s.vmIOPS[0] + s.vmIOPS[1] + s.vmIOPS[2] }
-	base := mean(p1, others)
+	base := medianOf(p1, others)
 	rose := false
 	for _, s := range in(pNs, pNs+int64(3.5*1e9)) {
 		rose = rose || others(s) >= 1.3*base
@@ -129,8 +128,8 @@ func TestLiveSIOCTest3(t *testing.T) {
 		t.Errorf("phase 2: vm1-3 did not reach 1.3 × their phase-1 IOPS (%.0f) within 3 periods of vm4 going idle", base)
 	}
 	for i := 0; i < 3; i++ {
-		b := mean(p1, func(s sample) float64 { return s.vmIOPS[i] })
-		a := mean(in(2*pNs-int64(5e9), 2*pNs), func(s sample) float64 { return s.vmIOPS[i] })
+		b := medianOf(p1, func(s sample) float64 { return s.vmIOPS[i] })
+		a := medianOf(in(2*pNs-int64(5e9), 2*pNs), func(s sample) float64 { return s.vmIOPS[i] })
 		if a < 1.2*b {
 			t.Errorf("phase 2: vm%d at %.0f IOPS, phase 1 %.0f: want ≥ +20%%", i+1, a, b)
 		}
@@ -178,29 +177,28 @@ func abs64(x int64) int64 {
 	return x
 }
 
-func mean(ss []sample, f func(sample) float64) float64 {
-	if len(ss) == 0 {
-		return math.NaN()
+// medianOf is the median over the periods of f (robust against a period in
+// which the shared test machine stalled).
+func medianOf(ss []sample, f func(sample) float64) float64 {
+	v := make([]float64, len(ss))
+	for i, s := range ss {
+		v[i] = f(s)
 	}
-	var sum float64
-	for _, s := range ss {
-		sum += f(s)
-	}
-	return sum / float64(len(ss))
+	return median(v)
 }
 
-// iopsSplit is each VM's fraction of the total IOPS over the samples.
+// iopsSplit is each VM's fraction of the IOPS: the median over the periods
+// of its fraction in each period.
 func iopsSplit(ss []sample) [4]float64 {
-	var tot [4]float64
-	var all float64
-	for _, s := range ss {
-		for i, v := range s.vmIOPS {
-			tot[i] += v
-			all += v
-		}
+	var out [4]float64
+	for i := range out {
+		out[i] = medianOf(ss, func(s sample) float64 {
+			all := s.vmIOPS[0] + s.vmIOPS[1] + s.vmIOPS[2] + s.vmIOPS[3]
+			if all == 0 {
+				return 0
+			}
+			return s.vmIOPS[i] / all
+		})
 	}
-	for i := range tot {
-		tot[i] /= all
-	}
-	return tot
+	return out
 }
