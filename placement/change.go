@@ -12,7 +12,7 @@ import (
 // A change is a reconfiguration given on the command line as
 // TARGET.FIELD[=VALUE]:
 //
-//	VM.host=HOST                 migrate VM to HOST by hand ("VM.host=" powers it off)
+//	VM.host=HOST                 migrate VM to HOST by hand ("VM.host=": placement chooses)
 //	VM.memory=SIZE               e.g. 8GiB
 //	VM.vcpus=N
 //	VM.cpu.reservation=MHZ       e.g. 2000MHz or 2000
