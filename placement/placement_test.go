@@ -19,7 +19,7 @@ import (
 //	policy            input: a policy file (YAML); the placement is the file's
 //	change            input: one change per line (grammar in change.go)
 //	demand            input: "VM cpu=MHZ mem=SIZE" or "VM/NIC net=RATE" lines
-//	plan [threshold=N] [maxmoves=N] [netweight=F]
+//	plan [threshold=N] [maxmoves=N] [netweight=F] [down=HOST/UPLINK,...]
 //	                  one placement pass; its placement becomes the current one
 //	rates             every vNIC's entitlement after the last pass
 //	check             the faults of the current placement
@@ -159,6 +159,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 func (h *harness) options(t *testing.T, d *datadriven.TestData) Options {
 	var o Options
 	for _, a := range d.CmdArgs {
+		if a.Key == "down" {
+			o.DownUplinks = append(o.DownUplinks, a.Vals...)
+			continue
+		}
 		if len(a.Vals) != 1 {
 			continue
 		}
