@@ -73,18 +73,20 @@ type Config struct {
 	ChunkBytes int64
 	// AtLimit is the policy for clients at their limit (default Wait).
 	AtLimit AtLimit
-	// LimitBurst is how many cost units a backlogged client may make up
-	// after the device served it later than its limit allowed (a device
-	// busy with other requests is not preemptible): its L tag may lag now
-	// by up to LimitBurst/LimitIOPS. Without it a limited client would get
-	// less than its limit on a busy device. 0 means DefaultLimitBurst; a
-	// negative value means none (L tags never lag now). A client that was
-	// idle gets no burst: its L tag starts at its arrival.
-	LimitBurst float64
+	// LimitBurstNs is how far behind now a backlogged client's L tag may
+	// fall: after other clients held it below its limit (a burst of
+	// higher-share work, a non-preemptible large request), it may make up
+	// that much time's worth of its limit. Over any window of W ns a
+	// client thus receives at most LimitIOPS·(W + LimitBurstNs)/1e9 plus
+	// one request. Without it, a limited client whose competitors are
+	// bursty would get less than its limit in the long run. 0 means
+	// DefaultLimitBurstNs; negative means none. A client that was idle
+	// gets no burst: its L tag starts at its arrival.
+	LimitBurstNs int64
 }
 
-// DefaultLimitBurst is the default Config.LimitBurst (cost units).
-const DefaultLimitBurst = 8
+// DefaultLimitBurstNs is the default Config.LimitBurstNs (100 ms).
+const DefaultLimitBurstNs = 100_000_000
 
 // Params are a client's settings. Rates are in cost units per second
 // (IOPS of ChunkBytes-sized requests).
@@ -200,7 +202,7 @@ type Scheduler struct {
 	chunk      int64
 	chunkShift uint // log2(chunk) when chunk is a power of two, else 0
 	atLimit    AtLimit
-	limitBurst float64
+	limitBurst int64     // Config.LimitBurstNs, defaults applied
 	clients    []*client // by id; nil when absent
 	heaps      [3]cheap
 	vP         int64 // virtual time: P tag of the last weight-phase request
@@ -220,10 +222,10 @@ func New(cfg Config) *Scheduler {
 		s.chunkShift = uint(bits.TrailingZeros64(uint64(s.chunk)))
 	}
 	switch {
-	case cfg.LimitBurst == 0:
-		s.limitBurst = DefaultLimitBurst
-	case cfg.LimitBurst > 0:
-		s.limitBurst = cfg.LimitBurst
+	case cfg.LimitBurstNs == 0:
+		s.limitBurst = DefaultLimitBurstNs
+	case cfg.LimitBurstNs > 0:
+		s.limitBurst = cfg.LimitBurstNs
 	}
 	for k := range s.heaps {
 		s.heaps[k].kind = k
@@ -400,8 +402,8 @@ func (s *Scheduler) virtualNow() int64 {
 // missed while the device was busy (or overbooked) is made up, and an
 // overbooked device is divided in proportion to the reservations.
 // L: an idle client starts at its arrival; a backlogged one may lag now
-// by at most LimitBurst units, so that it exceeds its limit over no window
-// by more than that burst. P: virtual time; an idle client starts at virtualNow.
+// by at most LimitBurstNs (so it can make up that much of its limit after
+// being held below it, and no more). P: virtual time; an idle client starts at virtualNow.
 func (s *Scheduler) tagHead(c *client, fresh bool, sinceNs int64) {
 	e := &c.q[c.qHead]
 	cost := s.Cost(e.Bytes)
@@ -418,8 +420,8 @@ func (s *Scheduler) tagHead(c *client, fresh bool, sinceNs int64) {
 		c.tag[kR] = Never
 	}
 	floor := sinceNs
-	if !fresh {
-		floor -= int64(s.limitBurst * c.invL)
+	if !fresh && c.invL > 0 {
+		floor -= s.limitBurst
 	}
 	c.tag[kL] = max(c.lBase+int64(float64(int64(e.Delta)+cost)*c.invL), floor)
 	p := c.pBase
