@@ -16,10 +16,22 @@ type NetParams struct {
 	WireOverhead int64 // bytes on the wire per packet beyond the payload (90: TCP/IP 52 + Ethernet 18 + preamble 8 + gap 12)
 	BaseRTTNs    int64 // round trip outside the uplink queue (switch, receiver, ack)
 	PortQueue    int   // segments a port may hold in the uplink's queue before its senders block
+	// IRQCoalesceNs is the guest's transmit-completion interrupt
+	// coalescing window: completions within it share one interrupt
+	// (seed 000: the default guest interrupt rate is 4000/s → 250 µs).
+	IRQCoalesceNs int64
+	// CyclesPerIRQ is what one guest interrupt costs the VM's vCPU
+	// (exit, handler, re-entry); an assumption, see docs/sim.md.
+	CyclesPerIRQ float64
+	// SchedNsPerSegment is the CPU time the NetIOC scheduler spends per
+	// segment it schedules: package hclock's measured Enqueue+Dequeue
+	// (docs/perf/hclock.md: ~150 ns with 100 ports).
+	SchedNsPerSegment float64
 }
 
 // DefaultNetParams: 10 GbE carries 1448/1538 = 94.1% payload = 9.41 Gbps.
-var DefaultNetParams = NetParams{SegmentBytes: 64 << 10, MSSBytes: 1448, WireOverhead: 90, BaseRTTNs: 50_000, PortQueue: 64}
+var DefaultNetParams = NetParams{SegmentBytes: 64 << 10, MSSBytes: 1448, WireOverhead: 90, BaseRTTNs: 50_000, PortQueue: 64,
+	IRQCoalesceNs: 250_000, CyclesPerIRQ: 10_000, SchedNsPerSegment: 150}
 
 // wireBits is the number of bits a payload of b bytes takes on the wire.
 func (p NetParams) wireBits(b int64) int64 {
@@ -48,6 +60,7 @@ type Port struct {
 	queue   []segment
 	qhead   int
 	waiters []func() // senders blocked on a full queue
+	vcpu    *vcpu    // the VM's vCPU (nil for system classes): completion interrupts
 	// SentBytes counts payload bytes sent since the last sample.
 	series *Series
 }
@@ -69,7 +82,9 @@ type Uplink struct {
 	busy     bool
 	wakeAtNs int64
 	failed   bool
-	entAtNs  int64 // entitlements cached at this time
+	schedCPU *Series // CPU the scheduler spends (hclock only)
+	cpuHz    float64 // host core clock, to turn scheduler time into cycles
+	entAtNs  int64   // entitlements cached at this time
 	ent      map[string]float64
 }
 
@@ -196,11 +211,17 @@ func (u *Uplink) kick() {
 		pt.queue, pt.qhead = pt.queue[:0], 0
 	}
 	u.busy = true
+	if u.hc != nil && u.schedCPU != nil {
+		u.schedCPU.add(u.p.SchedNsPerSegment*1e-9*u.cpuHz, 0)
+	}
 	txNs := int64(math.Ceil(float64(u.p.wireBits(seg.bytes)) / u.LineBps * 1e9))
 	u.eng.After(txNs, func() {
 		u.busy = false
 		if pt.series != nil {
 			pt.series.add(float64(seg.bytes*8), 1)
+		}
+		if pt.vcpu != nil {
+			pt.vcpu.txDone()
 		}
 		if seg.src != nil {
 			seg.src.sent(u.eng.NowNs(), seg.bytes)

@@ -18,11 +18,32 @@ var DefaultCPUParams = CPUParams{CyclesPerByte: 8 / 7.727, CyclesPerPacket: 0, O
 
 // vcpu is one VM's processor as a single server of send work.
 type vcpu struct {
-	eng    *Engine
-	p      CPUParams
-	hz     float64 // cycles/s available to the stream
-	freeNs int64
-	busy   *Series // cycles used (for CPU cost)
+	eng       *Engine
+	p         CPUParams
+	hz        float64 // cycles/s available to the stream
+	irqNs     int64
+	irqCycles float64
+	freeNs    int64
+	busy      *Series // cycles used (for CPU cost)
+	// irqUntilNs ends the current interrupt coalescing window.
+	irqUntilNs int64
+	irqs       *Series
+}
+
+// txDone accounts a transmit completion: it raises a guest interrupt
+// unless one is already pending in the coalescing window.
+func (c *vcpu) txDone() {
+	now := c.eng.NowNs()
+	if now < c.irqUntilNs {
+		return
+	}
+	c.irqUntilNs = now + c.irqNs
+	if c.busy != nil {
+		c.busy.add(c.irqCycles, 0)
+	}
+	if c.irqs != nil {
+		c.irqs.add(1, 1)
+	}
 }
 
 func (c *vcpu) setMHz(mhz float64) {

@@ -182,10 +182,11 @@ const (
 	prefDSLat    = "dslat_ms:"     // datastore-wide latency (gauge)
 	prefCPU      = "cpu_hz:"       // CPU cycles per second a VM spends sending
 	prefEntitled = "ent_bps:"      // entitlement of a port (gauge)
+	prefIRQ      = "irq:"          // guest transmit-completion interrupts of a VM
 )
 
 func isRateSeries(n string) bool {
-	return hasPrefix(n, prefRate) || hasPrefix(n, prefIOPS) || hasPrefix(n, prefOrders) || hasPrefix(n, prefCPU)
+	return hasPrefix(n, prefRate) || hasPrefix(n, prefIOPS) || hasPrefix(n, prefOrders) || hasPrefix(n, prefCPU) || hasPrefix(n, prefIRQ)
 }
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }

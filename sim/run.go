@@ -201,11 +201,24 @@ func (res *Result) metric(run, metric, of string, fromNs, toNs int64) (float64, 
 			return s.Mean(fromNs, toNs), "I/Os", nil
 		}
 	case "cpu":
+		if of == "all" {
+			total := 0.0
+			for _, n := range rec.names() {
+				if hasPrefix(n, prefCPU) {
+					total += rec.series[n].Rate(fromNs, toNs)
+				}
+			}
+			return total / 1e6, "MHz", nil
+		}
 		if s, err = get(prefCPU); err == nil {
 			return s.Rate(fromNs, toNs) / 1e6, "MHz", nil
 		}
+	case "irq":
+		if s, err = get(prefIRQ); err == nil {
+			return s.Rate(fromNs, toNs), "IRQ/s", nil
+		}
 	default:
-		return 0, "", fmt.Errorf("unknown metric %q (rate, min_rate, iops, iops_share, latency, orders, order_time, rr, qdepth, cpu)", metric)
+		return 0, "", fmt.Errorf("unknown metric %q (rate, min_rate, iops, iops_share, latency, orders, order_time, rr, qdepth, cpu, irq)", metric)
 	}
 	return 0, "", err
 }
@@ -258,10 +271,14 @@ func (res *Result) evaluate(x ExpectSpec) Outcome {
 		if err != nil {
 			return fail(err)
 		}
-		if b == 0 {
-			return fail(fmt.Errorf("reference is zero"))
+		if ref.Diff {
+			v -= b
+		} else {
+			if b == 0 {
+				return fail(fmt.Errorf("reference is zero"))
+			}
+			v, unit = v/b, "ratio"
 		}
-		v, unit = v/b, "ratio"
 	}
 	o.Measured, o.Unit = v, unit
 	want, err := parseValue(x.Value)

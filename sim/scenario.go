@@ -133,6 +133,9 @@ type RefSpec struct {
 	Of     string `yaml:"of"`
 	From   string `yaml:"from"`
 	To     string `yaml:"to"`
+	// Diff makes the measure the difference (this − reference) instead of
+	// the ratio.
+	Diff bool `yaml:"diff"`
 }
 
 // PlotSpec draws series of runs into one figure.

@@ -130,6 +130,10 @@ func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s: %v", sc.file, err)
 			}
+			up.cpuHz = float64(h.CPU.MHz) * 1e6
+			if up.hc != nil {
+				up.schedCPU = s.rec.Series(prefCPU + h.Name + "/" + u.Name + "/netsched")
+			}
 			s.uplinks[h.Name+"/"+u.Name] = up
 			s.upOrder = append(s.upOrder, up)
 		}
@@ -140,7 +144,8 @@ func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 		if h == nil {
 			return nil, fmt.Errorf("%s: vm %s: no host given (the simulator needs every VM placed)", sc.file, vm.Name)
 		}
-		c := &vcpu{eng: s.eng, p: s.cpu, busy: s.rec.Series(prefCPU + vm.Name)}
+		c := &vcpu{eng: s.eng, p: s.cpu, busy: s.rec.Series(prefCPU + vm.Name), irqs: s.rec.Series(prefIRQ + vm.Name),
+			irqNs: s.net.IRQCoalesceNs, irqCycles: s.net.CyclesPerIRQ}
 		peak := s.cpu.PeakMHz
 		if peak == 0 {
 			peak = float64(h.CPU.MHz)
@@ -246,7 +251,7 @@ func (s *Sim) attachPort(name, host, pin string) {
 		r = &rsl{0, 1, inf}
 		s.portRSL[name] = r
 	}
-	pt := &Port{Name: name, series: s.rec.Series(prefRate + name)}
+	pt := &Port{Name: name, series: s.rec.Series(prefRate + name), vcpu: s.vcpus[vmOf(name)]}
 	pt.class = class
 	if err := up.addPort(pt); err != nil {
 		return
