@@ -1,6 +1,9 @@
 package policy
 
-import "math"
+import (
+	"math"
+	"sort"
+)
 
 // This file holds the views of a policy that several parts derive from it
 // (placement, alloc, the agent, the simulator); they are computed on each
@@ -128,51 +131,73 @@ type nicAssignment struct {
 	reserved map[string]Bps    // uplink name → sum of vNIC reservations
 }
 
-// assign maps the vNICs of the VMs on host h to uplinks. The rule is
-// deterministic: VMs and vNICs in file order; a vNIC pinned with `uplink:`
-// goes there; otherwise to the first uplink (file order) whose vm-class
-// budget still holds its reservation; if none does, to the uplink with the
-// most budget left (the first of equals), where Admission reports it.
+// assign maps the vNICs of the VMs on host h to uplinks. The rule is the
+// one placement packs by, so that admission, placement, alloc and the agent
+// agree: a vNIC pinned with `uplink:` goes there; reserving vNICs follow,
+// larger reservations first (file order among equals), each to the uplink
+// with the least vm-class budget left that still holds it (best fit); if
+// none does, to the uplink with the most budget left (the first of equals),
+// where Admission reports it. vNICs without a reservation use the first
+// uplink.
 func (p *Policy) assign(h *Host, vms []*VM) nicAssignment {
 	a := nicAssignment{uplink: map[string]string{}, reserved: map[string]Bps{}}
 	if len(h.Uplinks) == 0 {
 		return a
 	}
-	budget := make([]Bps, len(h.Uplinks))
-	for i := range h.Uplinks {
-		budget[i] = p.VMClassBudget(&h.Uplinks[i])
+	type ref struct {
+		vm  *VM
+		nic *NIC
 	}
+	var refs []ref
 	for _, vm := range vms {
-		for _, nic := range vm.NICs {
-			i := -1
-			if nic.Uplink != "" {
-				for j := range h.Uplinks {
-					if h.Uplinks[j].Name == nic.Uplink {
-						i = j
-						break
-					}
-				}
-			}
-			if i < 0 {
-				for j := range h.Uplinks {
-					if budget[j]-a.reserved[h.Uplinks[j].Name] >= nic.Reservation {
-						i = j
-						break
-					}
-				}
-			}
-			if i < 0 {
-				i = 0
-				for j := range h.Uplinks {
-					if budget[j]-a.reserved[h.Uplinks[j].Name] > budget[i]-a.reserved[h.Uplinks[i].Name] {
-						i = j
-					}
-				}
-			}
-			name := h.Uplinks[i].Name
-			a.uplink[PortName(vm.Name, nic.Name)] = name
-			a.reserved[name] = addSat(a.reserved[name], nic.Reservation)
+		for k := range vm.NICs {
+			refs = append(refs, ref{vm, &vm.NICs[k]})
 		}
+	}
+	sort.SliceStable(refs, func(i, j int) bool {
+		ni, nj := refs[i].nic, refs[j].nic
+		if (ni.Uplink != "") != (nj.Uplink != "") {
+			return ni.Uplink != ""
+		}
+		return ni.Reservation > nj.Reservation
+	})
+	free := make([]Bps, len(h.Uplinks))
+	for i := range h.Uplinks {
+		free[i] = p.VMClassBudget(&h.Uplinks[i])
+	}
+	for _, r := range refs {
+		nic := r.nic
+		i := -1
+		if nic.Uplink != "" {
+			for j := range h.Uplinks {
+				if h.Uplinks[j].Name == nic.Uplink {
+					i = j
+					break
+				}
+			}
+		}
+		if i < 0 && nic.Reservation == 0 {
+			i = 0
+		}
+		if i < 0 {
+			for j := range h.Uplinks {
+				if free[j] >= nic.Reservation && (i < 0 || free[j] < free[i]) {
+					i = j
+				}
+			}
+		}
+		if i < 0 {
+			i = 0
+			for j := range h.Uplinks {
+				if free[j] > free[i] {
+					i = j
+				}
+			}
+		}
+		name := h.Uplinks[i].Name
+		a.uplink[PortName(r.vm.Name, nic.Name)] = name
+		a.reserved[name] = addSat(a.reserved[name], nic.Reservation)
+		free[i] -= nic.Reservation
 	}
 	return a
 }
