@@ -28,7 +28,9 @@ import (
 //	ops                      API calls on a fresh scheduler, one per line:
 //	                         enqueue PORT BYTES @T | dequeue @T | set NODE [r=] [s=] [l=] @T | stats NODE
 //	lag link=RATE dur=T [seed=N]   sources as in run; ports with start=T are
-//	                         checked for bursts when they become busy.
+//	                         checked for bursts from when they become busy; with
+//	                         one event `at=T set NODE ...`, the ports below NODE
+//	                         are checked from T against the new entitlements.
 //
 // Every result is checked against invariants and violations are printed:
 // each node within 1% of its entitlement, no limit exceeded, the link busy
@@ -523,8 +525,8 @@ func lagCmd(t *testing.T, tr *ttree, cmdArgs []datadriven.CmdArg, input string) 
 	a := args(cmdArgs)
 	o := parseRunOpts(t, a)
 	srcs, evs := parseSources(t, tr, input)
-	if len(evs) > 0 {
-		t.Fatal("lag takes no events")
+	if len(evs) > 1 {
+		t.Fatal("lag takes at most one event")
 	}
 	l, err := newLinkSim(tr, o.linkBps, o.seed)
 	if err != nil {
@@ -534,6 +536,21 @@ func lagCmd(t *testing.T, tr *ttree, cmdArgs []datadriven.CmdArg, input string) 
 	demand := make([]float64, len(tr.nodes))
 	for i, n := range tr.nodes {
 		params[i] = n.p
+	}
+	// With an event, the ports below the changed node are watched from the
+	// event on, against the entitlements after it.
+	var evNs int64
+	watched := map[int]bool{}
+	for _, e := range evs {
+		evNs = e.atNs
+		params[e.node] = merge(params[e.node], e.p)
+		for _, s := range srcs {
+			for y := s.port; y >= 0; y = l.s.cfg.Nodes[y].Parent {
+				if y == e.node {
+					watched[s.port] = true
+				}
+			}
+		}
 	}
 	maxPkt := 0
 	for _, s := range srcs {
@@ -558,7 +575,12 @@ func lagCmd(t *testing.T, tr *ttree, cmdArgs []datadriven.CmdArg, input string) 
 	var tracks []*track
 	byPort := map[int]*track{}
 	for _, s := range srcs {
-		if s.startNs > 0 {
+		if s.startNs > 0 || watched[s.port] {
+			if watched[s.port] {
+				s.watchNs = evNs
+			} else {
+				s.watchNs = s.startNs
+			}
 			k := &track{src: s, wantBps: ref[s.port].Alloc}
 			tracks = append(tracks, k)
 			byPort[s.port] = k
@@ -570,26 +592,46 @@ func lagCmd(t *testing.T, tr *ttree, cmdArgs []datadriven.CmdArg, input string) 
 			// Deficit of the others is seen at their own sends; also
 			// sample the late starters' deficit here.
 			for _, k := range tracks {
-				if endNs > k.src.startNs {
-					k.deficit = max(k.deficit, k.wantBps/8*float64(endNs-k.src.startNs)/1e9-k.sent)
+				if endNs > k.src.watchNs {
+					k.deficit = max(k.deficit, k.wantBps/8*float64(endNs-k.src.watchNs)/1e9-k.sent)
 				}
 			}
 			return
 		}
 		startNs := endNs - int64(math.Round(float64(p.Bytes)*8e9/o.linkBps))
+		if startNs < k.src.watchNs {
+			return
+		}
 		k.sent += float64(p.Bytes)
 		// Counted when sending starts: the whole packet is charged then.
-		k.excess = max(k.excess, k.sent-k.wantBps/8*float64(startNs-k.src.startNs)/1e9)
+		k.excess = max(k.excess, k.sent-k.wantBps/8*float64(startNs-k.src.watchNs)/1e9)
+	}
+	var b strings.Builder
+	for _, e := range evs {
+		for l.nowNs < e.atNs && l.step(e.atNs) {
+		}
+		if err := l.s.SetParams(e.node, params[e.node], l.nowNs); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "at %s: set %s r=%s s=%g l=%s\n", fmtDur(e.atNs), tr.nodes[e.node].name,
+			fmtRate(params[e.node].ReservationBps), params[e.node].Shares, fmtRate(limitOrInf(params[e.node].LimitBps)))
 	}
 	for l.nowNs < o.durNs && l.step(o.durNs) {
 	}
-	var b strings.Builder
 	bound := float64(LagBoundPackets * maxPkt)
-	fmt.Fprintf(&b, "largest packet %d bytes; bound %d packets = %.0f bytes\n", maxPkt, LagBoundPackets, bound)
+	if len(evs) > 0 {
+		// Released from a limit while backlogged: what it was owed while
+		// held counts too, up to MaxCreditBytes of reservation and of
+		// shares.
+		bound += 2 * DefaultMaxCreditBytes
+		fmt.Fprintf(&b, "largest packet %d bytes; bound %d packets + 2 × %d bytes credit = %.0f bytes\n", maxPkt, LagBoundPackets, DefaultMaxCreditBytes, bound)
+	} else {
+		fmt.Fprintf(&b, "largest packet %d bytes; bound %d packets = %.0f bytes\n", maxPkt, LagBoundPackets, bound)
+	}
 	for _, k := range tracks {
 		name := tr.nodes[k.src.port].name
-		fmt.Fprintf(&b, "%s: busy from %s, entitled to %s: largest burst beyond it %.0f bytes (%.2f packets), largest shortfall %.0f bytes\n",
-			name, fmtDur(k.src.startNs), fmtRate(k.wantBps), k.excess, k.excess/float64(maxPkt), k.deficit)
+		fmt.Fprintf(&b, "%s: watched from %s, entitled to %s: largest burst beyond it %.0f bytes (%.2f packets), largest shortfall %.0f bytes\n",
+			name, fmtDur(k.src.watchNs), fmtRate(k.wantBps), k.excess, k.excess/float64(maxPkt), k.deficit)
 		if k.excess > bound {
 			fmt.Fprintf(&b, "VIOLATION: %s burst %.0f bytes > bound %.0f bytes\n", name, k.excess, bound)
 		}

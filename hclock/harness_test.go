@@ -184,6 +184,7 @@ type source struct {
 	burst   int     // mean packets per burst
 	size    int     // bytes; 0 means a mix of 64, 1500 and 65536
 	startNs int64
+	watchNs int64 // lag: bursts are measured from here
 	nextNs  int64
 	started bool
 }
