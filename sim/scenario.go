@@ -219,16 +219,15 @@ func ParseScenario(file string, data []byte) (*Scenario, error) {
 		}
 		sc.pol, err = policy.Load(p)
 	case yaml.MappingNode:
-		var b []byte
-		b, err = yaml.Marshal(&sc.Policy)
-		if err == nil {
-			sc.pol, err = policy.Parse(file+"(policy)", b)
-		}
+		sc.pol, err = parseInlinePolicy(file, data, &sc.Policy)
 	default:
 		return nil, lineErr(file, 1, "policy", "missing: give a policy inline or a file name")
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: policy: %s", file, strings.ReplaceAll(err.Error(), "\n", "; "))
+		if strings.HasPrefix(err.Error(), file) {
+			return nil, err // FILE:LINE: field: message, one line per problem
+		}
+		return nil, fmt.Errorf("%s: policy: %s", file, err)
 	}
 	if len(sc.Runs) == 0 {
 		sc.Runs = []RunSpec{{Name: "main"}}
@@ -280,4 +279,37 @@ func parseSize(s string, def int64) (int64, error) {
 	}
 	b, err := policy.ParseSize(s)
 	return int64(b), err
+}
+
+// parseInlinePolicy parses the policy written inside a scenario. A block
+// policy is cut out of the scenario text as written, so that policy errors
+// name the scenario's own lines; a flow-style one is re-encoded.
+func parseInlinePolicy(file string, data []byte, n *yaml.Node) (*policy.Policy, error) {
+	lines := strings.Split(string(data), "\n")
+	first := n.Line - 1 // index of the policy's first key line
+	if n.Style&yaml.FlowStyle != 0 || first < 0 || first >= len(lines) {
+		b, err := yaml.Marshal(n)
+		if err != nil {
+			return nil, err
+		}
+		return policy.Parse(file+"(policy)", b)
+	}
+	indent := len(lines[first]) - len(strings.TrimLeft(lines[first], " "))
+	var body []string
+	for i := first; i < len(lines); i++ {
+		l := lines[i]
+		t := strings.TrimLeft(l, " ")
+		if t != "" && !strings.HasPrefix(t, "#") && len(l)-len(t) < indent {
+			break
+		}
+		if len(l) >= indent {
+			l = l[indent:]
+		} else {
+			l = t
+		}
+		body = append(body, l)
+	}
+	// Pad with blank lines so that line numbers are the scenario's.
+	text := strings.Repeat("\n", first) + strings.Join(body, "\n") + "\n"
+	return policy.Parse(file, []byte(text))
 }

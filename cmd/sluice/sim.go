@@ -36,12 +36,13 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	}
 	sc, err := sim.LoadScenario(pos[0])
 	if err != nil {
-		fmt.Fprintln(stderr, "sluice sim:", err)
+		// FILE:LINE: field: message, one line per problem.
+		fmt.Fprintln(stderr, err)
 		return exitBad
 	}
 	res, err := sim.Run(sc)
 	if err != nil {
-		fmt.Fprintln(stderr, "sluice sim:", err)
+		fmt.Fprintln(stderr, err) // FILE:LINE: field: message
 		return exitBad
 	}
 	dir := *out
