@@ -3,6 +3,7 @@ package mclock
 import (
 	"fmt"
 	"strings"
+	"testing"
 )
 
 // runLag measures how a client that becomes busy is served relative to its
@@ -81,4 +82,37 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// TestLimitWindow checks the limit bound of Config.LimitBurstNs: over any
+// window of W a client receives at most LimitIOPS·(W + LimitBurstNs) plus
+// two requests, here for a limited greedy client (2048 units/s, 64 KiB
+// requests) against a bursty client with 7× its shares, so that it is
+// often held below its limit and then catches up.
+func TestLimitWindow(t *testing.T) {
+	const limit = 2048.0
+	cs := []simClient{
+		{name: "bursty", p: Params{Shares: 3641}, kind: "burst", rate: 529.3, burst: 23, sizes: []int64{4 << 10, 16 << 10, 64 << 10, 256 << 10}},
+		{name: "limited", p: Params{ReservationIOPS: 1261, Shares: 540, LimitIOPS: limit}, kind: "greedy", sizes: []int64{64 << 10}},
+	}
+	var served float64
+	minSlack := 0.0 // min over dispatch times of served-before − limit·t
+	worst := 0.0
+	res := simulate(Config{}, 5000, 100e9, cs, 1, func(now int64, id int, cost int64) {
+		if id != 1 {
+			return
+		}
+		tSec := float64(now) / 1e9
+		minSlack = min(minSlack, served-limit*tSec)
+		served += float64(cost)
+		worst = max(worst, served-limit*tSec-minSlack)
+	})
+	bound := limit*float64(DefaultLimitBurstNs)/1e9 + 2*2 // + two 64 KiB requests
+	t.Logf("limited client: %.1f units/s; largest excess over limit·W: %.1f units (bound %.1f)", res.served[1]/100, worst, bound)
+	if worst > bound {
+		t.Errorf("limited client exceeded limit·(W + LimitBurstNs) + 2 requests: %.1f > %.1f units", worst, bound)
+	}
+	if got := res.served[1] / 100; got < 0.98*limit {
+		t.Errorf("limited client got %.1f units/s, want its limit %g within 2%%", got, limit)
+	}
 }

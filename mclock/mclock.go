@@ -78,7 +78,8 @@ type Config struct {
 	// higher-share work, a non-preemptible large request), it may make up
 	// that much time's worth of its limit. Over any window of W ns a
 	// client thus receives at most LimitIOPS·(W + LimitBurstNs)/1e9 plus
-	// one request. Without it, a limited client whose competitors are
+	// two requests (one at the window's edge, one that came due by
+	// reservation: the constraint phase does not look at L tags). Without it, a limited client whose competitors are
 	// bursty would get less than its limit in the long run. 0 means
 	// DefaultLimitBurstNs; negative means none. A client that was idle
 	// gets no burst: its L tag starts at its arrival.
@@ -503,20 +504,32 @@ func (s *Scheduler) Pull(nowNs int64) (req Request, clientID int, ok bool, nextE
 	return e, c.id, true, nowNs
 }
 
+// limitFloor is the L tag base after serving c's head at nowNs: its L tag,
+// but no more than LimitBurstNs behind now. Bounding the lag at service
+// (not only when the tag was computed: the head may wait long) is what
+// bounds a client's service over any window W by LimitIOPS·(W +
+// LimitBurstNs) plus two requests (see Config.LimitBurstNs).
+func (s *Scheduler) limitFloor(c *client, nowNs int64) int64 {
+	if c.invL == 0 {
+		return c.tag[kL]
+	}
+	return max(c.tag[kL], nowNs-s.limitBurst)
+}
+
 // serve moves c's tag bases past its head request and counts it.
 func (s *Scheduler) serve(c *client, phase Phase, nowNs int64) {
 	cost := c.headCost
 	rebate := int64(float64(cost) * c.invR)
 	switch phase {
 	case Reservation:
-		c.rBase, c.lBase, c.pBase = c.tag[kR], c.tag[kL], c.tag[kP]
+		c.rBase, c.lBase, c.pBase = c.tag[kR], s.limitFloor(c, nowNs), c.tag[kP]
 		c.stats.ByReservation += uint64(cost)
 	case Weight:
 		// Weight-phase service does not count toward the reservation.
 		if c.invR > 0 {
 			c.rBase = c.tag[kR] - rebate
 		}
-		c.lBase, c.pBase = c.tag[kL], c.tag[kP]
+		c.lBase, c.pBase = s.limitFloor(c, nowNs), c.tag[kP]
 		s.vP = max(s.vP, c.tag[kP]-int64(float64(cost)*c.invW))
 		c.stats.ByWeight += uint64(cost)
 	case OverLimit:
