@@ -199,8 +199,8 @@ func (d *disk) Trim(off, n uint64) error {
 	return d.gate.submit(&op{kind: nbd.CmdTrim, offset: d.ext.OffBytes + off, length: n, cost: 1, disk: d.idx})
 }
 
-// limitBurst is how many I/O units a disk held back by a busy window or a
-// late timer may make up above its limit (mclock.Config.LimitBurst): enough
-// for a few hundred milliseconds of a small limit, so that a limit is
-// reached on a loaded host, and small against a datastore's queue.
-const limitBurst = 32
+// limitBurstNs is how far behind now a disk held back by a busy window or
+// a late timer may let its limit tag fall (mclock.Config.LimitBurstNs), so
+// that a limit is reached on a loaded host: at most limit × 0.3 s extra
+// I/Os in any window.
+const limitBurstNs = 300_000_000

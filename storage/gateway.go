@@ -162,7 +162,7 @@ func newGate(ds policy.Datastore, uri string, required uint64, host string, p *p
 		return nil, fmt.Errorf("gateway: datastore %s: %w", ds.Name, err)
 	}
 	g := &datastoreGate{name: ds.Name, ds: ds, up: up, exportBytes: size, statsOff: off, window: 256,
-		sched: mclock.New(mclock.Config{LimitBurst: limitBurst}), ops: map[uint64]*op{}}
+		sched: mclock.New(mclock.Config{LimitBurstNs: limitBurstNs}), ops: map[uint64]*op{}}
 	if ds.SIOC.Enabled {
 		th := ds.SIOC.CongestionThreshold
 		if th <= 0 {

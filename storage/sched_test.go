@@ -14,7 +14,7 @@ import (
 // with window outstanding requests, every disk backlogged with depth
 // requests (closed loop), for durNs; it returns the IOPS each disk got.
 func simulate(disks []policy.Disk, capacityIOPS float64, window, depth int, durNs int64) []float64 {
-	s := mclock.New(mclock.Config{LimitBurst: limitBurst})
+	s := mclock.New(mclock.Config{LimitBurstNs: limitBurstNs})
 	for i, d := range disks {
 		if err := s.AddClient(i, mclockParams(d)); err != nil {
 			panic(err)
