@@ -113,7 +113,9 @@ type Scheduler struct {
 	lPos    []int32
 	path    []int32
 	phases  []Phase
-	lastNow float64
+	lastNow float64 // ns since epochNs
+	epochNs int64   // the caller's time at which the scheduler's clock is 0
+	started bool
 	cfg     Config
 	queued  int
 	kids    [][]int32
@@ -207,6 +209,8 @@ func New(cfg Config) (*Scheduler, error) {
 	s.computeLEff(int32(root), kids)
 	for id := range s.nodes {
 		s.derive(int32(id))
+		// A limit is a token bucket that starts full.
+		s.nodes[id].lTag = math.Inf(-1)
 	}
 	return s, nil
 }
@@ -248,13 +252,59 @@ func (s *Scheduler) derive(id int32) {
 	}
 }
 
+// now turns the caller's clock into the scheduler's: float64 ns since an
+// epoch (the first time seen), never going backwards. Tags are float64, so
+// they are kept small: once the clock is rebaseNs past the epoch, every
+// time tag moves back by that much (and share tags by their parent's share
+// clock); a float64 then resolves well under a nanosecond whatever the
+// caller's clock origin (Unix time included) and however long it runs.
 func (s *Scheduler) now(nowNs int64) float64 {
-	t := float64(nowNs)
+	if !s.started {
+		s.started = true
+		s.epochNs = nowNs
+	}
+	if nowNs-s.epochNs >= rebaseNs {
+		s.rebase(rebaseNs)
+	}
+	t := float64(nowNs - s.epochNs)
 	if t < s.lastNow {
 		t = s.lastNow
 	}
 	s.lastNow = t
 	return t
+}
+
+// rebaseNs is how far the clock may run from the epoch before tags are
+// rebased (about 18 minutes). A variable so that a test can make it small.
+var rebaseNs int64 = 1 << 40
+
+// rebase moves the epoch forward by shiftNs and every tag with it. O(n),
+// once per rebaseNs of clock; it allocates nothing.
+func (s *Scheduler) rebase(shiftNs int64) {
+	d := float64(shiftNs)
+	s.epochNs += shiftNs
+	s.lastNow -= d
+	for i := range s.nodes {
+		x := &s.nodes[i]
+		x.rTag -= d
+		x.lTag -= d
+		x.eligibleAt -= d
+		if in := x.in; in != nil {
+			for j := range in.rh.e {
+				in.rh.e[j].key -= d
+			}
+			for j := range in.lh.e {
+				in.lh.e[j].key -= d
+			}
+			for j := range in.sh.e {
+				in.sh.e[j].key -= in.vt
+			}
+			for _, c := range s.kids[i] {
+				s.nodes[c].sTag -= in.vt
+			}
+			in.vt = 0
+		}
+	}
 }
 
 // Enqueue queues a packet of the given size at a port. It returns false,
@@ -424,7 +474,7 @@ func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs in
 		return Packet{}, false, Never
 	}
 	if r.eligibleAt > now {
-		return Packet{}, false, int64(math.Ceil(r.eligibleAt))
+		return Packet{}, false, int64(math.Ceil(r.eligibleAt)) + s.epochNs
 	}
 	// Walk down: at each level take a child behind its reservation, else
 	// the eligible child with the smallest share tag.
