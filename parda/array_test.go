@@ -233,12 +233,18 @@ func phaseSummary(b *strings.Builder, ctl *Controller, arr arrayModel, hosts []*
 	for i := range shares {
 		sumBeta += ctl.Beta(shares[i])
 	}
-	sMean := arr.svc.serviceNs(hosts[0].bytes)
-	fixed := thr + sMean*sumBeta/float64(arr.slots)
-	fmt.Fprintf(b, "  latency %.3f× threshold; fixed point of the law %.2fms (err %+.1f%%)\n", lat/thr, fixed/1e6, 100*(lat/fixed-1))
 	if lat < thr || lat > 1.3*thr {
 		b.WriteString("  violation: latency not within [1, 1.3]× threshold\n")
 	}
+	for _, h := range hosts {
+		if h.bytes != hosts[0].bytes {
+			fmt.Fprintf(b, "  latency %.3f× threshold (mixed I/O sizes: no fixed point computed)\n", lat/thr)
+			return
+		}
+	}
+	sMean := arr.svc.serviceNs(hosts[0].bytes)
+	fixed := thr + sMean*sumBeta/float64(arr.slots)
+	fmt.Fprintf(b, "  latency %.3f× threshold; fixed point of the law %.2fms (err %+.1f%%)\n", lat/thr, fixed/1e6, 100*(lat/fixed-1))
 	if math.Abs(lat/fixed-1) > 0.05 {
 		b.WriteString("  violation: latency more than 5% from the fixed point\n")
 	}

@@ -16,7 +16,7 @@ import (
 //	update                  input lines: w=W latency=DUR shares=S
 //	latency [fixed=DUR per-kib=DUR ref=BYTES | model=default]
 //	                        input lines: NAME ios=N latency=DUR [bytes=BYTES]
-//	array slots=N service=DUR [per-kib=DUR] duration=DUR [print-every=DUR] [seed=N]
+//	array slots=N service=DUR [per-kib=DUR] duration=DUR [print-every=DUR] [seed=N] [normalize=off]
 //	                        input lines: NAME shares=S [bytes=BYTES] [window=W]
 //	                        and changes: at=DUR NAME shares=S
 //
@@ -87,6 +87,9 @@ func runArrayDirective(t *testing.T, ctl *Controller, a kv, input string) string
 	// The hosts normalise with the array's own service model.
 	norm := arr.svc
 	norm.RefBytes = 8 << 10
+	if a.str("normalize", "on") == "off" {
+		norm = SizeModel{}
+	}
 	dur := a.dur("duration", 300e9)
 	var hosts []*simHost
 	idx := map[string]int{}
@@ -180,6 +183,13 @@ func parseLine(t testing.TB, line string) kv {
 }
 
 func (a kv) has(k string) bool { _, ok := a.m[k]; return ok }
+
+func (a kv) str(k, def string) string {
+	if v, ok := a.m[k]; ok {
+		return v
+	}
+	return def
+}
 
 func (a kv) float(k string, def float64) float64 {
 	v, ok := a.m[k]
