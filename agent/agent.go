@@ -1,0 +1,240 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"sluice/alloc"
+	"sluice/lab"
+	"sluice/policy"
+)
+
+// Config configures an Agent.
+type Config struct {
+	Policy *policy.Policy
+	Host   string
+	Kernel Kernel
+	// Dynamic turns on dynamic enforcement: each Step sets guaranteed
+	// rates from alloc's entitlements on measured demand. Off: static HTB.
+	Dynamic bool
+}
+
+// Demand estimation: a port that used at least SaturatedFraction of its
+// guaranteed rate in the last interval may want more (unbounded demand);
+// otherwise its demand is Headroom × what it used plus 0.1% of the line.
+const (
+	SaturatedFraction = 0.9
+	Headroom          = 1.1
+	// rateSmoothing is the weight of the newest interval in the measured
+	// rate (an exponentially weighted moving average).
+	rateSmoothing = 0.5
+)
+
+// Agent reconciles the HTB trees of one host's uplinks.
+type Agent struct {
+	cfg    Config
+	trees  []*Tree
+	ports  map[string]*portState // by tree dev + "|" + node name
+	lastNs int64
+	stats  Stats
+}
+
+type portState struct {
+	lastBytes   uint64
+	haveLast    bool
+	rateBps     float64 // smoothed wire rate
+	lastRateBps float64 // wire rate of the last interval
+	samples     int
+	entBps      float64 // last entitlement, payload
+	guarantee   float64 // last HTB rate set, wire
+}
+
+// Stats is what the agent reports: per uplink and port.
+type Stats struct {
+	Cluster string       `json:"cluster"`
+	Host    string       `json:"host"`
+	Dynamic bool         `json:"dynamic"`
+	NowNs   int64        `json:"now_ns"`
+	Uplinks []UplinkStat `json:"uplinks"`
+}
+
+// UplinkStat is one uplink's tree.
+type UplinkStat struct {
+	Uplink    string     `json:"uplink"`
+	Dev       string     `json:"dev"`
+	SpeedBps  int64      `json:"speed_bps"`
+	UsableBps int64      `json:"usable_bps"`
+	Ports     []PortStat `json:"ports"`
+}
+
+// PortStat is one class of the tree: a vNIC or a traffic class.
+type PortStat struct {
+	Port           string  `json:"port"`
+	Class          string  `json:"class"`
+	ClassID        string  `json:"classid"`
+	Bytes          uint64  `json:"bytes"`
+	Packets        uint64  `json:"packets"`
+	Drops          uint64  `json:"drops"`
+	RateBps        float64 `json:"rate_bps"`        // measured, wire bits/s (smoothed)
+	EntitlementBps float64 `json:"entitlement_bps"` // alloc's, payload bits/s
+	GuaranteeBps   int64   `json:"htb_rate_bps"`    // HTB rate set, wire bits/s
+	CeilBps        int64   `json:"htb_ceil_bps"`
+}
+
+// New derives the trees of cfg.Host. It touches no kernel state.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Policy == nil || cfg.Kernel == nil {
+		return nil, errors.New("agent: policy and kernel are required")
+	}
+	pl, err := lab.NewPlan(cfg.Policy)
+	if err != nil {
+		return nil, err
+	}
+	trees, err := Build(cfg.Policy, pl, cfg.Host)
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{cfg: cfg, trees: trees, ports: map[string]*portState{}}, nil
+}
+
+// Trees returns the derived trees.
+func (a *Agent) Trees() []*Tree { return a.trees }
+
+// Stats returns the statistics of the last Step.
+func (a *Agent) Stats() Stats { return a.stats }
+
+// Step runs one control interval at time nowNs: it reads every class's
+// counters, estimates demand, computes entitlements (dynamic) and
+// reconciles the trees. The first Step installs the trees.
+func (a *Agent) Step(nowNs int64) (Changes, error) {
+	var total Changes
+	var errs []error
+	dtNs := nowNs - a.lastNs
+	first := a.lastNs == 0
+	a.lastNs = nowNs
+	st := Stats{Cluster: a.cfg.Policy.Cluster, Host: a.cfg.Host, Dynamic: a.cfg.Dynamic, NowNs: nowNs}
+	for _, t := range a.trees {
+		have, err := a.cfg.Kernel.Classes(t.Dev)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ClassList %s: %w", t.Dev, err))
+			continue
+		}
+		byID := map[Handle]ClassState{}
+		for _, c := range have {
+			byID[c.ID] = c
+		}
+		demand := map[string]float64{}
+		for _, n := range t.Nodes {
+			ps := a.port(t, n)
+			c, ok := byID[n.ID]
+			if (!ok || !ps.haveLast) && (n.IsNIC || n.Declared) {
+				// Not measured yet: a vNIC or a class the policy names
+				// may want all it can get.
+				demand[n.Name] = alloc.Inf
+			}
+			if !ok {
+				// Created by this step: its counters start at 0.
+				ps.lastBytes, ps.haveLast = 0, true
+				continue
+			}
+			if ps.haveLast && !first && dtNs > 0 && c.Bytes >= ps.lastBytes {
+				r := float64(c.Bytes-ps.lastBytes) * 8 * 1e9 / float64(dtNs)
+				if ps.samples == 0 {
+					ps.rateBps = r
+				} else {
+					ps.rateBps = rateSmoothing*r + (1-rateSmoothing)*ps.rateBps
+				}
+				ps.lastRateBps = r
+				ps.samples++
+			}
+			ps.lastBytes, ps.haveLast = c.Bytes, true
+			if n.Leaf && !first && ps.haveLast && demand[n.Name] == 0 {
+				demand[n.Name] = estimateDemand(ps, c.RateBps, t)
+			}
+		}
+		// Entitlements on measured demand; static mode reports them but
+		// does not apply them.
+		ent := t.Entitlements(demand)
+		var want []HTBClass
+		if a.cfg.Dynamic {
+			want = t.HTBClasses(ent)
+			keepRates(want, byID, first)
+		} else {
+			want = t.HTBClasses(nil)
+		}
+		ch, err := Reconcile(a.cfg.Kernel, t.Dev, t.Default, want, t.Filters, have)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		total.Qdisc += ch.Qdisc
+		total.ClassesSet += ch.ClassesSet
+		total.ClassesDeleted += ch.ClassesDeleted
+		total.FiltersSet += ch.FiltersSet
+		total.FiltersDeleted += ch.FiltersDeleted
+		us := UplinkStat{Uplink: t.Uplink, Dev: t.Dev, SpeedBps: int64(t.SpeedBps), UsableBps: int64(t.UsableBps)}
+		wantBy := map[Handle]HTBClass{}
+		for _, w := range want {
+			wantBy[w.ID] = w
+		}
+		for _, n := range t.Nodes {
+			ps := a.port(t, n)
+			c := byID[n.ID]
+			w := wantBy[n.ID]
+			ps.entBps, ps.guarantee = ent[n.Name], float64(w.RateBps)
+			us.Ports = append(us.Ports, PortStat{Port: n.Name, Class: n.Class, ClassID: n.ID.String(),
+				Bytes: c.Bytes, Packets: c.Packets, Drops: c.Drops, RateBps: math.Round(ps.rateBps),
+				EntitlementBps: math.Round(ent[n.Name]), GuaranteeBps: int64(w.RateBps), CeilBps: int64(w.CeilBps)})
+		}
+		sort.SliceStable(us.Ports, func(i, j int) bool { return us.Ports[i].ClassID < us.Ports[j].ClassID })
+		st.Uplinks = append(st.Uplinks, us)
+	}
+	a.stats = st
+	return total, errors.Join(errs...)
+}
+
+func (a *Agent) port(t *Tree, n *Node) *portState {
+	key := t.Dev + "|" + n.Name
+	ps := a.ports[key]
+	if ps == nil {
+		ps = &portState{}
+		a.ports[key] = ps
+	}
+	return ps
+}
+
+// estimateDemand returns a leaf's demand in payload bits/s from its
+// measured wire rate and the guaranteed rate HTB has now (wire bits/s).
+func estimateDemand(ps *portState, guaranteeBps policy.Bps, t *Tree) float64 {
+	r := max(ps.rateBps, ps.lastRateBps)
+	if r < float64(t.minRate())/2 {
+		return 0 // idle: keeps the HTB floor only
+	}
+	if r >= SaturatedFraction*float64(guaranteeBps) {
+		return alloc.Inf
+	}
+	return (Headroom*r + float64(t.minRate())) / t.scale()
+}
+
+// RateDeadBand is the relative change below which dynamic enforcement leaves
+// a class's guaranteed rate as it is (fewer kernel writes, steadier HTB).
+const RateDeadBand = 0.01
+
+// keepRates keeps the kernel's guaranteed rate of a class when the new one
+// is within RateDeadBand of it, and on the first step of an agent (nothing
+// measured yet, e.g. after a restart) keeps every existing class's rate, so
+// that a restart does not disturb traffic.
+func keepRates(want []HTBClass, have map[Handle]ClassState, first bool) {
+	for i := range want {
+		h, ok := have[want[i].ID]
+		if !ok || h.Parent != want[i].Parent {
+			continue
+		}
+		w := &want[i]
+		d := float64(w.RateBps - h.RateBps)
+		if first || (d <= RateDeadBand*float64(h.RateBps) && -d <= RateDeadBand*float64(h.RateBps)) {
+			w.RateBps, w.BurstBytes = h.RateBps, h.BurstBytes
+		}
+	}
+}

@@ -1,0 +1,211 @@
+package agent
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// FakeKernel is a stateful in-memory Kernel for tests. It counts writes,
+// lets a test add traffic to a class's counters, and renders its state as
+// text. It enforces HTB's rule that a class's parent must exist.
+type FakeKernel struct {
+	Devs   map[string]*FakeDev
+	Writes int
+}
+
+// FakeDev is the state of one device.
+type FakeDev struct {
+	HTB     bool
+	Default uint16
+	Classes map[Handle]*ClassState
+	Filters map[uint32]Filter
+}
+
+// NewFakeKernel returns a kernel whose devices have the default qdisc.
+func NewFakeKernel(devs ...string) *FakeKernel {
+	k := &FakeKernel{Devs: map[string]*FakeDev{}}
+	for _, d := range devs {
+		k.Devs[d] = &FakeDev{}
+	}
+	return k
+}
+
+func (k *FakeKernel) dev(name string) (*FakeDev, error) {
+	d, ok := k.Devs[name]
+	if !ok {
+		return nil, fmt.Errorf("Link not found: %s", name)
+	}
+	return d, nil
+}
+
+// RootHTB implements Kernel.
+func (k *FakeKernel) RootHTB(dev string) (bool, uint16, error) {
+	d, err := k.dev(dev)
+	if err != nil {
+		return false, 0, err
+	}
+	return d.HTB, d.Default, nil
+}
+
+// ReplaceRootHTB implements Kernel.
+func (k *FakeKernel) ReplaceRootHTB(dev string, def uint16) error {
+	d, err := k.dev(dev)
+	if err != nil {
+		return err
+	}
+	k.Writes++
+	if !d.HTB {
+		d.Classes = map[Handle]*ClassState{}
+		d.Filters = map[uint32]Filter{}
+	}
+	d.HTB, d.Default = true, def
+	return nil
+}
+
+// Classes implements Kernel.
+func (k *FakeKernel) Classes(dev string) ([]ClassState, error) {
+	d, err := k.dev(dev)
+	if err != nil {
+		return nil, err
+	}
+	var out []ClassState
+	for _, c := range d.Classes {
+		out = append(out, *c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// ReplaceClass implements Kernel.
+func (k *FakeKernel) ReplaceClass(dev string, c HTBClass) error {
+	d, err := k.dev(dev)
+	if err != nil {
+		return err
+	}
+	if !d.HTB {
+		return fmt.Errorf("no HTB qdisc on %s", dev)
+	}
+	if _, ok := d.Classes[c.Parent]; !ok && c.Parent.Minor() != 0 {
+		return fmt.Errorf("parent %s of %s does not exist", c.Parent, c.ID)
+	}
+	k.Writes++
+	if old, ok := d.Classes[c.ID]; ok {
+		if old.Parent != c.Parent {
+			return fmt.Errorf("class %s: cannot change parent", c.ID)
+		}
+		old.HTBClass = c
+		return nil
+	}
+	d.Classes[c.ID] = &ClassState{HTBClass: c}
+	return nil
+}
+
+// DeleteClass implements Kernel.
+func (k *FakeKernel) DeleteClass(dev string, id Handle) error {
+	d, err := k.dev(dev)
+	if err != nil {
+		return err
+	}
+	for _, c := range d.Classes {
+		if c.Parent == id {
+			return fmt.Errorf("class %s has children", id)
+		}
+	}
+	for _, f := range d.Filters {
+		if f.ClassID == id {
+			return fmt.Errorf("class %s in use by filter %d", id, f.Handle)
+		}
+	}
+	k.Writes++
+	delete(d.Classes, id)
+	return nil
+}
+
+// Filters implements Kernel.
+func (k *FakeKernel) Filters(dev string) ([]Filter, error) {
+	d, err := k.dev(dev)
+	if err != nil {
+		return nil, err
+	}
+	var out []Filter
+	for _, f := range d.Filters {
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Handle < out[j].Handle })
+	return out, nil
+}
+
+// ReplaceFilter implements Kernel.
+func (k *FakeKernel) ReplaceFilter(dev string, f Filter) error {
+	d, err := k.dev(dev)
+	if err != nil {
+		return err
+	}
+	if _, ok := d.Classes[f.ClassID]; !ok {
+		return fmt.Errorf("filter %d: class %s does not exist", f.Handle, f.ClassID)
+	}
+	k.Writes++
+	d.Filters[f.Handle] = f
+	return nil
+}
+
+// DeleteFilter implements Kernel.
+func (k *FakeKernel) DeleteFilter(dev string, h uint32) error {
+	d, err := k.dev(dev)
+	if err != nil {
+		return err
+	}
+	k.Writes++
+	delete(d.Filters, h)
+	return nil
+}
+
+// AddTraffic adds bytes (and bytes/1500 packets) to a class's counters.
+func (k *FakeKernel) AddTraffic(dev string, id Handle, bytes uint64) error {
+	d, err := k.dev(dev)
+	if err != nil {
+		return err
+	}
+	c, ok := d.Classes[id]
+	if !ok {
+		return fmt.Errorf("no class %s on %s", id, dev)
+	}
+	c.Bytes += bytes
+	c.Packets += bytes / 1500
+	return nil
+}
+
+// String renders every device: qdisc, classes (rates in Mbit/s) and filters.
+func (k *FakeKernel) String() string {
+	var b strings.Builder
+	var names []string
+	for n := range k.Devs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		d := k.Devs[n]
+		if !d.HTB {
+			fmt.Fprintf(&b, "%s: default qdisc\n", n)
+			continue
+		}
+		fmt.Fprintf(&b, "%s: htb 1: default %x\n", n, d.Default)
+		cs, _ := k.Classes(n)
+		for _, c := range cs {
+			fmt.Fprintf(&b, "  class %s parent %s rate %s ceil %s burst %d cburst %d quantum %d\n",
+				c.ID, c.Parent, mbit(float64(c.RateBps)), mbit(float64(c.CeilBps)), c.BurstBytes, c.CburstBytes, c.QuantumBytes)
+		}
+		fs, _ := k.Filters(n)
+		for _, f := range fs {
+			var keys []string
+			for _, key := range f.Keys {
+				keys = append(keys, fmt.Sprintf("%08x/%08x@%d", key.Val, key.Mask, key.Off))
+			}
+			fmt.Fprintf(&b, "  filter %d -> %s match %s\n", f.Handle, f.ClassID, strings.Join(keys, " "))
+		}
+	}
+	return b.String()
+}
+
+func mbit(bps float64) string { return fmt.Sprintf("%.1fMbit", bps/1e6) }

@@ -1,0 +1,148 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+)
+
+// Changes counts what one reconcile wrote.
+type Changes struct {
+	Qdisc, ClassesSet, ClassesDeleted, FiltersSet, FiltersDeleted int
+}
+
+// Total is the number of kernel writes.
+func (c Changes) Total() int {
+	return c.Qdisc + c.ClassesSet + c.ClassesDeleted + c.FiltersSet + c.FiltersDeleted
+}
+
+func (c Changes) String() string {
+	return fmt.Sprintf("qdisc=%d classes=%d/-%d filters=%d/-%d", c.Qdisc, c.ClassesSet, c.ClassesDeleted, c.FiltersSet, c.FiltersDeleted)
+}
+
+// Reconcile makes dev's traffic control state equal to the wanted classes
+// (parents first) and filters: it reads what is there, replaces what
+// differs and deletes what is not wanted. Applying twice changes nothing.
+// have may be passed when the caller just read the classes (nil: read).
+func Reconcile(k Kernel, dev string, defaultMinor uint16, want []HTBClass, filters []Filter, have []ClassState) (Changes, error) {
+	var ch Changes
+	ok, def, err := k.RootHTB(dev)
+	if err != nil {
+		return ch, fmt.Errorf("QdiscList %s: %w", dev, err)
+	}
+	if !ok || def != defaultMinor {
+		if err := k.ReplaceRootHTB(dev, defaultMinor); err != nil {
+			return ch, fmt.Errorf("QdiscReplace %s: %w", dev, err)
+		}
+		ch.Qdisc++
+		have = nil
+	}
+	if have == nil {
+		have, err = k.Classes(dev)
+		if err != nil {
+			return ch, fmt.Errorf("ClassList %s: %w", dev, err)
+		}
+	}
+	byID := map[Handle]ClassState{}
+	for _, c := range have {
+		byID[c.ID] = c
+	}
+	wanted := map[Handle]bool{}
+	var errs []error
+	for _, w := range want {
+		wanted[w.ID] = true
+		h, exists := byID[w.ID]
+		if exists && sameClass(h.HTBClass, w) {
+			continue
+		}
+		if exists && h.Parent != w.Parent {
+			if err := k.DeleteClass(dev, w.ID); err != nil {
+				errs = append(errs, fmt.Errorf("ClassDel %s %s: %w", dev, w.ID, err))
+				continue
+			}
+			ch.ClassesDeleted++
+		}
+		if err := k.ReplaceClass(dev, w); err != nil {
+			errs = append(errs, fmt.Errorf("ClassReplace %s %s: %w", dev, w.ID, err))
+			continue
+		}
+		ch.ClassesSet++
+	}
+	hf, err := k.Filters(dev)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("FilterList %s: %w", dev, err))
+	} else {
+		hfBy := map[uint32]Filter{}
+		for _, f := range hf {
+			hfBy[f.Handle] = f
+		}
+		wf := map[uint32]bool{}
+		for _, f := range filters {
+			wf[f.Handle] = true
+			if h, ok := hfBy[f.Handle]; ok && sameFilter(h, f) {
+				continue
+			}
+			if err := k.ReplaceFilter(dev, f); err != nil {
+				errs = append(errs, fmt.Errorf("FilterReplace %s %d: %w", dev, f.Handle, err))
+				continue
+			}
+			ch.FiltersSet++
+		}
+		for _, f := range hf {
+			if !wf[f.Handle] {
+				if err := k.DeleteFilter(dev, f.Handle); err != nil {
+					errs = append(errs, fmt.Errorf("FilterDel %s %d: %w", dev, f.Handle, err))
+					continue
+				}
+				ch.FiltersDeleted++
+			}
+		}
+	}
+	// Delete unwanted classes, children before parents.
+	var gone []ClassState
+	for _, c := range have {
+		if !wanted[c.ID] {
+			gone = append(gone, c)
+		}
+	}
+	depth := func(c ClassState) int {
+		d := 0
+		for p := c.Parent; d < 16; d++ {
+			pc, ok := byID[p]
+			if !ok {
+				break
+			}
+			p = pc.Parent
+		}
+		return d
+	}
+	sort.SliceStable(gone, func(i, j int) bool { return depth(gone[i]) > depth(gone[j]) })
+	for _, c := range gone {
+		if err := k.DeleteClass(dev, c.ID); err != nil {
+			errs = append(errs, fmt.Errorf("ClassDel %s %s: %w", dev, c.ID, err))
+			continue
+		}
+		ch.ClassesDeleted++
+	}
+	return ch, errors.Join(errs...)
+}
+
+// sameClass compares what sluice sets. Rates must match to 0.1% (netlink
+// keeps bytes/s); buckets to 2% (the kernel keeps them as transmit times).
+func sameClass(a, b HTBClass) bool {
+	near := func(x, y float64, tol float64) bool {
+		d := x - y
+		if d < 0 {
+			d = -d
+		}
+		return d <= tol*max(x, y)+8
+	}
+	return a.Parent == b.Parent && a.Prio == b.Prio && a.QuantumBytes == b.QuantumBytes &&
+		near(float64(a.RateBps), float64(b.RateBps), 0.001) && near(float64(a.CeilBps), float64(b.CeilBps), 0.001) &&
+		near(float64(a.BurstBytes), float64(b.BurstBytes), 0.02) && near(float64(a.CburstBytes), float64(b.CburstBytes), 0.02)
+}
+
+func sameFilter(a, b Filter) bool {
+	return a.Handle == b.Handle && a.ClassID == b.ClassID && slices.Equal(a.Keys, b.Keys)
+}

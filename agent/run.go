@@ -1,0 +1,115 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Clock gives the agent its time: a ticker of nanosecond timestamps. nil
+// means real time.
+type Clock interface {
+	// Ticks returns a channel that receives the time (ns) every interval,
+	// and a function that stops it.
+	Ticks(intervalNs int64) (<-chan int64, func())
+}
+
+type realClock struct{}
+
+func (realClock) Ticks(intervalNs int64) (<-chan int64, func()) {
+	t := time.NewTicker(time.Duration(intervalNs))
+	ch := make(chan int64, 1)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case now := <-t.C:
+				select {
+				case ch <- now.UnixNano():
+				default: // the step is slow: skip a tick
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return ch, func() { t.Stop(); close(done) }
+}
+
+// NowNs is the real time in nanoseconds, for the first step of Run.
+func NowNs() int64 { return time.Now().UnixNano() }
+
+// Run installs the trees at nowNs and then steps every intervalNs until ctx
+// ends, calling report with each step's statistics and error. In static mode
+// the steps still reconcile (repairing drift) and refresh the statistics.
+func Run(ctx context.Context, a *Agent, clock Clock, nowNs, intervalNs int64, report func(Stats, Changes, error)) error {
+	if clock == nil {
+		clock = realClock{}
+	}
+	ch, err := a.Step(nowNs)
+	report(a.Stats(), ch, err)
+	if err != nil && ch.Total() == 0 {
+		return err
+	}
+	ticks, stop := clock.Ticks(intervalNs)
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-ticks:
+			ch, err := a.Step(now)
+			report(a.Stats(), ch, err)
+		}
+	}
+}
+
+// StatsPath is the statistics file of an agent.
+func StatsPath(dir, cluster, host string) string {
+	return filepath.Join(dir, fmt.Sprintf("agent-%s-%s.json", cluster, host))
+}
+
+// WriteStats writes the statistics file atomically.
+func WriteStats(dir string, s Stats) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	p := StatsPath(dir, s.Cluster, s.Host)
+	if err := os.WriteFile(p+".tmp", b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(p+".tmp", p)
+}
+
+// ReadStats reads an agent's statistics file. With cluster "" it finds the
+// one file of the host in dir.
+func ReadStats(dir, cluster, host string) (*Stats, error) {
+	p := StatsPath(dir, cluster, host)
+	if cluster == "" {
+		m, _ := filepath.Glob(filepath.Join(dir, "agent-*-"+host+".json"))
+		if len(m) != 1 {
+			return nil, fmt.Errorf("no single statistics file for host %s in %s (found %d; give --policy)", host, dir, len(m))
+		}
+		p = m[0]
+	}
+	b, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no agent statistics for host %s (%s): is the agent running?", host, p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s Stats
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	return &s, nil
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"sluice/agent"
+	"sluice/lab"
+	"sluice/policy"
+)
+
+func init() {
+	register(command{name: "agent", summary: "host agent: HTB per uplink, dynamic enforcement, stats (agent status)", run: runAgent})
+}
+
+func agentUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: sluice agent --host NAME --policy FILE [--interval 100ms] [--dynamic=true|false] [--once] [--netns NS]")
+	fmt.Fprintln(w, "       sluice agent status --host NAME [--policy FILE] [-o table|json]")
+}
+
+func runAgent(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "status" {
+		return runAgentStatus(args[1:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	host := fs.String("host", "", "host name of the policy")
+	file := fs.String("policy", "", "policy file")
+	interval := fs.Duration("interval", 100*time.Millisecond, "control interval")
+	dynamic := fs.Bool("dynamic", true, "dynamic enforcement (false: static HTB)")
+	once := fs.Bool("once", false, "apply the tree once and exit")
+	nsName := fs.String("netns", "", "network namespace of the host (default: sl-<cluster>-<host> when it exists, else the current one)")
+	stateDir := fs.String("state-dir", lab.DefaultStateDir, "directory of the statistics file")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || *file == "" || *interval <= 0 {
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice agent: %v\n", err)
+		}
+		agentUsage(stderr)
+		return exitUsage
+	}
+	p, err := policy.Load(*file)
+	if err != nil {
+		fmt.Fprintln(stderr, labOneLine(err))
+		return exitBad
+	}
+	if p.Host(*host) == nil {
+		fmt.Fprintf(stderr, "sluice agent: host %q is not in %s\n", *host, *file)
+		return exitBad
+	}
+	ns := *nsName
+	if ns == "" {
+		cand := lab.NamespacePrefix(p.Cluster) + *host
+		if _, err := os.Stat("/run/netns/" + cand); err == nil {
+			ns = cand
+		}
+	}
+	k, err := agent.NewNetlinkKernel(ns)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+		return exitBad
+	}
+	defer k.Close()
+	a, err := agent.New(agent.Config{Policy: p, Host: *host, Kernel: k, Dynamic: *dynamic})
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+		return exitBad
+	}
+	if *once {
+		ch, err := a.Step(agent.NowNs())
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+			return exitBad
+		}
+		_ = agent.WriteStats(*stateDir, a.Stats())
+		fmt.Fprintf(stdout, "applied: %s\n", ch)
+		return exitOK
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	lastErr := ""
+	fmt.Fprintf(stderr, "sluice agent: host %s (netns %q), %d uplinks, dynamic=%v, interval %s\n", *host, ns, len(a.Trees()), *dynamic, *interval)
+	err = agent.Run(ctx, a, nil, agent.NowNs(), interval.Nanoseconds(), func(s agent.Stats, ch agent.Changes, err error) {
+		if werr := agent.WriteStats(*stateDir, s); werr != nil && werr.Error() != lastErr {
+			fmt.Fprintf(stderr, "sluice agent: stats: %v\n", werr)
+			lastErr = werr.Error()
+		}
+		if err != nil && err.Error() != lastErr {
+			fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+			lastErr = err.Error()
+		}
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+		return exitBad
+	}
+	return exitOK
+}
+
+func runAgentStatus(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("agent status", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	host := fs.String("host", "", "host name")
+	file := fs.String("policy", "", "policy file (to find the cluster)")
+	out := fs.String("o", "table", "table or json")
+	stateDir := fs.String("state-dir", lab.DefaultStateDir, "directory of the statistics file")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || (*out != "table" && *out != "json") {
+		agentUsage(stderr)
+		return exitUsage
+	}
+	cluster := ""
+	if *file != "" {
+		p, err := policy.Load(*file)
+		if err != nil {
+			fmt.Fprintln(stderr, labOneLine(err))
+			return exitBad
+		}
+		cluster = p.Cluster
+	}
+	s, err := agent.ReadStats(*stateDir, cluster, *host)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice agent status: %s\n", labOneLine(err))
+		return exitBad
+	}
+	if *out == "json" {
+		b, _ := json.MarshalIndent(s, "", "  ")
+		fmt.Fprintln(stdout, string(b))
+		return exitOK
+	}
+	age := time.Since(time.Unix(0, s.NowNs)).Round(time.Millisecond)
+	fmt.Fprintf(stdout, "host %s (cluster %s) dynamic=%v, updated %s ago\n", s.Host, s.Cluster, s.Dynamic, age)
+	for _, u := range s.Uplinks {
+		fmt.Fprintf(stdout, "uplink %s (%s) speed %s usable %s\n", u.Uplink, u.Dev, policy.FormatRate(policy.Bps(u.SpeedBps)), policy.FormatRate(policy.Bps(u.UsableBps)))
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "PORT\tCLASSID\tBYTES\tPACKETS\tDROPS\tRATE Mbps\tENTITLED Mbps\tHTB RATE Mbps\tCEIL Mbps\t")
+		for _, pt := range u.Ports {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t\n", pt.Port, pt.ClassID, pt.Bytes, pt.Packets, pt.Drops,
+				pt.RateBps/1e6, pt.EntitlementBps/1e6, float64(pt.GuaranteeBps)/1e6, float64(pt.CeilBps)/1e6)
+		}
+		tw.Flush()
+	}
+	return exitOK
+}

@@ -1,0 +1,277 @@
+// Package lab builds, lists and removes a live lab of Linux network
+// namespaces from a policy file (DESIGN.md §6): a fabric namespace with a
+// bridge that stands for the physical switch and holds the clients (iperf3
+// and sockperf servers), one namespace per host with a bridge per uplink and
+// the uplink veths to the fabric, one namespace per VM whose vNIC is a veth on
+// its host's bridge, and one namespace per datastore running nbdkit.
+//
+// Everything the lab creates is named with the prefix `sl-<cluster>-` (for
+// namespaces) or `sl-` (for links, which live only inside those namespaces)
+// and recorded in a state file, so that Down removes all of it, also after a
+// crash and also when the state file is lost.
+//
+// The lab never programs traffic control: that is the agent's job. The
+// naming and addressing functions here (Plan) are the one place both the lab
+// and the agent derive device names and addresses from.
+package lab
+
+import (
+	"fmt"
+	"net/netip"
+
+	"sluice/policy"
+)
+
+// Roles of the namespaces of a lab.
+const (
+	RoleFabric    = "fabric"
+	RoleHost      = "host"
+	RoleVM        = "vm"
+	RoleDatastore = "datastore"
+)
+
+// Ports of the servers the lab runs.
+const (
+	// IperfBasePort is the iperf3 server port of the first vNIC; vNIC k of
+	// the lab (in policy order) has a server on IperfBasePort+k in the fabric.
+	IperfBasePort = 5201
+	// SockperfPort is the port of the sockperf server in the fabric.
+	SockperfPort = 11111
+	// NBDPort is the port of datastores (nbdkit) and host storage gateways.
+	NBDPort = 10809
+)
+
+// FabricBridge is the bridge of the fabric namespace.
+const FabricBridge = "sl-fabric"
+
+// Plan is the deterministic layout of a lab for a policy: names and
+// addresses of every namespace and link. The agent uses it to find uplink
+// devices and vNIC addresses.
+type Plan struct {
+	Cluster    string
+	Prefix     string // "sl-<cluster>-"
+	Fabric     Namespace
+	Hosts      []HostPlan
+	VMs        []VMPlan
+	Datastores []DatastorePlan
+}
+
+// Namespace is one network namespace of the lab.
+type Namespace struct {
+	Name   string     `json:"name"`
+	Role   string     `json:"role"`
+	Entity string     `json:"entity"` // host, VM or datastore name; "fabric"
+	Addrs  []Addr     `json:"addresses"`
+	Disks  []DiskPlan `json:"disks,omitempty"`
+}
+
+// Addr is an address of a device of a namespace.
+type Addr struct {
+	Dev string `json:"dev"`
+	IP  string `json:"ip"` // without prefix length; the lab is one /15
+}
+
+// DiskPlan is a VM disk and the URI its host's gateway exports it at.
+type DiskPlan struct {
+	Name      string `json:"name"`
+	Datastore string `json:"datastore"`
+	URI       string `json:"uri"`
+}
+
+// HostPlan is a host namespace.
+type HostPlan struct {
+	Namespace
+	Host    string
+	IP      netip.Addr // on the bridge of the first uplink
+	Uplinks []UplinkPlan
+}
+
+// UplinkPlan is one uplink of a host: a bridge in the host namespace and a
+// veth from it to the fabric bridge. The agent's HTB tree sits on Dev.
+type UplinkPlan struct {
+	Name      string // the policy's uplink name
+	Dev       string // in the host namespace, a port of Bridge
+	Bridge    string // in the host namespace
+	FabricDev string // the peer, in the fabric namespace
+	SpeedBps  policy.Bps
+}
+
+// VMPlan is a VM namespace.
+type VMPlan struct {
+	Namespace
+	VM   string
+	Host string
+	NICs []NICPlan
+}
+
+// NICPlan is one vNIC: a veth from the VM namespace to a host bridge.
+type NICPlan struct {
+	Name      string // the policy's NIC name
+	Port      string // "VM/NIC"
+	Dev       string // in the VM namespace
+	HostDev   string // the peer, in the host namespace, a port of Bridge
+	Bridge    string
+	Uplink    string // the policy's uplink name it sends through
+	IP        netip.Addr
+	IperfPort int // the iperf3 server for this vNIC in the fabric
+	GlobalIdx int
+}
+
+// DatastorePlan is a datastore namespace running nbdkit.
+type DatastorePlan struct {
+	Namespace
+	Datastore string
+	IP        netip.Addr
+	Dev       string
+	FabricDev string
+	SizeBytes policy.Bytes
+	Slots     int
+	Delay     string // nbdkit delay filter value in whole ms (nbdkit 1.32 takes NNms), e.g. "5ms"
+}
+
+// FabricIP is the address of the fabric bridge, where the clients listen.
+var FabricIP = netip.AddrFrom4([4]byte{198, 18, 0, 1})
+
+// PrefixLen is the prefix length of every lab address (198.18.0.0/15: one
+// L2 segment through the bridges).
+const PrefixLen = 15
+
+// NamespacePrefix is the prefix of every namespace of a cluster's lab.
+func NamespacePrefix(cluster string) string { return "sl-" + cluster + "-" }
+
+// NewPlan derives the layout of the lab of p. It fails when the policy is
+// too large for the address plan or a VM has no host.
+func NewPlan(p *policy.Policy) (*Plan, error) {
+	if len(p.Hosts) > 250 || len(p.Datastores) > 250 {
+		return nil, fmt.Errorf("lab: at most 250 hosts and 250 datastores")
+	}
+	pre := NamespacePrefix(p.Cluster)
+	pl := &Plan{Cluster: p.Cluster, Prefix: pre}
+	pl.Fabric = Namespace{Name: pre + "fabric", Role: RoleFabric, Entity: "fabric",
+		Addrs: []Addr{{Dev: FabricBridge, IP: FabricIP.String()}}}
+	hostIdx := map[string]int{}
+	for i, h := range p.Hosts {
+		hp := HostPlan{Host: h.Name, IP: netip.AddrFrom4([4]byte{198, 18, 1, byte(i + 1)})}
+		hp.Namespace = Namespace{Name: pre + h.Name, Role: RoleHost, Entity: h.Name}
+		for k, u := range h.Uplinks {
+			hp.Uplinks = append(hp.Uplinks, UplinkPlan{
+				Name: u.Name, Dev: fmt.Sprintf("sl-up%d", k), Bridge: fmt.Sprintf("sl-br%d", k),
+				FabricDev: fmt.Sprintf("sl-h%du%d", i, k), SpeedBps: u.Speed,
+			})
+		}
+		if len(hp.Uplinks) > 0 {
+			hp.Addrs = []Addr{{Dev: hp.Uplinks[0].Bridge, IP: hp.IP.String()}}
+		}
+		hostIdx[h.Name] = i
+		pl.Hosts = append(pl.Hosts, hp)
+	}
+	for j, d := range p.Datastores {
+		var size policy.Bytes
+		for _, vm := range p.VMs {
+			for _, dk := range vm.Disks {
+				if dk.Datastore == d.Name {
+					size += dk.Size
+				}
+			}
+		}
+		// The gateway keeps a statistics region after the disks; the memory
+		// plugin is sparse, so 1 GiB of headroom costs nothing.
+		size += 1 << 30
+		slots := d.Array.Slots
+		if slots <= 0 {
+			slots = 1
+		}
+		dp := DatastorePlan{Datastore: d.Name, IP: netip.AddrFrom4([4]byte{198, 18, 2, byte(j + 1)}),
+			Dev: "sl-eth0", FabricDev: fmt.Sprintf("sl-d%d", j), SizeBytes: size, Slots: slots,
+			Delay: fmt.Sprintf("%dms", (d.Array.ServiceTime.Microseconds()+500)/1000)}
+		dp.Namespace = Namespace{Name: pre + d.Name, Role: RoleDatastore, Entity: d.Name,
+			Addrs: []Addr{{Dev: dp.Dev, IP: dp.IP.String()}}}
+		pl.Datastores = append(pl.Datastores, dp)
+	}
+	k := 0
+	for vi, vm := range p.VMs {
+		hi, ok := hostIdx[vm.Host]
+		if !ok {
+			return nil, fmt.Errorf("lab: VM %s has no host (place it first)", vm.Name)
+		}
+		hp := &pl.Hosts[hi]
+		if len(hp.Uplinks) == 0 {
+			return nil, fmt.Errorf("lab: host %s has no uplink", hp.Host)
+		}
+		vp := VMPlan{VM: vm.Name, Host: vm.Host}
+		vp.Namespace = Namespace{Name: pre + vm.Name, Role: RoleVM, Entity: vm.Name}
+		for ni, n := range vm.NICs {
+			if k >= 250*200 {
+				return nil, fmt.Errorf("lab: too many vNICs")
+			}
+			up := hp.Uplinks[0]
+			want := p.NICUplink(&p.VMs[vi], &p.VMs[vi].NICs[ni])
+			for _, u := range hp.Uplinks {
+				if u.Name == want {
+					up = u
+				}
+			}
+			ip := netip.AddrFrom4([4]byte{198, byte(18 + (16+k/250)/256), byte((16 + k/250) % 256), byte(k%250 + 1)})
+			np := NICPlan{Name: n.Name, Port: policy.PortName(vm.Name, n.Name),
+				Dev: fmt.Sprintf("sl-eth%d", ni), HostDev: fmt.Sprintf("sl-v%dn%d", vi, ni),
+				Bridge: up.Bridge, Uplink: up.Name, IP: ip, IperfPort: IperfBasePort + k, GlobalIdx: k}
+			vp.NICs = append(vp.NICs, np)
+			vp.Addrs = append(vp.Addrs, Addr{Dev: np.Dev, IP: ip.String()})
+			k++
+		}
+		for _, dk := range vm.Disks {
+			vp.Disks = append(vp.Disks, DiskPlan{Name: dk.Name, Datastore: dk.Datastore,
+				URI: fmt.Sprintf("nbd://%s:%d/%s/%s", hp.IP, NBDPort, vm.Name, dk.Name)})
+		}
+		pl.VMs = append(pl.VMs, vp)
+	}
+	return pl, nil
+}
+
+// Host returns the plan of the named host, or nil.
+func (pl *Plan) Host(name string) *HostPlan {
+	for i := range pl.Hosts {
+		if pl.Hosts[i].Host == name {
+			return &pl.Hosts[i]
+		}
+	}
+	return nil
+}
+
+// VM returns the plan of the named VM, or nil.
+func (pl *Plan) VM(name string) *VMPlan {
+	for i := range pl.VMs {
+		if pl.VMs[i].VM == name {
+			return &pl.VMs[i]
+		}
+	}
+	return nil
+}
+
+// NIC returns the plan of the port "VM/NIC", or nil.
+func (pl *Plan) NIC(port string) *NICPlan {
+	for i := range pl.VMs {
+		for j := range pl.VMs[i].NICs {
+			if pl.VMs[i].NICs[j].Port == port {
+				return &pl.VMs[i].NICs[j]
+			}
+		}
+	}
+	return nil
+}
+
+// Namespaces lists every namespace of the plan: fabric, datastores, hosts,
+// VMs, in that order (the order they are created in).
+func (pl *Plan) Namespaces() []Namespace {
+	out := []Namespace{pl.Fabric}
+	for _, d := range pl.Datastores {
+		out = append(out, d.Namespace)
+	}
+	for _, h := range pl.Hosts {
+		out = append(out, h.Namespace)
+	}
+	for _, v := range pl.VMs {
+		out = append(out, v.Namespace)
+	}
+	return out
+}

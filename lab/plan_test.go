@@ -1,0 +1,66 @@
+package lab
+
+import (
+	"strings"
+	"testing"
+
+	"sluice/policy"
+)
+
+const twoHosts = `cluster: c1
+hosts:
+  - name: h1
+    uplinks: [{name: up0, speed: 1Gbps}, {name: up1, speed: 1Gbps}]
+  - name: h2
+    uplinks: [{name: up0, speed: 1Gbps}]
+datastores:
+  - {name: ds1, array: {slots: 4, serviceTime: 2ms}}
+vms:
+  - {name: vm1, host: h1, nics: [{name: nic0}, {name: nic1, uplink: up1}], disks: [{name: d0, datastore: ds1, size: 64MiB}]}
+  - {name: vm2, host: h2, nics: [{name: nic0}]}
+`
+
+// TestPlan checks the names and addresses the lab and the agent share:
+// every namespace carries the cluster prefix, every link the sl- prefix
+// and fits IFNAMSIZ, addresses are unique and inside 198.18.0.0/15, and
+// disk URIs point at the host's gateway.
+func TestPlan(t *testing.T) {
+	p, err := policy.Parse("c1.yaml", []byte(twoHosts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := NewPlan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	seenIP := map[string]bool{}
+	for _, ns := range pl.Namespaces() {
+		if !strings.HasPrefix(ns.Name, "sl-c1-") {
+			t.Errorf("namespace %s lacks the prefix", ns.Name)
+		}
+		for _, a := range ns.Addrs {
+			if !strings.HasPrefix(a.Dev, "sl-") || len(a.Dev) > 15 {
+				t.Errorf("device %s: want sl- prefix and ≤ 15 bytes", a.Dev)
+			}
+			if seenIP[a.IP] || !(strings.HasPrefix(a.IP, "198.18.") || strings.HasPrefix(a.IP, "198.19.")) {
+				t.Errorf("address %s duplicate or outside 198.18.0.0/15", a.IP)
+			}
+			seenIP[a.IP] = true
+		}
+		got = append(got, ns.Role+":"+ns.Name)
+	}
+	want := "fabric:sl-c1-fabric datastore:sl-c1-ds1 host:sl-c1-h1 host:sl-c1-h2 vm:sl-c1-vm1 vm:sl-c1-vm2"
+	if strings.Join(got, " ") != want {
+		t.Errorf("namespaces\n got %s\nwant %s", strings.Join(got, " "), want)
+	}
+	if n := pl.NIC("vm1/nic1"); n == nil || n.Bridge != "sl-br1" || n.Uplink != "up1" {
+		t.Errorf("vm1/nic1 should be on up1's bridge sl-br1: %+v", n)
+	}
+	if d := pl.VM("vm1").Disks; len(d) != 1 || d[0].URI != "nbd://198.18.1.1:10809/vm1/d0" {
+		t.Errorf("disk URI: %+v", d)
+	}
+	if ds := pl.Datastores[0]; ds.Delay != "2ms" || ds.Slots != 4 || ds.SizeBytes != 64<<20+1<<30 {
+		t.Errorf("datastore: %+v", ds)
+	}
+}
