@@ -83,6 +83,7 @@ type Uplink struct {
 	wakeAtNs int64
 	failed   bool
 	schedCPU *Series // CPU the scheduler spends (hclock only)
+	series   *Series // payload bits sent
 	cpuHz    float64 // host core clock, to turn scheduler time into cycles
 	entAtNs  int64   // entitlements cached at this time
 	ent      map[string]float64
@@ -219,6 +220,9 @@ func (u *Uplink) kick() {
 		u.busy = false
 		if pt.series != nil {
 			pt.series.add(float64(seg.bytes*8), 1)
+		}
+		if u.series != nil {
+			u.series.add(float64(seg.bytes*8), 1)
 		}
 		if pt.vcpu != nil {
 			pt.vcpu.txDone()

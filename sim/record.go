@@ -183,10 +183,11 @@ const (
 	prefCPU      = "cpu_hz:"       // CPU cycles per second a VM spends sending
 	prefEntitled = "ent_bps:"      // entitlement of a port (gauge)
 	prefIRQ      = "irq:"          // guest transmit-completion interrupts of a VM
+	prefLink     = "link_bps:"     // payload bits/s sent by an uplink
 )
 
 func isRateSeries(n string) bool {
-	return hasPrefix(n, prefRate) || hasPrefix(n, prefIOPS) || hasPrefix(n, prefOrders) || hasPrefix(n, prefCPU) || hasPrefix(n, prefIRQ)
+	return hasPrefix(n, prefRate) || hasPrefix(n, prefIOPS) || hasPrefix(n, prefOrders) || hasPrefix(n, prefCPU) || hasPrefix(n, prefIRQ) || hasPrefix(n, prefLink)
 }
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }

@@ -131,6 +131,7 @@ func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 				return nil, fmt.Errorf("%s: %v", sc.file, err)
 			}
 			up.cpuHz = float64(h.CPU.MHz) * 1e6
+			up.series = s.rec.Series(prefLink + h.Name + "/" + u.Name)
 			if up.hc != nil {
 				up.schedCPU = s.rec.Series(prefCPU + h.Name + "/" + u.Name + "/netsched")
 			}
