@@ -21,7 +21,8 @@ import (
 //	run link=RATE (packets=N | dur=T) [seed=N] [warmup=F]
 //	                         sources, one per line: PORT greedy [size=B|mix] [start=T]
 //	                         or PORT rate=RATE [burst=N] [size=B|mix]; and events
-//	                         `at=T set NODE [r=] [s=] [l=]`. Prints per phase what
+//	                         `at=T set NODE [r=] [s=] [l=]` or `at=T mark` (a phase
+//	                         boundary only). Prints per phase what
 //	                         each node got against alloc's entitlement.
 //	random seed=N classes=N ports=N packets=N demand=greedy|bursty|mixed [size=B|mix]
 //	                         a random admissible tree, run like `run`.
@@ -116,6 +117,11 @@ func parseSources(t *testing.T, tr *ttree, input string) ([]*source, []event) {
 		m, bare := kv(f)
 		if at, ok := m["at"]; ok {
 			ns, err := parseDur(at)
+			if err == nil && len(bare) == 1 && bare[0] == "mark" {
+				// A phase boundary only (e.g. where a source starts).
+				evs = append(evs, event{atNs: ns, node: -1})
+				continue
+			}
 			if err != nil || len(bare) != 2 || bare[0] != "set" {
 				t.Fatalf("bad event %q", line)
 			}
@@ -289,6 +295,9 @@ func simulate(t *testing.T, tr *ttree, o runOpts, srcs []*source, evs []event, p
 	for pi, end := range bounds {
 		for ; ei < len(evs) && evs[ei].atNs <= l.nowNs; ei++ {
 			e := evs[ei]
+			if e.node < 0 {
+				continue
+			}
 			params[e.node] = merge(params[e.node], e.p)
 			if err := l.s.SetParams(e.node, params[e.node], l.nowNs); err != nil {
 				fmt.Fprintf(&b, "set %s: error: %v\n", tr.nodes[e.node].name, err)
