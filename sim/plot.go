@@ -34,6 +34,12 @@ func (res *Result) plot(dir string) error {
 		}
 	}
 	for _, ps := range specs {
+		if ps.Kind == "expectations" {
+			if err := res.drawExpectations(ps, dir); err != nil {
+				return err
+			}
+			continue
+		}
 		r := res.run(ps.Run)
 		if r == nil {
 			return fmt.Errorf("plot %s: unknown run %q", ps.Name, ps.Run)
@@ -88,6 +94,60 @@ func drawPlot(rec *Recorder, ps PlotSpec, untilNs int64, dir string) error {
 	}
 	for _, ext := range []string{"svg", "png"} {
 		if err := p.Save(9*vg.Inch, 5*vg.Inch, filepath.Join(dir, ps.Name+"."+ext)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// drawExpectations draws, per expectation (in order), the expected value
+// next to the measured one as bars: the "seed vs sluice" figure of a sweep.
+// Values are shown in the display unit of each measure times Scale.
+func (res *Result) drawExpectations(ps PlotSpec, dir string) error {
+	scale := ps.Scale
+	if scale == 0 {
+		scale = 1
+	}
+	var want, got plotter.Values
+	var names []string
+	for i, o := range res.Summary.Expect {
+		x := res.Scenario.Expect[i]
+		w, err := parseValue(x.Value)
+		if err != nil || o.Error != "" {
+			continue
+		}
+		want = append(want, w*scale)
+		got = append(got, o.Measured*scale)
+		names = append(names, o.Name)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	p := plot.New()
+	p.Title.Text = ps.Title
+	p.Y.Label.Text = ps.YLabel
+	w := vg.Points(8)
+	b1, err := plotter.NewBarChart(want, w)
+	if err != nil {
+		return err
+	}
+	b1.Color = plotutil.Color(0)
+	b1.Offset = -w / 2
+	b2, err := plotter.NewBarChart(got, w)
+	if err != nil {
+		return err
+	}
+	b2.Color = plotutil.Color(1)
+	b2.Offset = w / 2
+	p.Add(b1, b2)
+	p.Legend.Add("seed (expected)", b1)
+	p.Legend.Add("sluice (simulated)", b2)
+	p.Legend.Top = true
+	p.NominalX(names...)
+	p.X.Tick.Label.Rotation = 0.6
+	p.X.Tick.Label.XAlign = -1
+	for _, ext := range []string{"svg", "png"} {
+		if err := p.Save(10*vg.Inch, 5*vg.Inch, filepath.Join(dir, ps.Name+"."+ext)); err != nil {
 			return err
 		}
 	}

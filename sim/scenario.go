@@ -146,6 +146,9 @@ type PlotSpec struct {
 	Series []string `yaml:"series"` // series names or prefixes (rate_bps:vm1/nic0, rate_bps:)
 	YLabel string   `yaml:"ylabel"`
 	Scale  float64  `yaml:"scale"` // values are multiplied by it (1e-9 for Gbps)
+	// Kind "expectations" draws every expectation's expected and measured
+	// value as bars instead of time series.
+	Kind string `yaml:"kind"`
 }
 
 func (w *WorkloadSpec) UnmarshalYAML(n *yaml.Node) error {
