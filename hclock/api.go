@@ -14,7 +14,7 @@ func (s *Scheduler) Stats(id int) NodeStats {
 	x := &s.nodes[id]
 	cd := &s.cold[id]
 	st := NodeStats{
-		SentBytes: x.sentBytes, SentPackets: x.sentPackets, ReservationBytes: x.resvBytes,
+		SentBytes: x.sentBytes, SentPackets: x.sentPackets, ReservationBytes: cd.resvBytes,
 		DroppedBytes: cd.droppedBytes, DroppedPackets: cd.droppedPackets,
 	}
 	if x.isPort {

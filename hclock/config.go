@@ -15,6 +15,8 @@ const (
 	DefaultMaxCreditBytes = 128 << 10
 	// DefaultMaxReservationLagNs bounds reservation debt (see Config.MaxReservationLagNs).
 	DefaultMaxReservationLagNs = 50_000_000
+	// MaxQueuePackets is the largest port queue, in packets.
+	MaxQueuePackets = 1 << 20
 	// MaxPacketBytes is the largest packet Enqueue accepts (a 64 KiB GSO
 	// segment plus headers).
 	MaxPacketBytes = 1 << 17
@@ -139,8 +141,8 @@ func (c *Config) validate() (root int, kids [][]int32, err error) {
 		if err := checkParams(nc.Name, nc.Params, id == root); err != nil {
 			return 0, nil, err
 		}
-		if len(kids[id]) == 0 && (nc.QueuePackets < 0 || nc.QueueBytes < 0) {
-			return 0, nil, fmt.Errorf("hclock: port %q: negative queue capacity", nc.Name)
+		if len(kids[id]) == 0 && (nc.QueuePackets < 0 || nc.QueueBytes < 0 || nc.QueuePackets > MaxQueuePackets || nc.QueueBytes > math.MaxInt32) {
+			return 0, nil, fmt.Errorf("hclock: port %q: queue capacity must be 0..%d packets and 0..%d bytes", nc.Name, MaxQueuePackets, math.MaxInt32)
 		}
 	}
 	return root, kids, nil

@@ -63,18 +63,22 @@ type node struct {
 	lNsPerByte       float64 // 8e9/L; 0 when unlimited
 	lSlackNs         float64 // limit credit a node may bank, in ns of its limit
 
+	// Second cache line (the node is 128 bytes: two lines).
 	in *inner // nil for ports
 
 	// Ports: a ring of queued packets, s.slab[qOff : qOff+qCap].
-	qBytes, qBytesCap int64
-	qOff, qCap        int32
-	qHead, qN         int32
+	qBytes    int64
+	qOff      int32
+	qCap      int32
+	qHead     int32
+	qN        int32
+	qBytesCap int32
 
 	parent int32
 	state  uint8
 	isPort bool
 
-	sentBytes, sentPackets, resvBytes uint64
+	sentBytes, sentPackets uint64
 }
 
 // inner is the state of a node with children: its children's heaps.
@@ -91,6 +95,7 @@ type cold struct {
 	params                       Params
 	lEff                         float64 // min(limit, Σ children's lEff): the most the subtree can take
 	droppedBytes, droppedPackets uint64
+	resvBytes                    uint64
 }
 
 // NodeStats are a node's counters. An inner node's Sent* count what its
@@ -188,7 +193,7 @@ func New(cfg Config) (*Scheduler, error) {
 			x.isPort = true
 			x.qOff, x.qCap = int32(off), int32(nc.QueuePackets)
 			off += nc.QueuePackets
-			x.qBytesCap = int64(nc.QueueBytes)
+			x.qBytesCap = int32(nc.QueueBytes)
 		} else {
 			c := len(k)
 			in := &ins[0]

@@ -66,7 +66,7 @@ func (s *Scheduler) Enqueue(port int, bytes int, nowNs int64) bool {
 		return false
 	}
 	x := &s.nodes[port]
-	if x.qN == x.qCap || (x.qBytesCap > 0 && x.qBytes+int64(bytes) > x.qBytesCap) {
+	if x.qN == x.qCap || (x.qBytesCap > 0 && x.qBytes+int64(bytes) > int64(x.qBytesCap)) {
 		for id := int32(port); id >= 0; id = s.nodes[id].parent {
 			cd := &s.cold[id]
 			cd.droppedPackets++
@@ -279,7 +279,7 @@ func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs in
 		s.charge(y, b, q.bytes, now)
 		if s.phases[i] == ByReservation {
 			y.rTag += b * y.rNsPerByte
-			y.resvBytes += uint64(q.bytes)
+			s.cold[c].resvBytes += uint64(q.bytes)
 		} else {
 			y.sTag += b * y.sPerByte
 		}
