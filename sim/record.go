@@ -5,6 +5,7 @@ import (
 	"io"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 // Recorder keeps every time series of a run in fixed sample intervals.
@@ -135,8 +136,20 @@ func (r *Recorder) names() []string {
 
 // writeCSV writes one row per sample: time, then per series the rate
 // (series whose name starts with a rate prefix) or the mean.
-func (r *Recorder) writeCSV(w io.Writer, untilNs int64) error {
+func (r *Recorder) writeCSV(w io.Writer, untilNs int64, record []string) error {
 	names := r.names()
+	if len(record) > 0 {
+		var keep []string
+		for _, n := range names {
+			for _, want := range record {
+				if n == want || (strings.HasSuffix(want, ":") && hasPrefix(n, want)) {
+					keep = append(keep, n)
+					break
+				}
+			}
+		}
+		names = keep
+	}
 	fmt.Fprint(w, "time_s")
 	for _, n := range names {
 		fmt.Fprint(w, ",", n)

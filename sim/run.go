@@ -435,7 +435,7 @@ func (res *Result) Write(dir string) error {
 	}
 	for _, r := range res.Runs {
 		var b bytes.Buffer
-		r.sim.rec.writeCSV(&b, res.Scenario.durNs)
+		r.sim.rec.writeCSV(&b, res.Scenario.durNs, res.Scenario.Record)
 		if err := os.WriteFile(filepath.Join(dir, "series-"+r.Name+".csv"), b.Bytes(), 0o644); err != nil {
 			return err
 		}

@@ -16,20 +16,23 @@ import (
 // Scenario is a scenario file (docs/sim.md): a policy, workloads, a
 // timeline, runs to compare, what to plot and what to expect.
 type Scenario struct {
-	Name        string            `yaml:"name"`
-	Description string            `yaml:"description"`
-	Seed        uint64            `yaml:"seed"`
-	Duration    string            `yaml:"duration"`
-	Sample      string            `yaml:"sample"`
-	Scheduler   string            `yaml:"scheduler"` // netioc (default) | default
-	Policy      yaml.Node         `yaml:"policy"`    // inline policy, or a file name relative to the scenario
-	Models      ModelSpec         `yaml:"models"`
-	Workloads   []WorkloadSpec    `yaml:"workloads"`
-	Timeline    []EventSpec       `yaml:"timeline"`
-	Runs        []RunSpec         `yaml:"runs"`
-	Expect      []ExpectSpec      `yaml:"expect"`
-	Plots       []PlotSpec        `yaml:"plots"`
-	Seed2       map[string]string `yaml:"seedValues"` // free text shown in the report: seed figure per expectation name
+	Name        string         `yaml:"name"`
+	Description string         `yaml:"description"`
+	Seed        uint64         `yaml:"seed"`
+	Duration    string         `yaml:"duration"`
+	Sample      string         `yaml:"sample"`
+	Scheduler   string         `yaml:"scheduler"` // netioc (default) | default
+	Policy      yaml.Node      `yaml:"policy"`    // inline policy, or a file name relative to the scenario
+	Models      ModelSpec      `yaml:"models"`
+	Workloads   []WorkloadSpec `yaml:"workloads"`
+	Timeline    []EventSpec    `yaml:"timeline"`
+	Runs        []RunSpec      `yaml:"runs"`
+	Expect      []ExpectSpec   `yaml:"expect"`
+	Plots       []PlotSpec     `yaml:"plots"`
+	// Record lists the series (names or prefixes ending in ':') written to
+	// the CSV files; empty: all. Expectations and plots see every series.
+	Record []string          `yaml:"record"`
+	Seed2  map[string]string `yaml:"seedValues"` // free text shown in the report: seed figure per expectation name
 
 	file            string
 	pol             *policy.Policy

@@ -103,7 +103,7 @@ func TestDeterminism(t *testing.T) {
 		}
 		j, _ := json.Marshal(res.Summary)
 		var csv bytes.Buffer
-		res.Runs[0].sim.rec.writeCSV(&csv, sc.durNs)
+		res.Runs[0].sim.rec.writeCSV(&csv, sc.durNs, nil)
 		return string(j), csv.String()
 	}
 	j1, c1 := out(src)
