@@ -154,24 +154,28 @@ type PlotSpec struct {
 	Kind string `yaml:"kind"`
 }
 
+// UnmarshalYAML decodes a WorkloadSpec and keeps its line for messages.
 func (w *WorkloadSpec) UnmarshalYAML(n *yaml.Node) error {
 	type plain WorkloadSpec
 	w.Line = n.Line
 	return n.Decode((*plain)(w))
 }
 
+// UnmarshalYAML decodes a EventSpec and keeps its line for messages.
 func (e *EventSpec) UnmarshalYAML(n *yaml.Node) error {
 	type plain EventSpec
 	e.Line = n.Line
 	return n.Decode((*plain)(e))
 }
 
+// UnmarshalYAML decodes a RunSpec and keeps its line for messages.
 func (r *RunSpec) UnmarshalYAML(n *yaml.Node) error {
 	type plain RunSpec
 	r.Line = n.Line
 	return n.Decode((*plain)(r))
 }
 
+// UnmarshalYAML decodes a ExpectSpec and keeps its line for messages.
 func (x *ExpectSpec) UnmarshalYAML(n *yaml.Node) error {
 	type plain ExpectSpec
 	x.Line = n.Line
