@@ -77,6 +77,7 @@ type node struct {
 	parent int32
 	state  uint8
 	isPort bool
+	hBytes int32 // size of the packet at the head of the queue
 
 	sentBytes, sentPackets uint64
 }

@@ -79,6 +79,9 @@ func (s *Scheduler) Enqueue(port int, bytes int, nowNs int64) bool {
 		i -= x.qCap
 	}
 	s.slab[x.qOff+i] = qent{enqNs: nowNs, bytes: int32(bytes)}
+	if x.qN == 0 {
+		x.hBytes = int32(bytes)
+	}
 	x.qN++
 	x.qBytes += int64(bytes)
 	s.queued++
@@ -262,13 +265,18 @@ func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs in
 		x = &s.nodes[c]
 	}
 	// Pop the packet.
+	// The head's size is cached in the node, so that charging does not
+	// wait for the queue slot to come from memory.
 	x := &s.nodes[id]
-	q := s.slab[x.qOff+x.qHead]
+	q := qent{bytes: x.hBytes, enqNs: s.slab[x.qOff+x.qHead].enqNs}
 	x.qHead++
 	if x.qHead == x.qCap {
 		x.qHead = 0
 	}
 	x.qN--
+	if x.qN > 0 {
+		x.hBytes = s.slab[x.qOff+x.qHead].bytes
+	}
 	x.qBytes -= int64(q.bytes)
 	s.queued--
 	b := float64(q.bytes)
