@@ -89,3 +89,31 @@ func BenchmarkEnqueueDequeue(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOnePort is the floor: the same loop on a tree of one class with
+// one port (no competition, no heaps to speak of). On a shared machine,
+// compare the other results with it rather than with absolute targets.
+func BenchmarkOnePort(b *testing.B) {
+	cfg := Config{Nodes: []NodeConfig{
+		{ID: 0, Parent: -1},
+		{ID: 1, Parent: 0, Params: Params{Shares: 1}},
+		{ID: 2, Parent: 1, Params: Params{Shares: 1}, QueuePackets: 8},
+	}}
+	s, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range 4 {
+		s.Enqueue(2, 1500, 0)
+	}
+	var now int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	c0 := cpuNs()
+	for range b.N {
+		p, _, _ := s.Dequeue(now)
+		s.Enqueue(p.Port, p.Bytes, now)
+		now += 1200
+	}
+	b.ReportMetric(float64(cpuNs()-c0)/float64(b.N), "cpu-ns/op")
+}
