@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
+	"sluice/placement"
 	"sluice/policy"
 )
 
@@ -161,7 +163,7 @@ func (s *Sim) schedule(e EventSpec) error {
 	}
 	s.eng.At(at, func() {
 		if err := act(); err != nil {
-			s.Log = append(s.Log, fmt.Sprintf("%.1fs: error: %v", float64(s.eng.NowNs())/1e9, err))
+			s.Log = append(s.Log, fmt.Sprintf("%.1fs: %v", float64(s.eng.NowNs())/1e9, err))
 		}
 	})
 	return nil
@@ -211,19 +213,26 @@ func (s *Sim) action(e EventSpec) (func() error, error) {
 				return nil, err
 			}
 		}
-		r := *s.portRSL[e.Set]
-		var err error
-		if r.res, err = parseRate(e.Reservation, r.res); err != nil {
+		// Check the values now; apply them on top of the port's settings
+		// at the time of the event.
+		if _, err := parseRate(e.Reservation, 0); err != nil {
 			return nil, err
 		}
-		if r.limit, err = parseRate(e.Limit, r.limit); err != nil {
+		if _, err := parseRate(e.Limit, 0); err != nil {
 			return nil, err
 		}
-		if r.shares, err = parseShares(e.Shares, r.shares, policy.NetSharesLow, policy.NetSharesNormal, policy.NetSharesHigh); err != nil {
+		if _, err := parseShares(e.Shares, 0, 1, 1, 1); err != nil {
 			return nil, err
 		}
 		name := e.Set
 		return func() error {
+			if err := s.admit(name, e); err != nil {
+				return err
+			}
+			r := *s.portRSL[name]
+			r.res, _ = parseRate(e.Reservation, r.res)
+			r.limit, _ = parseRate(e.Limit, r.limit)
+			r.shares, _ = parseShares(e.Shares, r.shares, policy.NetSharesLow, policy.NetSharesNormal, policy.NetSharesHigh)
 			old := s.portRSL[name].res
 			*s.portRSL[name] = r
 			if r.res > old {
@@ -315,4 +324,40 @@ func parseShares(v string, def float64, low, normal, high int) (float64, error) 
 		return 0, fmt.Errorf("bad shares %q", v)
 	}
 	return f, nil
+}
+
+// admit checks a change of a vNIC's settings with package placement's
+// admission rules (R ≤ L, pool quotas, a reservation that fits no uplink):
+// a refused change is logged and not made, as the controller would. A
+// change that only breaks its host is a fault for the next placement pass.
+func (s *Sim) admit(port string, e EventSpec) error {
+	vm := s.pol.VM(vmOf(port))
+	if vm == nil {
+		return nil // a system class: not a placement matter
+	}
+	np := s.cur
+	for _, f := range []struct{ field, value string }{{"reservation", e.Reservation}, {"limit", e.Limit}, {"shares", e.Shares}} {
+		if f.value == "" {
+			continue
+		}
+		c, err := placement.ParseChange(port + "." + f.field + "=" + f.value)
+		if err != nil {
+			return err
+		}
+		if np, _, err = c.Apply(np, s.placementNow()); err != nil {
+			return err
+		}
+	}
+	s.cur = np
+	return nil
+}
+
+// placementNow is where every VM runs (a VM in flight counts at its
+// destination).
+func (s *Sim) placementNow() placement.Placement {
+	cur := placement.Placement{}
+	for vm, h := range s.vmHost {
+		cur[vm] = strings.TrimPrefix(h, "→")
+	}
+	return cur
 }

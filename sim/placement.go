@@ -41,23 +41,11 @@ func (s *Sim) reserved(up *Uplink) float64 {
 // now (current reservations, hosts and lost uplinks), repairing faults
 // only (migration threshold 1); its migrations are carried out.
 func (s *Sim) drs() {
-	p := *s.pol
-	p.VMs = make([]policy.VM, len(s.pol.VMs))
-	cur := placement.Placement{}
-	for i, vm := range s.pol.VMs {
-		vm.NICs = append([]policy.NIC(nil), vm.NICs...)
-		for j := range vm.NICs {
-			if r := s.portRSL[policy.PortName(vm.Name, vm.NICs[j].Name)]; r != nil {
-				vm.NICs[j].Reservation = policy.Bps(r.res)
-			}
-		}
-		h := s.vmHost[vm.Name]
-		if strings.HasPrefix(h, "→") {
-			h = strings.TrimPrefix(h, "→") // in flight: count it at its destination
-		}
-		vm.Host = h
-		cur[vm.Name] = h
-		p.VMs[i] = vm
+	p := *s.cur
+	p.VMs = append([]policy.VM(nil), s.cur.VMs...)
+	cur := s.placementNow()
+	for i := range p.VMs {
+		p.VMs[i].Host = cur[p.VMs[i].Name]
 	}
 	opts := placement.Options{Threshold: 1, Changed: s.changed, VMotionBps: s.vmotion, NowNs: s.eng.NowNs()}
 	for _, u := range s.upOrder {

@@ -24,6 +24,7 @@ type Sim struct {
 	st       StorageParams
 	pardaCfg parda.Config
 	pol      *policy.Policy
+	cur      *policy.Policy // the policy with the changes admitted so far
 	sched    string
 	file     string
 
@@ -73,7 +74,7 @@ func iopsLimit(l policy.IOPS) float64 {
 func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 	s := &Sim{
 		eng: NewEngine(sc.Seed), net: DefaultNetParams, cpu: DefaultCPUParams, st: DefaultStorageParams,
-		pol: sc.pol, sched: sc.Scheduler, file: sc.file,
+		pol: sc.pol, cur: sc.pol, sched: sc.Scheduler, file: sc.file,
 		uplinks: map[string]*Uplink{}, ports: map[string]*Port{}, portRSL: map[string]*rsl{},
 		portUp: map[string]*Uplink{}, active: map[string]int{}, vmHost: map[string]string{},
 		vcpus: map[string]*vcpu{}, disks: map[string]*diskState{}, dstores: map[string]*datastore{},
