@@ -23,10 +23,15 @@ type Config struct {
 
 // Demand estimation: a port that used at least SaturatedFraction of its
 // guaranteed rate in the last interval may want more (unbounded demand);
-// otherwise its demand is Headroom × what it used plus 0.1% of the line.
+// otherwise its demand is Headroom × what it used plus HeadroomOfLine × the
+// line rate, so that a flow that is still ramping up (TCP) can grow by half
+// its rate and 2% of the line per interval instead of being held where it is.
 const (
-	SaturatedFraction = 0.9
-	Headroom          = 1.1
+	SaturatedFraction = 0.8
+	Headroom          = 1.5
+	HeadroomOfLine    = 0.02
+	// DemandWindowNs is how long a measurement counts for demand.
+	DemandWindowNs = int64(1e9)
 	// rateSmoothing is the weight of the newest interval in the measured
 	// rate (an exponentially weighted moving average).
 	rateSmoothing = 0.5
@@ -47,6 +52,9 @@ type portState struct {
 	rateBps     float64 // smoothed wire rate
 	lastRateBps float64 // wire rate of the last interval
 	samples     int
+	window      []float64 // wire rates of the last intervals (DemandWindowNs)
+	windowNs    []int64
+	satUntilNs  int64   // saturated recently: unbounded demand until then
 	entBps      float64 // last entitlement, payload
 	guarantee   float64 // last HTB rate set, wire
 }
@@ -148,10 +156,18 @@ func (a *Agent) Step(nowNs int64) (Changes, error) {
 				}
 				ps.lastRateBps = r
 				ps.samples++
+				ps.window = append(ps.window, r)
+				ps.windowNs = append(ps.windowNs, nowNs)
+				for len(ps.windowNs) > 0 && ps.windowNs[0] <= nowNs-DemandWindowNs {
+					ps.window, ps.windowNs = ps.window[1:], ps.windowNs[1:]
+				}
+				if r >= SaturatedFraction*float64(c.RateBps) {
+					ps.satUntilNs = nowNs + DemandWindowNs
+				}
 			}
 			ps.lastBytes, ps.haveLast = c.Bytes, true
 			if n.Leaf && !first && ps.haveLast && demand[n.Name] == 0 {
-				demand[n.Name] = estimateDemand(ps, c.RateBps, t)
+				demand[n.Name] = estimateDemand(ps, nowNs, t)
 			}
 		}
 		// Entitlements on measured demand; static mode reports them but
@@ -204,17 +220,24 @@ func (a *Agent) port(t *Tree, n *Node) *portState {
 	return ps
 }
 
-// estimateDemand returns a leaf's demand in payload bits/s from its
-// measured wire rate and the guaranteed rate HTB has now (wire bits/s).
-func estimateDemand(ps *portState, guaranteeBps policy.Bps, t *Tree) float64 {
-	r := max(ps.rateBps, ps.lastRateBps)
+// estimateDemand returns a leaf's demand in payload bits/s: unbounded when
+// it used at least SaturatedFraction of its guaranteed rate in some interval
+// of the last DemandWindowNs (it may want more); 0 when it is idle;
+// otherwise Headroom × the most it used in that window plus HeadroomOfLine
+// of the line. The window keeps a sender that is briefly short of CPU (or
+// of TCP window) from losing its entitlement.
+func estimateDemand(ps *portState, nowNs int64, t *Tree) float64 {
+	if nowNs < ps.satUntilNs {
+		return alloc.Inf
+	}
+	r := ps.lastRateBps
+	for _, v := range ps.window {
+		r = max(r, v)
+	}
 	if r < float64(t.minRate())/2 {
 		return 0 // idle: keeps the HTB floor only
 	}
-	if r >= SaturatedFraction*float64(guaranteeBps) {
-		return alloc.Inf
-	}
-	return (Headroom*r + float64(t.minRate())) / t.scale()
+	return (Headroom*r + HeadroomOfLine*float64(t.SpeedBps)) / t.scale()
 }
 
 // RateDeadBand is the relative change below which dynamic enforcement leaves

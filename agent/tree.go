@@ -141,8 +141,8 @@ func splitPort(p *policy.Policy, port string) (*policy.VM, *policy.NIC) {
 }
 
 // minRate is the guaranteed rate of a class that reserves nothing: HTB
-// needs a positive rate. 0.1% of the line rate, at least 8 kbit/s.
-func (t *Tree) minRate() policy.Bps { return max(t.SpeedBps/1000, 8000) }
+// needs a positive rate. 0.01% of the line rate, at least 8 kbit/s.
+func (t *Tree) minRate() policy.Bps { return max(t.SpeedBps/10000, 8000) }
 
 // scale converts payload bits/s (what alloc divides) to wire bits/s (what
 // HTB counts).

@@ -153,7 +153,7 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 	var ports []int
 	for _, v := range pl.VMs {
 		for _, n := range v.NICs {
-			if err := start(fmt.Sprintf("iperf3:%d", n.IperfPort), fab, "", "iperf3", "-s", "-B", FabricIP.String(), "-p", strconv.Itoa(n.IperfPort)); err != nil {
+			if err := start(fmt.Sprintf("iperf3:%d", n.IperfPort), fab, "", "iperf3", "-s", "-J", "-B", FabricIP.String(), "-p", strconv.Itoa(n.IperfPort)); err != nil {
 				return nil, err
 			}
 			ports = append(ports, n.IperfPort)
@@ -322,7 +322,7 @@ func buildLinks(pl *Plan) error {
 			l = append(l, fmt.Sprintf("-n %s link add %s type bridge", h.Name, u.Bridge))
 			l = append(l, veth(h.Name, u.Dev, f, u.FabricDev)...)
 			l = append(l,
-				fmt.Sprintf("-n %s link set %s master %s up", h.Name, u.Dev, u.Bridge),
+				fmt.Sprintf("-n %s link set %s master %s txqueuelen %d up", h.Name, u.Dev, u.Bridge, UplinkTxQueueLen),
 				fmt.Sprintf("-n %s link set %s master %s up", f, u.FabricDev, FabricBridge),
 				fmt.Sprintf("-n %s link set %s up", h.Name, u.Bridge))
 			if k == 0 {

@@ -275,3 +275,10 @@ func (pl *Plan) Namespaces() []Namespace {
 	}
 	return out
 }
+
+// UplinkTxQueueLen is the transmit queue length of uplink devices, which
+// HTB gives each leaf class's packet FIFO. The default (1000) lets a class
+// throttled by HTB queue seconds of traffic; TCP then needs seconds to
+// follow a change of its rate. TCP sizes its GSO packets to about 1 ms of
+// its rate, so 64 packets hold tens of milliseconds at any rate.
+const UplinkTxQueueLen = 64

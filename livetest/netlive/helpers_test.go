@@ -1,0 +1,402 @@
+// Package netlive holds the live network tests: real iperf3 traffic between
+// network namespaces of a sluice lab, shaped by the agent's HTB trees. They
+// need root, network namespaces, tc (HTB, u32), iperf3 and sockperf, and
+// fail (not skip) when those are missing. Every test removes its lab with
+// lab.Down in t.Cleanup, also when it fails.
+package netlive
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/agent"
+	"sluice/alloc"
+	"sluice/lab"
+	"sluice/policy"
+)
+
+// requireLive fails the test when the machine cannot run the lab.
+func requireLive(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("live network tests need root (network namespaces, tc); run as root")
+	}
+	for _, tool := range []string{"ip", "tc", "iperf3", "sockperf", "nbdkit", "ss"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("live network tests need %s (scripts/deps.sh installs it)", tool)
+		}
+	}
+	if out, err := exec.Command("modprobe", "-n", "sch_htb").CombinedOutput(); err != nil {
+		if _, serr := os.Stat("/sys/module/sch_htb"); serr != nil {
+			t.Logf("sch_htb module check: %s", strings.TrimSpace(string(out)))
+		}
+	}
+}
+
+// liveLab is a lab brought up for one test.
+type liveLab struct {
+	t        *testing.T
+	p        *policy.Policy
+	plan     *lab.Plan
+	stateDir string
+	file     string
+}
+
+// upLab writes the policy text, brings its lab up and registers its removal.
+func upLab(t *testing.T, yaml string) *liveLab {
+	t.Helper()
+	requireLive(t)
+	dir := t.TempDir()
+	file := dir + "/policy.yaml"
+	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Load(file)
+	if err != nil {
+		t.Fatalf("policy: %v", err)
+	}
+	_ = lab.Down(p.Cluster, dir) // a leftover from a crashed run
+	t.Cleanup(func() {
+		if err := lab.Down(p.Cluster, dir); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+		if left := lab.Existing(p.Cluster); len(left) > 0 {
+			t.Errorf("lab down left namespaces behind: %v", left)
+		}
+	})
+	if _, err := lab.Up(p, lab.Options{StateDir: dir, PolicyFile: file}); err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	pl, err := lab.NewPlan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &liveLab{t: t, p: p, plan: pl, stateDir: dir, file: file}
+}
+
+// runAgent starts the agent of host in this process (dynamic or static)
+// for policy p (the lab's when nil) and returns a function that stops it
+// (also called at cleanup). It returns after the first step installed the
+// tree.
+func (l *liveLab) runAgent(p *policy.Policy, host string, dynamic bool) (*agent.Agent, func()) {
+	t := l.t
+	t.Helper()
+	if p == nil {
+		p = l.p
+	}
+	k, err := agent.NewNetlinkKernel(l.plan.Host(host).Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Policy: p, Host: host, Kernel: k, Dynamic: dynamic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Step(agent.NowNs()); err != nil {
+		t.Fatalf("agent first step: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var mu sync.Mutex
+	var lastErr error
+	go func() {
+		defer close(done)
+		_ = agent.Run(ctx, a, nil, agent.NowNs(), (100 * time.Millisecond).Nanoseconds(), func(s agent.Stats, ch agent.Changes, err error) {
+			if err != nil {
+				mu.Lock()
+				lastErr = err
+				mu.Unlock()
+			}
+		})
+	}()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			k.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			if lastErr != nil {
+				t.Errorf("agent step failed: %v", lastErr)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return a, stop
+}
+
+// withUsable returns a copy of the lab's policy whose uplinks have the
+// measured usable rate.
+func (l *liveLab) withUsable(usable float64) *policy.Policy {
+	q := *l.p
+	q.Hosts = append([]policy.Host(nil), l.p.Hosts...)
+	for i := range q.Hosts {
+		q.Hosts[i].Uplinks = append([]policy.Uplink(nil), q.Hosts[i].Uplinks...)
+		for j := range q.Hosts[i].Uplinks {
+			q.Hosts[i].Uplinks[j].Usable = policy.Bps(usable)
+		}
+	}
+	return &q
+}
+
+// measureUsable runs port alone for a few seconds under a static tree and
+// returns its mean payload rate after warm-up: the uplink's usable rate.
+func (l *liveLab) measureUsable(host, port string) float64 {
+	_, stop := l.runAgent(nil, host, false)
+	defer stop()
+	r := l.runFlows(6, l.nicFlow(port, 1))
+	u := r[0].mean(2, 0)
+	l.t.Logf("usable rate of %s's uplink (%s alone, static tree, 1 Gbps HTB root): %s Mbps", host, port, mbps(u))
+	if u < 500e6 {
+		l.t.Fatalf("usable rate %s Mbps is implausibly low for a 1 Gbps uplink (machine overloaded?)", mbps(u))
+	}
+	return u
+}
+
+// flow is one iperf3 client run.
+type flow struct {
+	Name    string // port name or label
+	NS      string // namespace of the client
+	Port    int    // server port in the fabric
+	Streams int
+	DelayS  int    // start after this many seconds
+	TOS     int    // IP TOS byte (DSCP<<2), 0 for none
+	Bind    string // source address, "" for any
+}
+
+// result is the receiver's per-second rates of one flow, in bits/s.
+type result struct {
+	Name      string
+	Intervals []float64 // receiver side, one per second
+}
+
+// mean of the intervals in [from, to) seconds (to ≤ 0: to the end).
+func (r result) mean(from, to int) float64 {
+	if to <= 0 || to > len(r.Intervals) {
+		to = len(r.Intervals)
+	}
+	if from >= to {
+		return 0
+	}
+	s := 0.0
+	for _, v := range r.Intervals[from:to] {
+		s += v
+	}
+	return s / float64(to-from)
+}
+
+// runFlows runs the flows at once for durS seconds (each from its delay on)
+// and returns the receiver-side per-second rates.
+func (l *liveLab) runFlows(durS int, flows ...flow) []result {
+	t := l.t
+	t.Helper()
+	out := make([]result, len(flows))
+	errs := make([]error, len(flows))
+	var wg sync.WaitGroup
+	for i, f := range flows {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if f.DelayS > 0 {
+				time.Sleep(time.Duration(f.DelayS) * time.Second) // a traffic schedule, not synchronization
+			}
+			args := []string{"iperf3", "-c", lab.FabricIP.String(), "-p", strconv.Itoa(f.Port), "-t", strconv.Itoa(durS - f.DelayS),
+				"-J", "--get-server-output"}
+			if f.Streams > 1 {
+				args = append(args, "-P", strconv.Itoa(f.Streams))
+			}
+			if f.TOS > 0 {
+				args = append(args, "-S", strconv.Itoa(f.TOS))
+			}
+			if f.Bind != "" {
+				args = append(args, "-B", f.Bind)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(durS+30)*time.Second)
+			defer cancel()
+			var b []byte
+			var err error
+			for try := 0; try < 3; try++ { // the server may still be busy with a previous client
+				b, err = lab.Exec(ctx, f.NS, args...)
+				if err == nil || !strings.Contains(string(b)+err.Error(), "busy") {
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %v %s", f.Name, err, tail(string(b)))
+				return
+			}
+			r, err := parseIperf(b)
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %v", f.Name, err)
+				return
+			}
+			r.Name = f.Name
+			out[i] = r
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func tail(s string) string {
+	if len(s) > 300 {
+		return s[len(s)-300:]
+	}
+	return s
+}
+
+// parseIperf reads the receiver's per-second intervals from iperf3 -J
+// --get-server-output.
+func parseIperf(b []byte) (result, error) {
+	var j struct {
+		Error      string `json:"error"`
+		ServerJSON *struct {
+			Intervals []struct {
+				Sum struct {
+					Seconds       float64 `json:"seconds"`
+					BitsPerSecond float64 `json:"bits_per_second"`
+				} `json:"sum"`
+			} `json:"intervals"`
+		} `json:"server_output_json"`
+	}
+	if err := json.Unmarshal(b, &j); err != nil {
+		return result{}, fmt.Errorf("iperf3 output: %v", err)
+	}
+	if j.Error != "" {
+		return result{}, fmt.Errorf("iperf3: %s", j.Error)
+	}
+	if j.ServerJSON == nil {
+		return result{}, fmt.Errorf("iperf3: no server output")
+	}
+	var r result
+	for _, iv := range j.ServerJSON.Intervals {
+		if iv.Sum.Seconds >= 0.5 { // drop a trailing partial interval
+			r.Intervals = append(r.Intervals, iv.Sum.BitsPerSecond)
+		}
+	}
+	return r, nil
+}
+
+// nicFlow is the iperf3 flow of a vNIC to its server in the fabric.
+func (l *liveLab) nicFlow(port string, streams int) flow {
+	n := l.plan.NIC(port)
+	if n == nil {
+		l.t.Fatalf("no vNIC %s", port)
+	}
+	vm := strings.SplitN(port, "/", 2)[0]
+	return flow{Name: port, NS: l.plan.VM(vm).Name, Port: n.IperfPort, Streams: streams}
+}
+
+// startServer runs an extra iperf3 server in the fabric (for host-level
+// flows); lab.Down kills it with everything else in the namespace.
+func (l *liveLab) startServer(port int) {
+	t := l.t
+	cmd := exec.Command("ip", "netns", "exec", l.plan.Fabric.Name, "iperf3", "-s", "-J", "-B", lab.FabricIP.String(), "-p", strconv.Itoa(port))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, _ := exec.Command("ip", "netns", "exec", l.plan.Fabric.Name, "ss", "-Hltn").Output()
+		if strings.Contains(string(out), ":"+strconv.Itoa(port)+" ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("iperf3 server on %d did not start", port)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// entitlements computes alloc's additive entitlements (payload bits/s) of
+// the ports of host's first uplink on capacity usable, given which ports
+// and classes are active (unbounded demand); everything else is idle.
+func entitlements(t *testing.T, p *policy.Policy, host string, usable float64, active ...string) map[string]float64 {
+	pl, err := lab.NewPlan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trees, err := agent.Build(p, pl, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := map[string]float64{}
+	for _, a := range active {
+		d[a] = alloc.Inf
+	}
+	root := trees[0].AllocTree(d)
+	alloc.Compute(root, usable)
+	out := map[string]float64{}
+	var walk func(n *alloc.Node)
+	walk = func(n *alloc.Node) {
+		out[n.Name] = n.Alloc
+		for _, c := range n.Children {
+			walk(c)
+		}
+	}
+	walk(root)
+	return out
+}
+
+func mbps(v float64) string { return fmt.Sprintf("%.1f", v/1e6) }
+
+func relErr(got, want float64) float64 {
+	if want == 0 {
+		return math.Inf(1)
+	}
+	return (got - want) / want
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+// statsLine summarizes the agent's vNIC statistics: measured wire rate,
+// entitlement and HTB rate in Mbps.
+func statsLine(a *agent.Agent) string {
+	var b strings.Builder
+	for _, u := range a.Stats().Uplinks {
+		for _, p := range u.Ports {
+			if strings.Contains(p.Port, "/nic") || p.RateBps > 1e6 {
+				fmt.Fprintf(&b, "%s rate %s ent %s htb %s; ", p.Port, mbps(p.RateBps), mbps(p.EntitlementBps), mbps(float64(p.GuaranteeBps)))
+			}
+		}
+	}
+	return b.String()
+}
+
+// series renders the per-second rates in Mbps.
+func (r result) series() string {
+	var parts []string
+	for _, v := range r.Intervals {
+		parts = append(parts, fmt.Sprintf("%.0f", v/1e6))
+	}
+	return strings.Join(parts, " ")
+}
+
+// warmupS is how many seconds of each run are left out of the means: TCP
+// ramps up and dynamic enforcement converges (its demand window is 1 s).
+const warmupS = 4
