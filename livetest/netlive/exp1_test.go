@@ -1,0 +1,69 @@
+package netlive
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// exp1Policy is NetIOC Exp. 1 at 1/10 scale: 12 VMs with equal shares, the
+// vm class reserves 480 Mbps, NFS and vMotion compete with normal shares.
+func exp1Policy() string {
+	var b strings.Builder
+	b.WriteString(`cluster: ne1
+hosts:
+  - name: h1
+    uplinks: [{name: up0, speed: 1Gbps}]
+trafficClasses:
+  vm: {shares: normal, reservation: 480Mbps}
+  nfs: {shares: normal}
+  vmotion: {shares: normal}
+vms:
+`)
+	for i := 1; i <= 12; i++ {
+		fmt.Fprintf(&b, "  - {name: vm%d, host: h1, nics: [{name: nic0, shares: normal}]}\n", i)
+	}
+	return b.String()
+}
+
+// TestExp1: 12 VMs send with 4 TCP streams each; an NFS-like flow (to port
+// 2049) and a vMotion-like flow (to port 8000) start from the host itself
+// mid-run. Every VM keeps at least 40 Mbps (480/12) in every second after
+// warm-up.
+func TestExp1(t *testing.T) {
+	l := upLab(t, exp1Policy())
+	_, stop := l.runAgent(nil, "h1", true)
+	defer stop()
+	l.startServer(2049)
+	l.startServer(8000)
+	hostNS := l.plan.Host("h1").Name
+	const durS, nfsAtS, vmotionAtS = 20, 6, 12
+	var fl []flow
+	for i := 1; i <= 12; i++ {
+		fl = append(fl, l.nicFlow(fmt.Sprintf("vm%d/nic0", i), 4))
+	}
+	fl = append(fl, flow{Name: "h1/nfs", NS: hostNS, Port: 2049, Streams: 1, DelayS: nfsAtS},
+		flow{Name: "h1/vmotion", NS: hostNS, Port: 8000, Streams: 1, DelayS: vmotionAtS})
+	res := l.runFlows(durS, fl...)
+	minVM := 1e18
+	for _, r := range res {
+		t.Logf("%-10s mean %6s Mbps, per second: %s", r.Name, mbps(r.mean(0, 0)), r.series())
+		if !strings.HasPrefix(r.Name, "vm") {
+			continue
+		}
+		if len(r.Intervals) < durS-1 {
+			t.Errorf("%s: only %d one-second intervals", r.Name, len(r.Intervals))
+		}
+		for i := warmupS; i < len(r.Intervals); i++ {
+			minVM = min(minVM, r.Intervals[i])
+			if r.Intervals[i] < 40e6 {
+				t.Errorf("%s second %d: %s Mbps < 40 Mbps", r.Name, i, mbps(r.Intervals[i]))
+			}
+		}
+	}
+	t.Logf("lowest VM second after warm-up: %s Mbps (floor 40 Mbps)", mbps(minVM))
+	nfs, vmo := res[12], res[13]
+	if nfs.mean(1, 0) < 50e6 || vmo.mean(1, 0) < 50e6 {
+		t.Errorf("host-level flows should get a share of their own: nfs %s, vmotion %s Mbps", mbps(nfs.mean(1, 0)), mbps(vmo.mean(1, 0)))
+	}
+}
