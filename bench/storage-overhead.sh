@@ -6,12 +6,17 @@
 # nbdkit's own nbd plugin (a C proxy on libnbd). Runs alternate ROUNDS
 # times; the table shows medians.
 #
-#   bench/storage-overhead.sh [SECONDS_PER_RUN] [ROUNDS]
+#   bench/storage-overhead.sh [SECONDS_PER_RUN] [ROUNDS] [SERVICE_TIME]
+#
+# SERVICE_TIME (e.g. 1ms) adds nbdkit's delay filter with 64 threads: a
+# device that is fast but not free, so that the datastore, not the CPU of a
+# small test machine, bounds the direct run.
 #
 # Needs: go, fio (with the nbd engine), nbdkit. Listens on 127.0.0.1:10909-10911.
 set -eu
 secs=${1:-10}
 rounds=${2:-3}
+delay=${3:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 cleanup() { for p in ${gw:-} ${nk:-} ${px:-}; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp"; }
@@ -27,7 +32,11 @@ datastores:
 vms:
   - {name: vm1, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: disk0, datastore: ds1, size: 1GiB}]}
 YAML
-nbdkit -f -i 127.0.0.1 -p 10909 -t 16 memory size=2G & nk=$!
+if [ -n "$delay" ]; then
+  nbdkit -f -i 127.0.0.1 -p 10909 -t 64 --filter=delay memory size=2G rdelay="$delay" wdelay="$delay" & nk=$!
+else
+  nbdkit -f -i 127.0.0.1 -p 10909 -t 16 memory size=2G & nk=$!
+fi
 nbdkit -f -i 127.0.0.1 -p 10911 nbd uri=nbd://127.0.0.1:10909 & px=$!
 "$tmp/sluice" gateway --host h1 --policy "$tmp/p.yaml" --datastore ds1=nbd://127.0.0.1:10909 \
   --listen 127.0.0.1:10910 --status-file "$tmp/status.json" 2>"$tmp/gw.log" & gw=$!

@@ -86,3 +86,42 @@ func benchReads(b *testing.B, addr, export string) {
 		}
 	}
 }
+
+// BenchmarkReadGatewayQD32: 32 reads in flight on one connection through the
+// gateway (CPU cost per I/O; the datastore is an in-process memory export).
+func BenchmarkReadGatewayQD32(b *testing.B) {
+	p, err := parsePolicyB(oneHostPolicy)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, req := Layout(p, "ds1")
+	ds := serveMem(b, req)
+	g, err := New(Options{Host: "h1", Policy: p, Datastores: map[string]string{"ds1": "nbd://" + ds}, Period: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go g.Serve(l)
+	b.Cleanup(func() { g.Close() })
+	c, err := nbd.Dial(context.Background(), "tcp", l.Addr().String(), "b/d0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	b.SetParallelism(16) // 2 procs × 16 = 32 goroutines
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		buf := make([]byte, 4096)
+		i := 0
+		for pb.Next() {
+			if err := c.ReadAt(buf, uint64(i%1000)*4096); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
+}

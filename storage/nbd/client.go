@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -22,9 +21,9 @@ type Client struct {
 	sizeBytes uint64
 	flags     uint16
 
-	wmu   sync.Mutex
-	wwait atomic.Int32 // requests waiting for wmu
-	w     *bufio.Writer
+	wmu      sync.Mutex
+	w        *bufio.Writer
+	flushReq chan struct{} // a request is waiting in w (capacity 1)
 
 	mu      sync.Mutex
 	pending map[uint64]*call
@@ -120,7 +119,7 @@ func NewClient(conn net.Conn, export string) (*Client, error) {
 	if err := w.Flush(); err != nil {
 		return nil, fmt.Errorf("nbd handshake: %w", err)
 	}
-	c := &Client{conn: conn, w: w, pending: map[uint64]*call{}, done: make(chan struct{})}
+	c := &Client{conn: conn, w: w, pending: map[uint64]*call{}, done: make(chan struct{}), flushReq: make(chan struct{}, 1)}
 	gotInfo := false
 	for {
 		var rh [20]byte
@@ -150,6 +149,7 @@ func NewClient(conn net.Conn, export string) (*Client, error) {
 				return nil, errors.New("nbd handshake: NBD_OPT_GO acknowledged without export info")
 			}
 			go c.readLoop(r)
+			go c.flusher()
 			return c, nil
 		case typ == repErrUnsup:
 			// Old server: NBD_OPT_EXPORT_NAME.
@@ -169,6 +169,7 @@ func NewClient(conn net.Conn, export string) (*Client, error) {
 				}
 			}
 			go c.readLoop(r)
+			go c.flusher()
 			return c, nil
 		case typ&(1<<31) != 0:
 			return nil, fmt.Errorf("nbd handshake: export %q: server error %#x: %s", export, typ, data)
@@ -232,6 +233,24 @@ func (c *Client) fail(err error) {
 	}
 }
 
+// flusher sends buffered requests until the connection ends.
+func (c *Client) flusher() {
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-c.flushReq:
+			c.wmu.Lock()
+			err := c.w.Flush()
+			c.wmu.Unlock()
+			if err != nil {
+				c.fail(fmt.Errorf("nbd: sending request: %w", err))
+				return
+			}
+		}
+	}
+}
+
 func (c *Client) readLoop(r *bufio.Reader) {
 	for {
 		var h [16]byte
@@ -287,18 +306,18 @@ func (c *Client) do(typ, flags uint16, off uint64, length uint32, wdata, rbuf []
 	binary.BigEndian.PutUint64(h[8:], handle)
 	binary.BigEndian.PutUint64(h[16:], off)
 	binary.BigEndian.PutUint32(h[24:], length)
-	// Group flush, as in the server: the last writer in line flushes.
-	c.wwait.Add(1)
+	// Requests are written into the buffer and sent by the flusher, so
+	// that requests issued together share a write system call.
 	c.wmu.Lock()
-	c.wwait.Add(-1)
 	c.w.Write(h[:])
 	_, err := c.w.Write(wdata)
-	if c.wwait.Load() == 0 {
-		err = c.w.Flush()
-	}
 	c.wmu.Unlock()
 	if err != nil {
 		c.fail(fmt.Errorf("nbd: sending request: %w", err))
+	}
+	select {
+	case c.flushReq <- struct{}{}:
+	default: // a flush is pending and will include this request
 	}
 	<-cl.done
 	return cl.err

@@ -9,7 +9,6 @@ import (
 	"net"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -161,8 +160,8 @@ type serverConn struct {
 	r  *bufio.Reader
 	w  *bufio.Writer
 
-	wmu      sync.Mutex   // guards w during transmission
-	wwait    atomic.Int32 // replies waiting for wmu
+	wmu      sync.Mutex    // guards w during transmission
+	flushReq chan struct{} // a reply is waiting in w (capacity 1)
 	noZeroes bool
 }
 

@@ -25,9 +25,22 @@ func (c *serverConn) transmission(b Backend, name string) error {
 	if max <= 0 {
 		max = 128
 	}
-	sem := make(chan struct{}, max)
+	// Replies are written into the buffer by the workers and flushed by one
+	// flusher goroutine, so that replies completing together share a write
+	// system call.
+	c.flushReq = make(chan struct{}, 1)
+	flusherDone := make(chan struct{})
+	go c.flusher(flusherDone)
+	// Requests run on a pool of up to max long-lived workers.
+	work := make(chan request)
+	workers := 0
 	var inflight sync.WaitGroup
-	defer inflight.Wait() // never close the conn under a running request's reply
+	defer func() {
+		close(work)
+		inflight.Wait() // never close the conn under a running request's reply
+		close(c.flushReq)
+		<-flusherDone
+	}()
 	size := b.SizeBytes()
 	for {
 		var h [28]byte
@@ -55,8 +68,7 @@ func (c *serverConn) transmission(b Backend, name string) error {
 			}
 		}
 		if req.typ == CmdDisc {
-			inflight.Wait()
-			return nil
+			return nil // the deferred clean-up finishes the requests in flight
 		}
 		if errno := check(req, size); errno != 0 {
 			if err := c.reply(req.handle, errno, nil); err != nil {
@@ -64,13 +76,41 @@ func (c *serverConn) transmission(b Backend, name string) error {
 			}
 			continue
 		}
-		sem <- struct{}{}
-		inflight.Add(1)
-		go func() {
-			defer func() { <-sem; inflight.Done() }()
-			c.serve(b, req)
-		}()
+		select {
+		case work <- req: // an idle worker took it
+		default:
+			if workers < max {
+				workers++
+				inflight.Add(1)
+				go func() {
+					defer inflight.Done()
+					c.serve(b, req)
+					for r := range work {
+						c.serve(b, r)
+					}
+				}()
+			} else {
+				work <- req // back-pressure: wait for a worker
+			}
+		}
 	}
+}
+
+// flusher flushes the reply buffer whenever replies were written, until
+// flushReq is closed; then it flushes once more.
+func (c *serverConn) flusher(done chan struct{}) {
+	defer close(done)
+	for range c.flushReq {
+		c.wmu.Lock()
+		err := c.w.Flush()
+		c.wmu.Unlock()
+		if err != nil {
+			_ = c.rw.Close()
+		}
+	}
+	c.wmu.Lock()
+	_ = c.w.Flush()
+	c.wmu.Unlock()
 }
 
 // check validates a request against the export; 0 means it may proceed.
@@ -175,26 +215,25 @@ func putBuf(b []byte) {
 	}
 }
 
-// reply sends one simple reply; the payload follows only for a good READ.
+// reply queues one simple reply (the payload follows only for a good READ)
+// and asks the flusher to send it.
 func (c *serverConn) reply(handle uint64, errno uint32, data []byte) error {
 	var h [16]byte
 	binary.BigEndian.PutUint32(h[0:], simpleMagic)
 	binary.BigEndian.PutUint32(h[4:], errno)
 	binary.BigEndian.PutUint64(h[8:], handle)
-	// Group flush: a reply is flushed by the last of the writers that queued
-	// up behind the lock, so many replies share one write system call.
-	c.wwait.Add(1)
 	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.wwait.Add(-1)
-	if _, err := c.w.Write(h[:]); err != nil {
+	_, err := c.w.Write(h[:])
+	if err == nil {
+		_, err = c.w.Write(data)
+	}
+	c.wmu.Unlock()
+	if err != nil {
 		return fmt.Errorf("reply: %w", err)
 	}
-	if _, err := c.w.Write(data); err != nil {
-		return fmt.Errorf("reply: %w", err)
+	select {
+	case c.flushReq <- struct{}{}:
+	default: // a flush is already pending and will include this reply
 	}
-	if c.wwait.Load() > 0 {
-		return nil // a writer waiting for the lock will flush
-	}
-	return c.w.Flush()
+	return nil
 }
