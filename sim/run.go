@@ -33,8 +33,12 @@ type Outcome struct {
 	Expected string  `json:"expected"`
 	Unit     string  `json:"unit"`
 	Seed     string  `json:"seed,omitempty"`
-	Pass     bool    `json:"pass"`
-	Error    string  `json:"error,omitempty"`
+	// Verdict compares with the seed: "beats the seed", "meets the
+	// seed", "short of the seed", "beyond the sanity bound" (control
+	// outcomes), "calibration difference" (a missed baseline figure).
+	Verdict string `json:"verdict,omitempty"`
+	Pass    bool   `json:"pass"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Summary is the result of a scenario.
@@ -320,8 +324,49 @@ func (res *Result) evaluate(x ExpectSpec) Outcome {
 	default:
 		return fail(fmt.Errorf("op: unknown %q (=, >=, <=, between)", x.Op))
 	}
+	switch x.Kind {
+	case "", "control":
+	case "baseline":
+		if !o.Pass {
+			o.Verdict = "calibration difference"
+		}
+	default:
+		return fail(fmt.Errorf("kind: unknown %q (control, baseline)", x.Kind))
+	}
+	if x.Better != "" {
+		sv := want
+		if x.SeedValue != "" {
+			if sv, err = parseValue(x.SeedValue); err != nil {
+				return fail(fmt.Errorf("seedValue: %v", err))
+			}
+		}
+		var beats bool
+		switch x.Better {
+		case "higher":
+			beats = v > sv*(1+beatMargin)
+		case "lower":
+			beats = v < sv*(1-beatMargin)
+		default:
+			return fail(fmt.Errorf("better: unknown %q (higher, lower)", x.Better))
+		}
+		switch {
+		case o.Pass && beats:
+			o.Verdict = "beats the seed"
+		case o.Pass:
+			o.Verdict = "meets the seed"
+		case beats:
+			o.Verdict = "beyond the sanity bound"
+		default:
+			o.Verdict = "short of the seed"
+		}
+	}
 	return o
 }
+
+// beatMargin is how much better than the seed's figure a control outcome
+// must be to be reported as beating it (1%, above run-to-run noise of the
+// windowed means).
+const beatMargin = 0.01
 
 // parseValue reads a number, a percentage, a rate or a time (to ms).
 func parseValue(s string) (float64, error) {
@@ -363,7 +408,7 @@ func (sum *Summary) Text() string {
 		}
 	}
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nresult\texpectation\trun\twindow\tmeasured\texpected\tseed")
+	fmt.Fprintln(tw, "\nresult\texpectation\trun\twindow\tmeasured\texpected\tseed\tvs seed")
 	for _, o := range sum.Expect {
 		st := "ok"
 		if !o.Pass {
@@ -373,7 +418,7 @@ func (sum *Summary) Text() string {
 		if o.Error != "" {
 			m = o.Error
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st, o.Name, o.Run, o.Window, m, o.Expected, o.Seed)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st, o.Name, o.Run, o.Window, m, o.Expected, o.Seed, o.Verdict)
 	}
 	tw.Flush()
 	if sum.Passed {
@@ -398,7 +443,7 @@ func (res *Result) Markdown(dir string) string {
 		}
 		fmt.Fprintf(&b, "%s (%d events)", r.Name, r.Events)
 	}
-	b.WriteString(".\n\n| | expectation | run | window | seed | sluice (measured) | expected |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString(".\n\n| | expectation | run | window | seed | sluice (measured) | expected | vs seed |\n|---|---|---|---|---|---|---|---|\n")
 	for _, o := range sum.Expect {
 		st := "✅"
 		if !o.Pass {
@@ -408,7 +453,7 @@ func (res *Result) Markdown(dir string) string {
 		if o.Error != "" {
 			m = o.Error
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", st, o.Name, o.Run, o.Window, o.Seed, m, o.Expected)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", st, o.Name, o.Run, o.Window, o.Seed, m, o.Expected, o.Verdict)
 	}
 	for _, r := range sum.Runs {
 		if len(r.Log) > 0 {

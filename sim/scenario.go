@@ -125,7 +125,17 @@ type ExpectSpec struct {
 	Max        string   `yaml:"max"` // for between
 	RelativeTo *RefSpec `yaml:"relativeTo"`
 	Seed       string   `yaml:"seed"` // the seed's figure, for the report
-	Line       int      `yaml:"-"`
+	// Better marks the outcome of a control (isolation, protection):
+	// "higher" or "lower" is the better direction; the report says
+	// whether the measure beats SeedValue (default: Value), the seed's
+	// figure in the value's unit.
+	Better    string `yaml:"better"`
+	SeedValue string `yaml:"seedValue"`
+	// Kind "baseline" marks a figure of the uncontrolled baseline or of
+	// the hardware: two-sided, and a miss is a model calibration
+	// difference.
+	Kind string `yaml:"kind"`
+	Line int    `yaml:"-"`
 }
 
 // RefSpec names the reference of a relative expectation; empty fields
