@@ -460,6 +460,13 @@ func Down(cluster, stateDir string) error {
 			errs = append(errs, err)
 		}
 	}
+	// Pid files and agent statistics of the cluster go too; logs stay.
+	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json"} {
+		m, _ := filepath.Glob(filepath.Join(stateDirOr(stateDir), pat))
+		for _, f := range m {
+			_ = os.Remove(f)
+		}
+	}
 	if err := os.Remove(StatePath(stateDir, cluster)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}

@@ -400,3 +400,12 @@ func (r result) series() string {
 // warmupS is how many seconds of each run are left out of the means: TCP
 // ramps up and dynamic enforcement converges (its demand window is 1 s).
 const warmupS = 4
+
+// median of the intervals from second `from` on: robust to a second in
+// which the shared machine starved a sender of CPU.
+func (r result) median(from int) float64 {
+	if from >= len(r.Intervals) {
+		return 0
+	}
+	return median(r.Intervals[from:])
+}
