@@ -115,6 +115,7 @@ func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 	setF(&s.st.TransferMBps, m.Storage.TransferMBps)
 	setF(&s.st.Gamma, m.Storage.Gamma)
 	setF(&s.st.BetaPerShare, m.Storage.BetaPerShare)
+	s.st.PerSlot = s.st.PerSlot || m.Storage.PerSlot
 	if m.Storage.HostQueue > 0 {
 		s.st.HostQueue = m.Storage.HostQueue
 	}

@@ -13,6 +13,10 @@ type StorageSpec struct {
 	HostQueue    int     `yaml:"hostQueue"`    // host window without SIOC
 	Gamma        float64 `yaml:"gamma"`        // PARDA γ (0: package parda's default)
 	BetaPerShare float64 `yaml:"betaPerShare"` // PARDA β per active share (0: package parda's default)
+	// PerSlot gives every slot its own FIFO and sends each I/O to a slot
+	// drawn at random (a random I/O lives on one spindle), instead of one
+	// FIFO feeding whichever slot is free.
+	PerSlot bool `yaml:"perSlot"`
 }
 
 // StorageParams are the storage model parameters.
@@ -21,6 +25,7 @@ type StorageParams struct {
 	HostQueue    int
 	Gamma        float64
 	BetaPerShare float64
+	PerSlot      bool
 }
 
 // DefaultStorageParams: see docs/sim.md for their sources.
@@ -43,6 +48,9 @@ type datastore struct {
 	st4kNs   float64
 	busy     int
 	queue    []*ioReq
+	// slotQ and slotBusy are the per-slot FIFOs (PerSlot).
+	slotQ    [][]*ioReq
+	slotBusy []bool
 	sioc     bool
 	threshNs float64
 	periodNs int64
@@ -68,8 +76,46 @@ func (d *datastore) serviceNs(b int64) float64 {
 
 func (d *datastore) arrive(q *ioReq) {
 	q.dsNs = d.s.eng.NowNs()
+	if d.s.st.PerSlot {
+		if d.slotQ == nil {
+			d.slotQ, d.slotBusy = make([][]*ioReq, d.slots), make([]bool, d.slots)
+		}
+		i := d.s.eng.Rand.IntN(d.slots)
+		d.slotQ[i] = append(d.slotQ[i], q)
+		d.serveSlot(i)
+		return
+	}
 	d.queue = append(d.queue, q)
 	d.serve()
+}
+
+// serveSlot starts the head of slot i's FIFO if the slot is idle.
+func (d *datastore) serveSlot(i int) {
+	if d.slotBusy[i] || len(d.slotQ[i]) == 0 {
+		return
+	}
+	q := d.slotQ[i][0]
+	d.slotQ[i] = d.slotQ[i][1:]
+	d.slotBusy[i] = true
+	d.busy++
+	d.s.eng.After(int64(d.serviceNs(q.bytes)), func() {
+		d.slotBusy[i] = false
+		d.busy--
+		d.finish(q)
+		d.serveSlot(i)
+	})
+}
+
+// finish accounts a completed I/O and lets its host send more.
+func (d *datastore) finish(q *ioReq) {
+	now := d.s.eng.NowNs()
+	h := q.disk.host
+	h.ios++
+	h.latSumNs += float64(now - q.dsNs)
+	h.bytesSum += float64(q.bytes)
+	h.outstanding--
+	q.disk.complete(q, now)
+	h.dispatch()
 }
 
 func (d *datastore) serve() {
@@ -79,14 +125,7 @@ func (d *datastore) serve() {
 		d.busy++
 		d.s.eng.After(int64(d.serviceNs(q.bytes)), func() {
 			d.busy--
-			now := d.s.eng.NowNs()
-			h := q.disk.host
-			h.ios++
-			h.latSumNs += float64(now - q.dsNs)
-			h.bytesSum += float64(q.bytes)
-			h.outstanding--
-			q.disk.complete(q, now)
-			h.dispatch()
+			d.finish(q)
 			d.serve()
 		})
 	}
