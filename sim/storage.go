@@ -42,12 +42,12 @@ type ioReq struct {
 
 // datastore is an array of slots parallel servers with a FIFO queue.
 type datastore struct {
-	s        *Sim
-	name     string
-	slots    int
-	st4kNs   float64
-	busy     int
-	queue    []*ioReq
+	s      *Sim
+	name   string
+	slots  int
+	st4kNs float64
+	busy   int
+	queue  []*ioReq
 	// slotQ and slotBusy are the per-slot FIFOs (PerSlot).
 	slotQ    [][]*ioReq
 	slotBusy []bool
