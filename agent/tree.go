@@ -20,6 +20,10 @@ const (
 	nicMinorBase   = 0x100
 )
 
+// hostFilterBase is the first u32 filter handle of host-level traffic; class
+// i has handles hostFilterBase+8i…+7. vNIC k has handle 1+k (k < 3072).
+const hostFilterBase = 0xc00
+
 // DefaultClass is the traffic class that unclassified packets fall into.
 const DefaultClass = "management"
 
@@ -86,7 +90,6 @@ func Build(p *policy.Policy, pl *lab.Plan, host string) ([]*Tree, error) {
 				vmClass = c
 			}
 		}
-		fh := uint32(1)
 		for _, port := range p.NICsOnUplink(host, u.Name) {
 			np := pl.NIC(port)
 			vm, nic := splitPort(p, port)
@@ -96,22 +99,26 @@ func Build(p *policy.Policy, pl *lab.Plan, host string) ([]*Tree, error) {
 			if nic.Passthrough {
 				continue // bypasses the scheduler
 			}
+			if 1+np.GlobalIdx >= hostFilterBase {
+				return nil, fmt.Errorf("vNIC %s: at most %d vNICs per lab", port, hostFilterBase-1)
+			}
 			n := &Node{Name: port, Class: "vm", ID: MakeHandle(rootQdiscMajor, uint16(nicMinorBase+np.GlobalIdx)),
 				Parent: vmClass.ID, IsNIC: true, Leaf: true, R: nic.Reservation, L: nic.Limit, Shares: nic.Shares, IP: np.IP}
 			vmClass.Leaf = false
 			vmClass.Children = append(vmClass.Children, n)
 			t.Nodes = append(t.Nodes, n)
-			t.Filters = append(t.Filters, Filter{Handle: fh, ClassID: n.ID, Keys: []U32Key{srcIPKey(np.IP)}})
-			fh++
+			// A vNIC's filter handle follows its lab index, so that other
+			// vNICs coming and going do not rewrite it.
+			t.Filters = append(t.Filters, Filter{Handle: uint32(1 + np.GlobalIdx), ClassID: n.ID, Keys: []U32Key{srcIPKey(np.IP)}})
 		}
-		for _, c := range t.Classes {
+		for ci, c := range t.Classes {
+			fh := uint32(hostFilterBase + 8*ci)
 			for _, port := range classPorts[c.Class] {
 				t.Filters = append(t.Filters, Filter{Handle: fh, ClassID: c.ID, Keys: []U32Key{srcIPKey(hp.IP), dstPortKey(port)}})
 				fh++
 			}
 			if d, ok := classDSCP[c.Class]; ok {
 				t.Filters = append(t.Filters, Filter{Handle: fh, ClassID: c.ID, Keys: []U32Key{srcIPKey(hp.IP), dscpKey(d)}})
-				fh++
 			}
 		}
 		trees = append(trees, t)
