@@ -114,7 +114,7 @@ policy:
     - {name: h2, cpu: {cores: 8, mhz: 2800}, memory: 64GiB, uplinks: [{name: vmnic0, speed: 10Gbps, usable: 9.4Gbps}]}
   vms:
     - {name: vm1, host: h1, cpu: {vcpus: 1}, memory: 256MiB, nics: [{name: nic0, shares: normal}]}
-    - {name: vm2, host: h1, cpu: {vcpus: 1}, memory: 256MiB, nics: [{name: nic0, shares: high}]}
+    - {name: vm2, host: h1, cpu: {vcpus: 1}, memory: 64MiB, nics: [{name: nic0, shares: high}]}
     - {name: vm3, host: h1, cpu: {vcpus: 1}, memory: 256MiB, nics: [{name: nic0, shares: normal, reservation: 1Gbps}]}
 workloads:
   - {name: vm1, type: bulk, port: vm1/nic0, streams: 4}
