@@ -86,6 +86,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	lastErr := ""
+	nsGone := false
 	fmt.Fprintf(stderr, "sluice agent: host %s (netns %q), %d uplinks, dynamic=%v, interval %s\n", *host, ns, len(a.Trees()), *dynamic, *interval)
 	err = agent.Run(ctx, a, nil, agent.NowNs(), interval.Nanoseconds(), func(s agent.Stats, ch agent.Changes, err error) {
 		if werr := agent.WriteStats(*stateDir, s); werr != nil && werr.Error() != lastErr {
@@ -96,7 +97,17 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 			lastErr = err.Error()
 		}
+		if err != nil && ns != "" {
+			if _, serr := os.Stat("/run/netns/" + ns); serr != nil {
+				nsGone = true // the lab went down: nothing left to control
+				stop()
+			}
+		}
 	})
+	if nsGone {
+		fmt.Fprintf(stderr, "sluice agent: network namespace %s is gone; exiting\n", ns)
+		return exitBad
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 		return exitBad
