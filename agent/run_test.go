@@ -1,0 +1,58 @@
+package agent
+
+import (
+	"context"
+	"testing"
+
+	"sluice/policy"
+)
+
+// fakeClock hands the agent ticks that the test sends.
+type fakeClock struct{ ch chan int64 }
+
+func (c fakeClock) Ticks(int64) (<-chan int64, func()) { return c.ch, func() {} }
+
+// TestRunSteps drives Run with a fake clock: one step at start, one per
+// tick, each reported with the time it was given; cancel ends it.
+func TestRunSteps(t *testing.T) {
+	p, err := policy.Parse("t.yaml", []byte(`cluster: t
+hosts: [{name: h1, uplinks: [{name: up0, speed: 1Gbps}]}]
+vms: [{name: vm1, host: h1, nics: [{name: nic0}]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := NewFakeKernel("sl-up0")
+	a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Dynamic: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := fakeClock{ch: make(chan int64)}
+	ctx, cancel := context.WithCancel(context.Background())
+	reports := make(chan Stats)
+	done := make(chan error)
+	go func() {
+		done <- Run(ctx, a, clock, 1e9, 1e8, func(s Stats, _ Changes, err error) {
+			if err != nil {
+				t.Errorf("step: %v", err)
+			}
+			reports <- s
+		})
+	}()
+	if s := <-reports; s.NowNs != 1e9 {
+		t.Errorf("first step at %d, want 1e9", s.NowNs)
+	}
+	for _, now := range []int64{1.1e9, 1.2e9} {
+		clock.ch <- now
+		if s := <-reports; s.NowNs != now {
+			t.Errorf("step at %d reported %d", now, s.NowNs)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if ok, _, _ := k.RootHTB("sl-up0"); !ok {
+		t.Error("Run did not install the tree")
+	}
+}
