@@ -19,6 +19,9 @@ REPORT=$OUT/report.md
 	echo "Each section is one scenario of scenarios/seeds/ run by \`sluice sim\`;"
 	echo "the series (CSV), summaries (JSON, text) and plots (SVG, PNG) are in out/<scenario>/."
 	echo "Model parameters and their sources: docs/sim.md. ✅ met, ❌ not met (see docs/sim.md, \"Known differences\")."
+	echo "Column \"vs seed\": where the seed's figure is the outcome of the control (isolation, protection),"
+	echo "the expectation is a bound in the better direction and the column says whether sluice beats the seed;"
+	echo "where it describes the uncontrolled baseline or the hardware, a miss is a \"calibration difference\" of the model."
 	echo
 } > "$REPORT"
 status=0
