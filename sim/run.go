@@ -234,6 +234,7 @@ func (res *Result) evaluate(x ExpectSpec) Outcome {
 		o.Run = sc.Runs[0].Name
 	}
 	fail := func(err error) Outcome {
+		o.Pass, o.Verdict = false, ""
 		o.Error = fmt.Sprintf("%s:%d: %v", sc.file, x.Line, err)
 		return o
 	}

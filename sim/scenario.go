@@ -259,6 +259,18 @@ func ParseScenario(file string, data []byte) (*Scenario, error) {
 			return nil, lineErr(file, w.Line, "type", "unknown workload type %q (bulk, transfer, rr, oltp, iometer)", w.Type)
 		}
 	}
+	for _, x := range sc.Expect {
+		switch {
+		case x.Better != "" && x.Better != "higher" && x.Better != "lower":
+			return nil, lineErr(file, x.Line, "better", "unknown %q (higher, lower)", x.Better)
+		case x.Kind != "" && x.Kind != "control" && x.Kind != "baseline":
+			return nil, lineErr(file, x.Line, "kind", "unknown %q (control, baseline)", x.Kind)
+		case x.Better != "" && x.Kind == "baseline":
+			return nil, lineErr(file, x.Line, "better", "a baseline figure is two-sided; better is for control outcomes")
+		case x.SeedValue != "" && x.Better == "":
+			return nil, lineErr(file, x.Line, "seedValue", "only with better (higher, lower)")
+		}
+	}
 	return sc, nil
 }
 
