@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +25,7 @@ type Client struct {
 	wmu      sync.Mutex
 	w        *bufio.Writer
 	flushReq chan struct{} // a request is waiting in w (capacity 1)
+	npending atomic.Int32  // requests sent or being sent, not yet answered
 
 	mu      sync.Mutex
 	pending map[uint64]*call
@@ -299,6 +301,8 @@ func (c *Client) do(typ, flags uint16, off uint64, length uint32, wdata, rbuf []
 	handle := c.next
 	c.pending[handle] = cl
 	c.mu.Unlock()
+	c.npending.Add(1)
+	defer c.npending.Add(-1)
 	var h [28]byte
 	binary.BigEndian.PutUint32(h[0:], requestMagic)
 	binary.BigEndian.PutUint16(h[4:], flags)
@@ -311,13 +315,19 @@ func (c *Client) do(typ, flags uint16, off uint64, length uint32, wdata, rbuf []
 	c.wmu.Lock()
 	c.w.Write(h[:])
 	_, err := c.w.Write(wdata)
+	alone := c.npending.Load() <= 1
+	if err == nil && alone {
+		// Queue depth 1: send now rather than hand over to the flusher.
+		err = c.w.Flush()
+	}
 	c.wmu.Unlock()
 	if err != nil {
 		c.fail(fmt.Errorf("nbd: sending request: %w", err))
-	}
-	select {
-	case c.flushReq <- struct{}{}:
-	default: // a flush is pending and will include this request
+	} else if !alone {
+		select {
+		case c.flushReq <- struct{}{}:
+		default: // a flush is pending and will include this request
+		}
 	}
 	<-cl.done
 	return cl.err

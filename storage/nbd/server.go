@@ -9,6 +9,7 @@ import (
 	"net"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -162,6 +163,7 @@ type serverConn struct {
 
 	wmu      sync.Mutex    // guards w during transmission
 	flushReq chan struct{} // a reply is waiting in w (capacity 1)
+	active   atomic.Int32  // requests handed to workers and not yet answered
 	noZeroes bool
 }
 

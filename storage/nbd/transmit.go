@@ -76,6 +76,7 @@ func (c *serverConn) transmission(b Backend, name string) error {
 			}
 			continue
 		}
+		c.active.Add(1)
 		select {
 		case work <- req: // an idle worker took it
 		default:
@@ -171,6 +172,7 @@ func (c *serverConn) serve(b Backend, req request) {
 		buf = nil
 	}
 	err := c.reply(req.handle, errno, buf)
+	c.active.Add(-1)
 	putBuf(buf)
 	putBuf(req.data)
 	if err != nil {
@@ -226,6 +228,16 @@ func (c *serverConn) reply(handle uint64, errno uint32, data []byte) error {
 	_, err := c.w.Write(h[:])
 	if err == nil {
 		_, err = c.w.Write(data)
+	}
+	if err == nil && c.active.Load() <= 1 {
+		// No other request in flight (queue depth 1): send now rather
+		// than hand over to the flusher.
+		err = c.w.Flush()
+		c.wmu.Unlock()
+		if err != nil {
+			return fmt.Errorf("reply: %w", err)
+		}
+		return nil
 	}
 	c.wmu.Unlock()
 	if err != nil {
