@@ -39,11 +39,12 @@ const (
 
 // Agent reconciles the HTB trees of one host's uplinks.
 type Agent struct {
-	cfg    Config
-	trees  []*Tree
-	ports  map[string]*portState // by tree dev + "|" + node name
-	lastNs int64
-	stats  Stats
+	cfg     Config
+	trees   []*Tree
+	ports   map[string]*portState // by tree dev + "|" + node name
+	lastNs  int64
+	startNs int64 // time of the first step
+	stats   Stats
 }
 
 type portState struct {
@@ -121,7 +122,14 @@ func (a *Agent) Step(nowNs int64) (Changes, error) {
 	var errs []error
 	dtNs := nowNs - a.lastNs
 	first := a.lastNs == 0
+	if first {
+		a.startNs = nowNs
+	}
 	a.lastNs = nowNs
+	// For the first demand window the agent only measures: it keeps the
+	// rates it finds (a restart) or set when it created the tree, so that
+	// it never acts on less than a window of history.
+	warming := nowNs-a.startNs < DemandWindowNs
 	st := Stats{Cluster: a.cfg.Policy.Cluster, Host: a.cfg.Host, Dynamic: a.cfg.Dynamic, NowNs: nowNs}
 	for _, t := range a.trees {
 		have, err := a.cfg.Kernel.Classes(t.Dev)
@@ -176,7 +184,7 @@ func (a *Agent) Step(nowNs int64) (Changes, error) {
 		var want []HTBClass
 		if a.cfg.Dynamic {
 			want = t.HTBClasses(ent)
-			keepRates(want, byID, first)
+			keepRates(want, byID, first || warming)
 		} else {
 			want = t.HTBClasses(nil)
 		}
@@ -245,9 +253,9 @@ func estimateDemand(ps *portState, nowNs int64, t *Tree) float64 {
 const RateDeadBand = 0.01
 
 // keepRates keeps the kernel's guaranteed rate of a class when the new one
-// is within RateDeadBand of it, and on the first step of an agent (nothing
-// measured yet, e.g. after a restart) keeps every existing class's rate, so
-// that a restart does not disturb traffic.
+// is within RateDeadBand of it, and during an agent's first demand window
+// (too little measured, e.g. after a restart) keeps every existing class's
+// rate, so that a restart does not disturb traffic.
 func keepRates(want []HTBClass, have map[Handle]ClassState, first bool) {
 	for i := range want {
 		h, ok := have[want[i].ID]

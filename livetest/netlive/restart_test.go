@@ -1,0 +1,34 @@
+package netlive
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAgentRestartLive: the agent is stopped and a new one started while
+// three VMs send; the new agent keeps the rates it finds, so no VM's
+// per-second rate moves by more than 10% from its median around the restart.
+func TestAgentRestartLive(t *testing.T) {
+	l := upLab(t, strings.ReplaceAll(fig2Policy, "cluster: nf2", "cluster: nrs"))
+	_, stop := l.runAgent(nil, "h1", true)
+	const durS, restartAtS = 12, 7
+	results := make(chan []result, 1)
+	go func() {
+		results <- l.runFlows(durS, l.nicFlow("vm1/nic0", 1), l.nicFlow("vm2/nic0", 1), l.nicFlow("vm3/nic0", 1))
+	}()
+	time.Sleep(restartAtS * time.Second) // the restart's place in the traffic schedule
+	stop()
+	l.runAgent(nil, "h1", true)
+	res := <-results
+	for _, r := range res {
+		med := r.median(warmupS)
+		t.Logf("%s per second (agent restarted at ~%d s): %s; median %s Mbps", r.Name, restartAtS, r.series(), mbps(med))
+		for i := restartAtS - 1; i < len(r.Intervals) && i <= restartAtS+2; i++ {
+			if e := relErr(r.Intervals[i], med); math.Abs(e) > 0.10 {
+				t.Errorf("%s second %d: %s Mbps, %+.0f%% from its median %s around the restart", r.Name, i, mbps(r.Intervals[i]), 100*e, mbps(med))
+			}
+		}
+	}
+}
