@@ -50,7 +50,7 @@ func (u *upstream) get() (*nbd.Client, error) {
 	defer cancel()
 	c, err := nbd.Dial(ctx, u.network, u.addr, u.export)
 	if err != nil {
-		return nil, fmt.Errorf("datastore %s %s: %w", u.addr, u.export, err)
+		return nil, fmt.Errorf("connecting to %s (export %q): %w", u.addr, u.export, err)
 	}
 	u.client = c
 	return c, nil

@@ -73,13 +73,13 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	g, err := storage.New(storage.Options{Host: *host, Policy: p, Datastores: uris, Period: *period,
 		StatusFile: *statusFile, Logf: func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }})
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return exitBad
 	}
 	l, err := net.Listen("tcp", *listen)
 	if err != nil {
 		g.Close()
-		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return exitBad
 	}
 	fmt.Fprintf(stderr, "sluice gateway: host %s serving %s on %s\n", *host, strings.Join(g.Exports(), " "), l.Addr())
@@ -87,7 +87,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	go func() { <-sig; g.Close() }()
 	if err := g.Serve(l); err != nil {
-		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		g.Close()
 		return exitBad
 	}
