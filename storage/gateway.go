@@ -50,6 +50,9 @@ type Gateway struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	once   sync.Once
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // New connects to the datastores and prepares the exports; it serves
@@ -197,22 +200,20 @@ func (g *Gateway) Serve(l net.Listener) error {
 
 // Close stops serving, fails queued requests and closes the datastore
 // connections.
+// Every call returns after the gateway has stopped.
 func (g *Gateway) Close() error {
-	select {
-	case <-g.stop:
-		return nil
-	default:
-	}
-	close(g.stop)
-	for _, gt := range g.gates {
-		gt.mu.Lock()
-		gt.closed = true
-		gt.mu.Unlock()
-	}
-	err := g.srv.Close()
-	g.wg.Wait()
-	g.closeGates()
-	return err
+	g.closeOnce.Do(func() {
+		close(g.stop)
+		for _, gt := range g.gates {
+			gt.mu.Lock()
+			gt.closed = true
+			gt.mu.Unlock()
+		}
+		g.closeErr = g.srv.Close()
+		g.wg.Wait()
+		g.closeGates()
+	})
+	return g.closeErr
 }
 
 // Status returns the measurements of the last complete period.

@@ -44,7 +44,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	pol := fs.String("policy", "", "policy file (required)")
 	listen := fs.String("listen", ":10809", "NBD listen address ADDR:PORT")
 	period := fs.Duration("period", 0, "control period (default: the datastore's sioc.controlPeriod)")
-	statusFile := fs.String("status-file", "", "status JSON file (default "+statusDir+"/gateway-HOST.json)")
+	statusFile := fs.String("status-file", "", "status JSON file (default "+statusDir+"/gateway-CLUSTER-HOST.json; removed on exit)")
 	var dss multiFlag
 	fs.Var(&dss, "datastore", "DS=nbd://IP:PORT[/export] (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -68,7 +68,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if *statusFile == "" {
-		*statusFile = filepath.Join(statusDir, "gateway-"+*host+".json")
+		*statusFile = filepath.Join(statusDir, "gateway-"+p.Cluster+"-"+*host+".json")
 	}
 	g, err := storage.New(storage.Options{Host: *host, Policy: p, Datastores: uris, Period: *period,
 		StatusFile: *statusFile, Logf: func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }})
@@ -86,12 +86,13 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	go func() { <-sig; g.Close() }()
-	if err := g.Serve(l); err != nil {
+	err = g.Serve(l)
+	g.Close()
+	_ = os.Remove(*statusFile) // a stopped gateway has no status
+	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
-		g.Close()
 		return exitBad
 	}
-	g.Close()
 	return exitOK
 }
 
