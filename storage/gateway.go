@@ -204,12 +204,14 @@ func (g *Gateway) Serve(l net.Listener) error {
 func (g *Gateway) Close() error {
 	g.closeOnce.Do(func() {
 		close(g.stop)
+		// Connections go first: clients see a closed connection (and
+		// reconnect), not errors; requests already taken finish upstream.
+		g.closeErr = g.srv.Close()
 		for _, gt := range g.gates {
 			gt.mu.Lock()
 			gt.closed = true
 			gt.mu.Unlock()
 		}
-		g.closeErr = g.srv.Close()
 		g.wg.Wait()
 		g.closeGates()
 	})

@@ -135,8 +135,9 @@ func pattern(w, i int) []byte {
 }
 
 // reconnectingWriter writes blocks 0..n-1 with a unique pattern each, FUA
-// every 8th and a FLUSH every 16th; when the connection fails it dials
-// again (until a deadline) and repeats the write that was not acknowledged.
+// every 8th and a FLUSH every 16th; when the connection fails (or the
+// server answers ESHUTDOWN) it dials again (until a deadline) and repeats
+// the write that was not acknowledged.
 func reconnectingWriter(addr, export string, w, n int, acked *atomic.Int64, stop chan struct{}) error {
 	var c *nbd.Client
 	deadline := time.Now().Add(60 * time.Second)
@@ -159,7 +160,7 @@ func reconnectingWriter(addr, export string, w, n int, acked *atomic.Int64, stop
 			err = c.Flush()
 		}
 		var ne *nbd.Error
-		if errors.As(err, &ne) {
+		if errors.As(err, &ne) && ne.Errno != nbd.ESHUTDOWN {
 			return fmt.Errorf("writer %d block %d: %w", w, i, err)
 		}
 		if err != nil {
