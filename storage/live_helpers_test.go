@@ -193,6 +193,7 @@ func runFioLog(ctx context.Context, t *testing.T, global []string, jobs []fioJob
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, "fio", "--output-format=json", jf)
+	cmd.Dir = dir // fio writes its verify state files into the working directory
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	runErr := cmd.Run()
