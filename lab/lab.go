@@ -168,8 +168,8 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 		// (it behaves as with --exit-with-parent when started from Go), so
 		// it daemonizes and reports its pid in a pid file.
 		pidFile := filepath.Join(stateDirOr(o.StateDir), "lab-"+p.Cluster+"-nbdkit-"+d.Datastore+".pid")
-		args := []string{"nbdkit", "--pidfile", pidFile, "-i", d.IP.String(), "-p", strconv.Itoa(NBDPort), "-t", strconv.Itoa(d.Slots),
-			"--filter=delay", "memory", fmt.Sprintf("size=%d", d.SizeBytes), "rdelay=" + d.Delay, "wdelay=" + d.Delay}
+		args := append([]string{"nbdkit", "--pidfile", pidFile, "-i", d.IP.String(), "-p", strconv.Itoa(NBDPort)},
+			d.Array.NbdkitArgs()...)
 		logName := filepath.Join(stateDirOr(o.StateDir), "lab-"+p.Cluster+"-nbdkit-"+d.Datastore+".log")
 		pid, err := startDaemon(d.Name, logName, pidFile, args...)
 		if err != nil {

@@ -20,6 +20,7 @@ import (
 	"net/netip"
 
 	"sluice/policy"
+	"sluice/storage"
 )
 
 // Roles of the namespaces of a lab.
@@ -124,9 +125,9 @@ type DatastorePlan struct {
 	IP        netip.Addr
 	Dev       string
 	FabricDev string
-	SizeBytes policy.Bytes
-	Slots     int
-	Delay     string // nbdkit delay filter value in whole ms (nbdkit 1.32 takes NNms), e.g. "5ms"
+	// Array is the emulated device (storage.ArrayOf the policy's array):
+	// its slots shared by every host's connections.
+	Array storage.Array
 }
 
 // FabricIP is the address of the fabric bridge, where the clients listen.
@@ -177,13 +178,8 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 		// The gateway keeps a statistics region after the disks; the memory
 		// plugin is sparse, so 1 GiB of headroom costs nothing.
 		size += 1 << 30
-		slots := d.Array.Slots
-		if slots <= 0 {
-			slots = 1
-		}
 		dp := DatastorePlan{Datastore: d.Name, IP: netip.AddrFrom4([4]byte{198, 18, 2, byte(j + 1)}),
-			Dev: "sl-eth0", FabricDev: fmt.Sprintf("sl-d%d", j), SizeBytes: size, Slots: slots,
-			Delay: fmt.Sprintf("%dms", (d.Array.ServiceTime.Microseconds()+500)/1000)}
+			Dev: "sl-eth0", FabricDev: fmt.Sprintf("sl-d%d", j), Array: storage.ArrayOf(d.Array, uint64(size))}
 		dp.Namespace = Namespace{Name: pre + d.Name, Role: RoleDatastore, Entity: d.Name,
 			Addrs: []Addr{{Dev: dp.Dev, IP: dp.IP.String()}}}
 		pl.Datastores = append(pl.Datastores, dp)

@@ -60,7 +60,9 @@ func TestPlan(t *testing.T) {
 	if d := pl.VM("vm1").Disks; len(d) != 1 || d[0].URI != "nbd://198.18.1.1:10809/vm1/d0" {
 		t.Errorf("disk URI: %+v", d)
 	}
-	if ds := pl.Datastores[0]; ds.Delay != "2ms" || ds.Slots != 4 || ds.SizeBytes != 64<<20+1<<30 {
-		t.Errorf("datastore: %+v", ds)
+	// 4 slots × 2 ms per 4 KiB I/O: 2000 IOPS shared by all hosts.
+	args := strings.Join(pl.Datastores[0].Array.NbdkitArgs(), " ")
+	if want := "-t 64 --filter=rate --filter=delay memory size=1140850688 rate=65536000 burstiness=0.1 rdelay=2ms wdelay=2ms"; args != want {
+		t.Errorf("datastore nbdkit args\n got %s\nwant %s", args, want)
 	}
 }

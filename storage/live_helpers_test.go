@@ -36,35 +36,13 @@ func needTools(t *testing.T, tools ...string) {
 	}
 }
 
-// datastoreSpec is an emulated array: slots run in parallel, the rate filter
-// caps the whole server at capacityIOPS 4 KiB I/Os per second shared by all
-// connections, so latency grows with the total outstanding I/O of all hosts.
-type datastoreSpec struct {
-	sizeBytes    uint64
-	serviceTime  string // delay filter, e.g. "2ms"
-	capacityIOPS int    // 0: no rate filter (uncongested)
-	threads      int
-}
-
-// startNbdkit runs nbdkit on a unix socket and returns the datastore URI.
-func startNbdkit(t *testing.T, spec datastoreSpec) string {
+// startNbdkit runs nbdkit emulating the array on a unix socket and returns
+// the datastore URI.
+func startNbdkit(t *testing.T, array Array) string {
 	t.Helper()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "ds.sock")
-	args := []string{"-f", "-U", sock, "-t", fmt.Sprint(max(spec.threads, 1))}
-	if spec.capacityIOPS > 0 {
-		args = append(args, "--filter=rate")
-	}
-	if spec.serviceTime != "" {
-		args = append(args, "--filter=delay")
-	}
-	args = append(args, "memory", fmt.Sprintf("size=%d", spec.sizeBytes))
-	if spec.capacityIOPS > 0 {
-		args = append(args, fmt.Sprintf("rate=%d", spec.capacityIOPS*4096*8), "burstiness=0.1")
-	}
-	if spec.serviceTime != "" {
-		args = append(args, "rdelay="+spec.serviceTime, "wdelay="+spec.serviceTime)
-	}
+	args := append([]string{"-f", "-U", sock}, array.NbdkitArgs()...)
 	cmd := exec.Command("nbdkit", args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -36,7 +36,7 @@ func TestLiveNoDataLost(t *testing.T) {
 	needTools(t, "nbdkit", "fio")
 	p := parsePolicy(t, safetyPolicy)
 	_, req := Layout(p, "ds1")
-	uri := startNbdkit(t, datastoreSpec{sizeBytes: req, serviceTime: "1ms", threads: 16})
+	uri := startNbdkit(t, Array{SizeBytes: req, ServiceTime: time.Millisecond, Threads: 16})
 	dss := map[string]string{"ds1": uri}
 	gw := startGateway(t, p, "h1", dss, 200*time.Millisecond, "")
 	addr := gw.addr

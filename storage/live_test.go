@@ -33,7 +33,7 @@ func TestLiveOneHostSharesLimitReservation(t *testing.T) {
 	needTools(t, "nbdkit", "fio")
 	p := parsePolicy(t, oneHostPolicy)
 	_, req := Layout(p, "ds1")
-	uri := startNbdkit(t, datastoreSpec{sizeBytes: req, serviceTime: "2ms", capacityIOPS: 800, threads: 64})
+	uri := startNbdkit(t, Array{SizeBytes: req, ServiceTime: 2 * time.Millisecond, CapacityIOPS: 800, Threads: 64})
 	gw := startGateway(t, p, "h1", map[string]string{"ds1": uri}, 500*time.Millisecond, "")
 	var jobs []fioJob
 	for _, vm := range []string{"a", "b", "c", "d"} {
