@@ -12,6 +12,13 @@
 // w = β·latency/(latency − threshold). Inside a host the window is divided
 // among VMs by a local scheduler (package mclock).
 //
+// UpdateScaled is the scaled variant of the law that the live storage
+// gateway and the simulator (models.storage.parda: scaled) use: β is a
+// fraction b (ShareTerm) of the datastore's total window, split by shares,
+// and the threshold is lowered to (1−b)·threshold, so that the fixed point
+// is latency = threshold exactly and windows in the ratio of the hosts'
+// active shares, whatever the array's speed.
+//
 // parda is pure: it takes measurements and returns windows. It never reads
 // a clock, does I/O, or keeps history beyond what Update returns; the
 // caller (the storage gateway, the simulator) runs the period.
@@ -30,6 +37,7 @@ const (
 	DefaultBetaPerShare = 1e-3 // windows per share: shares 2000 → β = 2
 	DefaultMin          = 4
 	DefaultMax          = 256
+	DefaultShareTerm    = 0.3 // b of UpdateScaled
 )
 
 // Config configures a Controller. ThresholdNs is required; zero values of
@@ -46,6 +54,11 @@ type Config struct {
 	// Larger β moves windows toward their share ratio faster, at the price
 	// of a fixed-point latency further above the threshold.
 	BetaPerShare float64
+	// ShareTerm is b in (0, 1) of UpdateScaled: the fraction of the
+	// datastore's total window that the share term redistributes every
+	// period. Larger b moves windows toward their share ratio faster
+	// (by a factor 1−γ·b per period); Update ignores it.
+	ShareTerm float64
 	// Min and Max bound the window (I/Os outstanding per host).
 	Min, Max float64
 	// PeriodNs is the control period; Update does not read it, it is here
@@ -60,6 +73,9 @@ func (cfg Config) WithDefaults() Config {
 	}
 	if cfg.BetaPerShare == 0 {
 		cfg.BetaPerShare = DefaultBetaPerShare
+	}
+	if cfg.ShareTerm == 0 {
+		cfg.ShareTerm = DefaultShareTerm
 	}
 	if cfg.Min == 0 {
 		cfg.Min = DefaultMin
@@ -83,6 +99,8 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("gamma %v: must be in (0, 1]", c.Gamma)
 	case !(c.BetaPerShare > 0) || math.IsInf(c.BetaPerShare, 0):
 		return fmt.Errorf("beta per share %v: must be > 0", c.BetaPerShare)
+	case !(c.ShareTerm > 0 && c.ShareTerm < 1):
+		return fmt.Errorf("share term %v: must be in (0, 1)", c.ShareTerm)
 	case !(c.Min >= 1 && c.Max >= c.Min) || math.IsInf(c.Max, 0):
 		return fmt.Errorf("window bounds [%v, %v]: need 1 ≤ min ≤ max", c.Min, c.Max)
 	case c.PeriodNs <= 0:
@@ -105,6 +123,9 @@ func New(cfg Config) *Controller {
 	c.Gamma = math.Min(math.Max(c.Gamma, 1e-6), 1)
 	c.Min = math.Max(c.Min, 1)
 	c.Max = math.Max(c.Max, c.Min)
+	if !(c.ShareTerm > 0 && c.ShareTerm < 1) {
+		c.ShareTerm = DefaultShareTerm
+	}
 	return &Controller{cfg: c}
 }
 
@@ -141,5 +162,41 @@ func (c *Controller) FixedPoint(latencyNs, activeShares float64) float64 {
 		return c.cfg.Max
 	}
 	w := c.Beta(activeShares) * latencyNs / (latencyNs - c.cfg.ThresholdNs)
+	return math.Min(math.Max(w, c.cfg.Min), c.cfg.Max)
+}
+
+// UpdateScaled is the scaled law: the host's next window from its current
+// window win, the datastore-wide latency of the last period, the aggregate
+// shares of the host's active VMs and the sums of active shares
+// (totalShares) and windows (totalWindow) over all hosts of the datastore,
+// this one included:
+//
+//	w ← (1−γ)·w + γ·((L'/latency)·w + β),  L' = (1−b)·threshold,
+//	                                       β  = b·totalWindow·shares/totalShares
+//
+// with b = ShareTerm, and the window at most doubles per period (so that a
+// host coming back from idle does not flood the datastore), then clamped
+// to [Min, Max]. Summed over the hosts the law keeps the total window
+// still only when latency = threshold; each window's fixed point is then
+// totalWindow·shares/totalShares. The share split converges by a factor
+// 1−γ·b per period. Classic PARDA (Update) settles at
+// latency = threshold + Σβ/IOPS instead, which depends on the array.
+// A latency ≤ 0 (no I/O on the datastore) keeps the window (clamped);
+// totalShares ≤ 0 gives β = 0.
+func (c *Controller) UpdateScaled(win, datastoreLatencyNs, activeShares, totalShares, totalWindow float64) float64 {
+	w := win
+	if datastoreLatencyNs > 0 && !math.IsInf(datastoreLatencyNs, 0) {
+		b, g := c.cfg.ShareTerm, c.cfg.Gamma
+		beta := 0.0
+		if totalShares > 0 && activeShares > 0 && totalWindow > 0 {
+			beta = b * totalWindow * activeShares / totalShares
+		}
+		thr := (1 - b) * c.cfg.ThresholdNs
+		w = (1-g)*win + g*(thr/datastoreLatencyNs*win+beta)
+		w = math.Min(w, 2*win)
+	}
+	if math.IsNaN(w) {
+		w = c.cfg.Min
+	}
 	return math.Min(math.Max(w, c.cfg.Min), c.cfg.Max)
 }

@@ -12,11 +12,12 @@ import (
 
 // TestDataDriven runs testdata/*.txt. Directives:
 //
-//	config threshold=DUR [gamma=] [beta-per-share=] [min=] [max=] [period=DUR]
+//	config threshold=DUR [gamma=] [beta-per-share=] [share-term=] [min=] [max=] [period=DUR]
 //	update                  input lines: w=W latency=DUR shares=S
+//	update-scaled           input lines: w=W latency=DUR shares=S total-shares=S total-window=W
 //	latency [fixed=DUR per-kib=DUR ref=BYTES | model=default]
 //	                        input lines: NAME ios=N latency=DUR [bytes=BYTES]
-//	array slots=N service=DUR [per-kib=DUR] duration=DUR [print-every=DUR] [seed=N] [normalize=off]
+//	array slots=N service=DUR [per-kib=DUR] duration=DUR [print-every=DUR] [seed=N] [normalize=off] [law=classic|scaled]
 //	                        input lines: NAME shares=S [bytes=BYTES] [window=W]
 //	                        and changes: at=DUR NAME shares=S
 //
@@ -36,6 +37,7 @@ func TestDataDriven(t *testing.T) {
 					ThresholdNs:  float64(a.dur("threshold", 0)),
 					Gamma:        a.float("gamma", 0),
 					BetaPerShare: a.float("beta-per-share", 0),
+					ShareTerm:    a.float("share-term", 0),
 					Min:          a.float("min", 0),
 					Max:          a.float("max", 0),
 					PeriodNs:     a.dur("period", 0),
@@ -45,13 +47,18 @@ func TestDataDriven(t *testing.T) {
 				}
 				ctl = New(cfg)
 				c := ctl.Config()
-				return fmt.Sprintf("threshold=%gms gamma=%g beta-per-share=%g window=[%g, %g] period=%s",
-					c.ThresholdNs/1e6, c.Gamma, c.BetaPerShare, c.Min, c.Max, fmtS(c.PeriodNs))
-			case "update":
+				return fmt.Sprintf("threshold=%gms gamma=%g beta-per-share=%g share-term=%g window=[%g, %g] period=%s",
+					c.ThresholdNs/1e6, c.Gamma, c.BetaPerShare, c.ShareTerm, c.Min, c.Max, fmtS(c.PeriodNs))
+			case "update", "update-scaled":
 				var b strings.Builder
 				for _, line := range lines(d.Input) {
 					la := parseLine(t, line)
-					w := ctl.Update(la.float("w", 0), float64(la.dur("latency", 0)), la.float("shares", 0))
+					var w float64
+					if d.Cmd == "update" {
+						w = ctl.Update(la.float("w", 0), float64(la.dur("latency", 0)), la.float("shares", 0))
+					} else {
+						w = ctl.UpdateScaled(la.float("w", 0), float64(la.dur("latency", 0)), la.float("shares", 0), la.float("total-shares", 0), la.float("total-window", 0))
+					}
 					fmt.Fprintf(&b, "%s → w=%.3f\n", line, w)
 					if c := ctl.Config(); w < c.Min || w > c.Max {
 						b.WriteString("  violation: window outside [min, max]\n")
@@ -112,7 +119,12 @@ func runArrayDirective(t *testing.T, ctl *Controller, a kv, input string) string
 		idx[f[0]] = len(hosts)
 		hosts = append(hosts, &simHost{name: f[0], shares: la.float("shares", 0), bytes: float64(la.bytes("bytes", 8<<10)), window: la.float("window", 32)})
 	}
-	samples := runArray(ctl, arr, norm, hosts, changes, dur, uint64(a.int("seed", 1)))
+	law := a.str("law", "classic")
+	if law != "classic" && law != "scaled" {
+		t.Fatalf("law=%s: want classic or scaled", law)
+	}
+	scaled := law == "scaled"
+	samples := runArray(ctl, scaled, arr, norm, hosts, changes, dur, uint64(a.int("seed", 1)))
 	var b strings.Builder
 	every := a.dur("print-every", 60e9)
 	c := ctl.Config()
@@ -136,7 +148,7 @@ func runArrayDirective(t *testing.T, ctl *Controller, a kv, input string) string
 		if bounds[i] == bounds[i+1] {
 			continue
 		}
-		phaseSummary(&b, ctl, arr, hosts, samples, bounds[i], bounds[i+1])
+		phaseSummary(&b, ctl, scaled, arr, hosts, samples, bounds[i], bounds[i+1])
 	}
 	return b.String()
 }
