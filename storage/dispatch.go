@@ -63,7 +63,6 @@ type dsPeriod struct {
 // goroutine of the request carries it out itself once the scheduler picks
 // it (no hand-off when the datastore is not congested).
 func (g *datastoreGate) submit(o *op) error {
-	o.start = make(chan struct{}, 1)
 	o.enqueue = time.Now()
 	g.mu.Lock()
 	if g.closed {
@@ -74,10 +73,27 @@ func (g *datastoreGate) submit(o *op) error {
 	g.nextHandle++
 	g.ops[g.nextHandle] = o
 	_ = g.sched.Add(o.disk, mclock.Request{Bytes: int64(max(len(o.buf), 1)), Handle: g.nextHandle}, o.enqueue.UnixNano())
-	started := g.dispatchLocked(nil)
+	var buf [4]*op
+	started := g.dispatchLocked(buf[:0])
+	self := false
+	for i, s := range started {
+		if s == o {
+			// Picked at once (the usual case when the datastore is not
+			// congested): carry it out without a channel round trip.
+			started = append(started[:i], started[i+1:]...)
+			self = true
+			break
+		}
+	}
+	if !self {
+		// Another goroutine's dispatch starts it, after this unlock.
+		o.start = make(chan struct{}, 1)
+	}
 	g.mu.Unlock()
 	startAll(started)
-	<-o.start
+	if !self {
+		<-o.start
+	}
 	return g.issue(o)
 }
 

@@ -27,17 +27,21 @@ type Client struct {
 	flushReq chan struct{} // a request is waiting in w (capacity 1)
 	npending atomic.Int32  // requests sent or being sent, not yet answered
 
+	r *bufio.Reader // read by the caller that is the reader (see wait)
+
 	mu      sync.Mutex
 	pending map[uint64]*call
 	next    uint64
+	reading bool  // some caller is the reader
 	err     error // set once the connection failed
 	done    chan struct{}
 }
 
 type call struct {
-	buf  []byte // READ destination
-	err  error
-	done chan struct{}
+	buf     []byte // READ destination
+	err     error
+	done    chan struct{}
+	promote chan struct{} // this caller is to become the reader (capacity 1)
 }
 
 // ParseURI splits nbd://HOST:PORT[/EXPORT] or nbd+unix:///EXPORT?socket=PATH
@@ -150,7 +154,7 @@ func NewClient(conn net.Conn, export string) (*Client, error) {
 			if !gotInfo {
 				return nil, errors.New("nbd handshake: NBD_OPT_GO acknowledged without export info")
 			}
-			go c.readLoop(r)
+			c.r = r
 			go c.flusher()
 			return c, nil
 		case typ == repErrUnsup:
@@ -170,7 +174,7 @@ func NewClient(conn net.Conn, export string) (*Client, error) {
 					return nil, err
 				}
 			}
-			go c.readLoop(r)
+			c.r = r
 			go c.flusher()
 			return c, nil
 		case typ&(1<<31) != 0:
@@ -193,7 +197,9 @@ func writeOpt(w *bufio.Writer, opt uint32, data []byte) {
 // SizeBytes is the size of the export.
 func (c *Client) SizeBytes() uint64 { return c.sizeBytes }
 
-// Done is closed when the connection has failed or been closed.
+// Done is closed when the connection has failed or been closed. Replies are
+// read only while requests are pending, so a connection the server closes
+// while it is idle shows as failed at its next request.
 func (c *Client) Done() <-chan struct{} { return c.done }
 
 // Err is the reason the connection ended, or nil while it is up.
@@ -253,44 +259,77 @@ func (c *Client) flusher() {
 	}
 }
 
-func (c *Client) readLoop(r *bufio.Reader) {
-	for {
-		var h [16]byte
-		if _, err := io.ReadFull(r, h[:]); err != nil {
-			c.fail(fmt.Errorf("nbd: reading reply: %w", err))
-			return
-		}
-		if binary.BigEndian.Uint32(h[0:]) != simpleMagic {
-			c.fail(errors.New("nbd: bad reply magic (structured replies are not negotiated)"))
-			return
-		}
-		errno := binary.BigEndian.Uint32(h[4:])
-		handle := binary.BigEndian.Uint64(h[8:])
-		c.mu.Lock()
-		cl := c.pending[handle]
-		delete(c.pending, handle)
-		c.mu.Unlock()
-		if cl == nil {
-			c.fail(fmt.Errorf("nbd: reply for unknown handle %d", handle))
-			return
-		}
-		if errno != 0 {
-			cl.err = &Error{Errno: errno}
-		} else if cl.buf != nil {
-			if _, err := io.ReadFull(r, cl.buf); err != nil {
-				cl.err = err
-				close(cl.done)
-				c.fail(fmt.Errorf("nbd: reading data: %w", err))
-				return
-			}
-		}
-		close(cl.done)
+// readOne reads one reply and completes its call.
+func (c *Client) readOne() error {
+	r := c.r
+	var h [16]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return fmt.Errorf("nbd: reading reply: %w", err)
 	}
+	if binary.BigEndian.Uint32(h[0:]) != simpleMagic {
+		return errors.New("nbd: bad reply magic (structured replies are not negotiated)")
+	}
+	errno := binary.BigEndian.Uint32(h[4:])
+	handle := binary.BigEndian.Uint64(h[8:])
+	c.mu.Lock()
+	cl := c.pending[handle]
+	delete(c.pending, handle)
+	c.mu.Unlock()
+	if cl == nil {
+		return fmt.Errorf("nbd: reply for unknown handle %d", handle)
+	}
+	if errno != 0 {
+		cl.err = &Error{Errno: errno}
+	} else if cl.buf != nil {
+		if _, err := io.ReadFull(r, cl.buf); err != nil {
+			cl.err = err
+			close(cl.done)
+			return fmt.Errorf("nbd: reading data: %w", err)
+		}
+	}
+	close(cl.done)
+	return nil
+}
+
+// wait returns when cl is answered. There is no reply-reading goroutine:
+// one of the waiting callers is the reader at a time (the first one, then
+// whoever it promotes), so that at queue depth 1 the reply wakes the caller
+// directly rather than a reader that then wakes the caller.
+func (c *Client) wait(cl *call, reader bool) error {
+	if !reader {
+		select {
+		case <-cl.done:
+			return cl.err
+		case <-cl.promote:
+		}
+	}
+	for {
+		select {
+		case <-cl.done:
+			c.passReader()
+			return cl.err
+		default:
+		}
+		if err := c.readOne(); err != nil {
+			c.fail(err)
+		}
+	}
+}
+
+// passReader hands the reader role to a pending call, if any.
+func (c *Client) passReader() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.pending {
+		p.promote <- struct{}{}
+		return
+	}
+	c.reading = false
 }
 
 // do sends one request and waits for its reply.
 func (c *Client) do(typ, flags uint16, off uint64, length uint32, wdata, rbuf []byte) error {
-	cl := &call{buf: rbuf, done: make(chan struct{})}
+	cl := &call{buf: rbuf, done: make(chan struct{}), promote: make(chan struct{}, 1)}
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -300,6 +339,8 @@ func (c *Client) do(typ, flags uint16, off uint64, length uint32, wdata, rbuf []
 	c.next++
 	handle := c.next
 	c.pending[handle] = cl
+	reader := !c.reading
+	c.reading = true
 	c.mu.Unlock()
 	c.npending.Add(1)
 	defer c.npending.Add(-1)
@@ -329,8 +370,7 @@ func (c *Client) do(typ, flags uint16, off uint64, length uint32, wdata, rbuf []
 		default: // a flush is pending and will include this request
 		}
 	}
-	<-cl.done
-	return cl.err
+	return c.wait(cl, reader)
 }
 
 // ReadAt reads len(p) bytes at off.

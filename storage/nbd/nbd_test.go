@@ -142,10 +142,22 @@ func TestBadClientDoesNotAffectOthers(t *testing.T) {
 	bad.w.Write(bytes.Repeat([]byte{0xff}, 64))
 	bad.w.Flush()
 	bad.wmu.Unlock()
+	// The server drops the connection: the bad client's next request
+	// fails (replies are read only while requests are pending).
+	res := make(chan error, 1)
+	go func() { res <- bad.ReadAt(make([]byte, 512), 0) }()
 	select {
-	case <-bad.Done():
+	case err := <-res:
+		if err == nil {
+			t.Fatal("server kept a connection that sent a bad request magic")
+		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("server kept a connection that sent a bad request magic")
+	}
+	select {
+	case <-bad.Done():
+	default:
+		t.Fatal("failed connection not reported by Done")
 	}
 	p := []byte("still fine")
 	if err := good.WriteAt(p, 0, false); err != nil {

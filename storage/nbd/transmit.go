@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 )
 
 // request is one decoded transmission-phase request.
@@ -20,6 +21,11 @@ type request struct {
 // transmission serves requests until DISC, EOF or a protocol violation.
 // Requests are processed concurrently (up to MaxInFlight) and answered in
 // completion order.
+//
+// Workers take turns as the connection's reader (leader/follower): the
+// worker that read a request passes the reader role on and serves the
+// request itself, so no goroutine hand-off lies between a request arriving
+// and its being served; waking the next reader happens beside it.
 func (c *serverConn) transmission(b Backend, name string) error {
 	max := c.s.MaxInFlight
 	if max <= 0 {
@@ -31,24 +37,77 @@ func (c *serverConn) transmission(b Backend, name string) error {
 	c.flushReq = make(chan struct{}, 1)
 	flusherDone := make(chan struct{})
 	go c.flusher(flusherDone)
-	// Requests run on a pool of up to max long-lived workers.
-	work := make(chan request)
-	workers := 0
-	var inflight sync.WaitGroup
-	defer func() {
-		close(work)
-		inflight.Wait() // never close the conn under a running request's reply
-		close(c.flushReq)
-		<-flusherDone
-	}()
-	size := b.SizeBytes()
+	t := &transmitter{c: c, b: b, name: name, size: b.SizeBytes(), max: max}
+	t.workers = 1
+	t.wg.Add(1)
+	t.worker()  // the connection's goroutine is the first worker
+	t.wg.Wait() // never close the conn under a running request's reply
+	close(c.flushReq)
+	<-flusherDone
+	return t.err
+}
+
+// transmitter is the worker pool of one connection in transmission.
+type transmitter struct {
+	c    *serverConn
+	b    Backend
+	name string
+	size uint64
+	max  int
+
+	readMu  sync.Mutex   // held by the worker that is the reader
+	waiting atomic.Int32 // workers waiting to become the reader
+	wg      sync.WaitGroup
+
+	// guarded by readMu
+	workers int
+	stopped bool
+	err     error // why reading stopped (nil after DISC)
+}
+
+// worker alternates between reading one request (as the reader) and serving
+// it, until reading stops.
+func (t *transmitter) worker() {
+	defer t.wg.Done()
+	for {
+		t.waiting.Add(1)
+		t.readMu.Lock()
+		t.waiting.Add(-1)
+		if t.stopped {
+			t.readMu.Unlock()
+			return
+		}
+		req, err := t.read()
+		if err != nil || req.typ == CmdDisc {
+			// DISC: the requests in flight finish, then the connection ends.
+			t.stopped, t.err = true, err
+			t.readMu.Unlock()
+			return
+		}
+		t.c.active.Add(1)
+		if t.waiting.Load() == 0 && t.workers < t.max {
+			// Nobody left to read the next request: add a worker. With
+			// MaxInFlight workers busy, nobody reads (back-pressure).
+			t.workers++
+			t.wg.Add(1)
+			go t.worker()
+		}
+		t.readMu.Unlock()
+		t.c.serve(t.b, req)
+	}
+}
+
+// read returns the next request to serve (or DISC); requests that fail
+// validation are answered here. readMu held.
+func (t *transmitter) read() (request, error) {
+	c := t.c
 	for {
 		var h [28]byte
 		if _, err := io.ReadFull(c.r, h[:]); err != nil {
-			return err
+			return request{}, err
 		}
 		if m := binary.BigEndian.Uint32(h[0:]); m != requestMagic {
-			return violationf("export %s: bad request magic %#x", name, m)
+			return request{}, violationf("export %s: bad request magic %#x", t.name, m)
 		}
 		req := request{
 			flags:  binary.BigEndian.Uint16(h[4:]),
@@ -60,40 +119,25 @@ func (c *serverConn) transmission(b Backend, name string) error {
 		if req.typ == CmdWrite {
 			if req.length > MaxPayloadBytes {
 				// The payload cannot be skipped safely: end the connection.
-				return violationf("export %s: WRITE of %d bytes exceeds the maximum %d", name, req.length, MaxPayloadBytes)
+				return request{}, violationf("export %s: WRITE of %d bytes exceeds the maximum %d", t.name, req.length, MaxPayloadBytes)
 			}
 			req.data = getBuf(int(req.length))
 			if _, err := io.ReadFull(c.r, req.data); err != nil {
-				return err
+				putBuf(req.data)
+				return request{}, err
 			}
 		}
 		if req.typ == CmdDisc {
-			return nil // the deferred clean-up finishes the requests in flight
+			return req, nil
 		}
-		if errno := check(req, size); errno != 0 {
+		if errno := check(req, t.size); errno != 0 {
+			putBuf(req.data)
 			if err := c.reply(req.handle, errno, nil); err != nil {
-				return err
+				return request{}, err
 			}
 			continue
 		}
-		c.active.Add(1)
-		select {
-		case work <- req: // an idle worker took it
-		default:
-			if workers < max {
-				workers++
-				inflight.Add(1)
-				go func() {
-					defer inflight.Done()
-					c.serve(b, req)
-					for r := range work {
-						c.serve(b, r)
-					}
-				}()
-			} else {
-				work <- req // back-pressure: wait for a worker
-			}
-		}
+		return req, nil
 	}
 }
 
