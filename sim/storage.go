@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"math"
 
 	"sluice/mclock"
@@ -17,6 +18,11 @@ type StorageSpec struct {
 	// drawn at random (a random I/O lives on one spindle), instead of one
 	// FIFO feeding whichever slot is free.
 	PerSlot bool `yaml:"perSlot"`
+	// Parda is the window law of SIOC datastores: "classic" (default,
+	// parda.Controller.Update, as in the seed) or "scaled"
+	// (parda.Controller.UpdateScaled, as the live gateway: latency settles
+	// at the threshold).
+	Parda string `yaml:"parda"`
 }
 
 // StorageParams are the storage model parameters.
@@ -26,6 +32,22 @@ type StorageParams struct {
 	Gamma        float64
 	BetaPerShare float64
 	PerSlot      bool
+	Parda        string // PardaClassic ("" too) or PardaScaled
+}
+
+// The window laws of StorageSpec.Parda.
+const (
+	PardaClassic = "classic"
+	PardaScaled  = "scaled"
+)
+
+// checkPardaLaw reports whether law is a known value of StorageSpec.Parda.
+func checkPardaLaw(law string) error {
+	switch law {
+	case "", PardaClassic, PardaScaled:
+		return nil
+	}
+	return fmt.Errorf("unknown law %q (classic, scaled)", law)
 }
 
 // DefaultStorageParams: see docs/sim.md for their sources.
@@ -133,7 +155,9 @@ func (d *datastore) serve() {
 
 // control runs PARDA (package parda) on every host at the end of a
 // control period: the datastore-wide latency from every host's report,
-// then each host's window from its active shares.
+// then each host's window from its active shares (classic law), or from
+// its active shares and the sums of active shares and windows of all
+// active hosts (scaled law, StorageParams.Parda).
 func (d *datastore) control() {
 	reports := make([]parda.HostReport, 0, len(d.hosts))
 	for _, h := range d.hosts {
@@ -143,25 +167,35 @@ func (d *datastore) control() {
 		h.ios, h.latSumNs, h.bytesSum = 0, 0, 0
 	}
 	d.lastLatNs = d.size.DatastoreLatency(reports)
-	for _, h := range d.hosts {
-		if d.sioc {
-			if d.ctl == nil || d.ctl.Config().ThresholdNs != d.threshNs {
-				cfg := d.s.pardaCfg
-				cfg.ThresholdNs = d.threshNs
-				d.ctl = parda.New(cfg)
+	if d.sioc && (d.ctl == nil || d.ctl.Config().ThresholdNs != d.threshNs) {
+		cfg := d.s.pardaCfg
+		cfg.ThresholdNs = d.threshNs
+		d.ctl = parda.New(cfg)
+	}
+	// Active shares of every host, and their sums over the active hosts.
+	act := make([]float64, len(d.hosts))
+	var totalShares, totalWindow float64
+	for i, h := range d.hosts {
+		for _, dk := range h.disks {
+			if dk.issued > 0 || dk.queued > 0 {
+				act[i] += dk.shares
 			}
-			act := 0.0
-			for _, dk := range h.disks {
-				if dk.issued > 0 || dk.queued > 0 {
-					act += dk.shares
-				}
-				dk.issued = 0
-			}
-			if act > 0 {
-				h.window = d.ctl.Update(h.window, d.lastLatNs, act)
-			}
-		} else {
+			dk.issued = 0
+		}
+		if act[i] > 0 {
+			totalShares += act[i]
+			totalWindow += h.window
+		}
+	}
+	for i, h := range d.hosts {
+		switch {
+		case !d.sioc:
 			h.window = float64(d.s.st.HostQueue)
+		case act[i] <= 0:
+		case d.s.st.Parda == PardaScaled:
+			h.window = d.ctl.UpdateScaled(h.window, d.lastLatNs, act[i], totalShares, totalWindow)
+		default:
+			h.window = d.ctl.Update(h.window, d.lastLatNs, act[i])
 		}
 		h.dispatch()
 	}
