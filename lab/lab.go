@@ -385,11 +385,21 @@ func startDaemon(ns, logPath, pidFile string, args ...string) (int, error) {
 		b, _ := os.ReadFile(logPath)
 		return 0, fmt.Errorf("%v: %s", err, strings.TrimSpace(string(b)))
 	}
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		return 0, err
+	// The daemon's parent exits right after forking; the child writes the
+	// pid file a moment later, so poll for it (an external process, with a
+	// deadline).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(pidFile)
+		if err == nil && len(bytes.TrimSpace(b)) > 0 {
+			return strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(logPath)
+			return 0, fmt.Errorf("no pid in %s after 10s: %v %s", pidFile, err, strings.TrimSpace(string(log)))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
 // waitListening polls until every TCP port listens in ns.
