@@ -204,6 +204,10 @@ func (res *Result) metric(run, metric, of string, fromNs, toNs int64) (float64, 
 		if s, err = get(prefQDepth); err == nil {
 			return s.Mean(fromNs, toNs), "I/Os", nil
 		}
+	case "dslat":
+		if s, err = get(prefDSLat); err == nil {
+			return s.Mean(fromNs, toNs), "ms", nil
+		}
 	case "cpu":
 		if of == "all" {
 			total := 0.0
@@ -222,7 +226,7 @@ func (res *Result) metric(run, metric, of string, fromNs, toNs int64) (float64, 
 			return s.Rate(fromNs, toNs), "IRQ/s", nil
 		}
 	default:
-		return 0, "", fmt.Errorf("unknown metric %q (rate, min_rate, iops, iops_share, latency, orders, order_time, rr, qdepth, cpu, irq)", metric)
+		return 0, "", fmt.Errorf("unknown metric %q (rate, min_rate, iops, iops_share, latency, orders, order_time, rr, qdepth, dslat, cpu, irq)", metric)
 	}
 	return 0, "", err
 }

@@ -259,6 +259,9 @@ func ParseScenario(file string, data []byte) (*Scenario, error) {
 			return nil, lineErr(file, w.Line, "type", "unknown workload type %q (bulk, transfer, rr, oltp, iometer)", w.Type)
 		}
 	}
+	if err := checkPardaLaw(sc.Models.Storage.Parda); err != nil {
+		return nil, lineErr(file, keyLine(data, "parda:"), "models.storage.parda", "%v", err)
+	}
 	for _, x := range sc.Expect {
 		switch {
 		case x.Better != "" && x.Better != "higher" && x.Better != "lower":
@@ -272,6 +275,20 @@ func ParseScenario(file string, data []byte) (*Scenario, error) {
 		}
 	}
 	return sc, nil
+}
+
+// keyLine is the number of the first line of data that holds key outside a
+// comment, or 1.
+func keyLine(data []byte, key string) int {
+	for i, l := range strings.Split(string(data), "\n") {
+		if c := strings.Index(l, "#"); c >= 0 {
+			l = l[:c]
+		}
+		if strings.Contains(l, key) {
+			return i + 1
+		}
+	}
+	return 1
 }
 
 // durNs parses a time like 150s or 4ms; empty gives def.

@@ -119,6 +119,7 @@ func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 	if m.Storage.HostQueue > 0 {
 		s.st.HostQueue = m.Storage.HostQueue
 	}
+	s.st.Parda = m.Storage.Parda
 	s.pardaCfg = parda.Config{Gamma: s.st.Gamma, BetaPerShare: s.st.BetaPerShare}
 	s.rec = newRecorder(s.eng, sc.sampleNs)
 
