@@ -260,7 +260,7 @@ func ParseScenario(file string, data []byte) (*Scenario, error) {
 		}
 	}
 	if err := checkPardaLaw(sc.Models.Storage.Parda); err != nil {
-		return nil, lineErr(file, keyLine(data, "parda:"), "models.storage.parda", "%v", err)
+		return nil, lineErr(file, keyLine(data, "models", "storage", "parda"), "models.storage.parda", "%v", err)
 	}
 	for _, x := range sc.Expect {
 		switch {
@@ -277,18 +277,27 @@ func ParseScenario(file string, data []byte) (*Scenario, error) {
 	return sc, nil
 }
 
-// keyLine is the number of the first line of data that holds key outside a
-// comment, or 1.
-func keyLine(data []byte, key string) int {
-	for i, l := range strings.Split(string(data), "\n") {
-		if c := strings.Index(l, "#"); c >= 0 {
-			l = l[:c]
-		}
-		if strings.Contains(l, key) {
-			return i + 1
-		}
+// keyLine is the line of the value at the path of mapping keys in the YAML
+// document data (e.g. "models", "storage", "parda"), or 1.
+func keyLine(data []byte, path ...string) int {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+		return 1
 	}
-	return 1
+	n := doc.Content[0]
+	for _, key := range path {
+		var next *yaml.Node
+		for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				next = n.Content[i+1]
+			}
+		}
+		if next == nil {
+			return 1
+		}
+		n = next
+	}
+	return n.Line
 }
 
 // durNs parses a time like 150s or 4ms; empty gives def.
