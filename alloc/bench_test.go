@@ -3,20 +3,10 @@ package alloc
 import (
 	"fmt"
 	"math/rand/v2"
-	"syscall"
 	"testing"
-)
 
-// cpuNs is the CPU time (user + system) this process has used, in ns. On a
-// shared, loaded machine wall-clock ns/op overstates the cost; the
-// benchmarks also report CPU ns per op.
-func cpuNs() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
+	"sluice/internal/cputime"
+)
 
 // benchLeaf makes a consumer with the mix a busy uplink sees: one in ten
 // reserves, one in five is limited, half have a finite demand (so that
@@ -71,11 +61,11 @@ func benchCompute(b *testing.B, root *Node, capacity float64, consumers int) {
 	var s Solver
 	s.Compute(root, capacity) // grow scratch
 	b.ReportAllocs()
-	c0 := cpuNs()
+	c0 := cputime.ProcessNs()
 	for b.Loop() {
 		s.Compute(root, capacity)
 	}
-	cpu := float64(cpuNs()-c0) / float64(b.N)
+	cpu := float64(cputime.ProcessNs()-c0) / float64(b.N)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(consumers), "ns/consumer")
 	b.ReportMetric(cpu, "cpu-ns/op")
 	b.ReportMetric(cpu/float64(consumers), "cpu-ns/consumer")

@@ -3,20 +3,10 @@ package hclock
 import (
 	"fmt"
 	"math/rand/v2"
-	"syscall"
 	"testing"
-)
 
-// cpuNs is the CPU time (user+system) this process has used, in ns. The
-// build machine is shared, so wall-clock ns/op includes time the benchmark
-// was not running at all; cpu-ns/op does not.
-func cpuNs() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
+	"sluice/internal/cputime"
+)
 
 // benchTree is an uplink with the nine NetIOC traffic classes; all ports
 // but eight sit in the vm class (the worst case for the heaps: one class
@@ -75,7 +65,7 @@ func BenchmarkEnqueueDequeue(b *testing.B) {
 			const wireNs = 1200 // 1500 bytes at 10 Gbps
 			b.ReportAllocs()
 			b.ResetTimer()
-			c0 := cpuNs()
+			c0 := cputime.ProcessNs()
 			for range b.N {
 				p, ok, next := s.Dequeue(now)
 				if !ok {
@@ -85,7 +75,7 @@ func BenchmarkEnqueueDequeue(b *testing.B) {
 				s.Enqueue(p.Port, p.Bytes, now)
 				now += wireNs
 			}
-			b.ReportMetric(float64(cpuNs()-c0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(cputime.ProcessNs()-c0)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
@@ -109,11 +99,11 @@ func BenchmarkOnePort(b *testing.B) {
 	var now int64
 	b.ReportAllocs()
 	b.ResetTimer()
-	c0 := cpuNs()
+	c0 := cputime.ProcessNs()
 	for range b.N {
 		p, _, _ := s.Dequeue(now)
 		s.Enqueue(p.Port, p.Bytes, now)
 		now += 1200
 	}
-	b.ReportMetric(float64(cpuNs()-c0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(cputime.ProcessNs()-c0)/float64(b.N), "cpu-ns/op")
 }

@@ -4,21 +4,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"syscall"
 	"testing"
-)
 
-// threadCPUNs is the CPU time of the calling OS thread. The benchmarks lock
-// their goroutine to its thread and report cpu-ns/op besides ns/op: on a
-// shared, overloaded machine wall time per op also counts the time the
-// thread waited for a CPU.
-func threadCPUNs() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(1 /* RUSAGE_THREAD */, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
+	"sluice/internal/cputime"
+)
 
 // BenchmarkAddPull measures one Add plus one Pull in steady state: n
 // backlogged clients (depth requests queued each: 4, or 1 where every Pull
@@ -61,7 +50,7 @@ func benchAddPull(b *testing.B, n, depth int) {
 		defer runtime.UnlockOSThread()
 		b.ReportAllocs()
 		b.ResetTimer()
-		cpu0 := threadCPUNs()
+		cpu0 := cputime.ThreadNs()
 		for i := 0; i < b.N; i++ {
 			req, id, ok, next := s.Pull(now)
 			if !ok {
@@ -74,6 +63,6 @@ func benchAddPull(b *testing.B, n, depth int) {
 			now += s.Cost(req.Bytes) * 1e9 / capacity
 			_ = s.Add(id, Request{Bytes: sizes[i&3]}, now)
 		}
-		b.ReportMetric(float64(threadCPUNs()-cpu0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(cputime.ThreadNs()-cpu0)/float64(b.N), "cpu-ns/op")
 	})
 }

@@ -2,9 +2,9 @@ package placement
 
 import (
 	"fmt"
-	"syscall"
 	"testing"
 
+	"sluice/internal/cputime"
 	"sluice/policy"
 )
 
@@ -112,15 +112,6 @@ func TestSyntheticPass(t *testing.T) {
 	t.Logf("%d repairs, %d rebalancing moves, imbalance %.3f -> %.3f", repairs, rebal, r.ImbalanceBefore, r.ImbalanceAfter)
 }
 
-// cpuNs is the CPU time (user + system) this process has used, in ns.
-func cpuNs() int64 {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
-
 // benchPlan times full passes. Besides wall time per pass (ns/op) it
 // reports the process's CPU time per pass (cpu-ms/op), which a machine
 // shared with other work does not inflate.
@@ -128,11 +119,11 @@ func benchPlan(b *testing.B, nHosts, nVMs int) {
 	p, d := synthetic(nHosts, nVMs)
 	b.ResetTimer()
 	var r Result
-	c0 := cpuNs()
+	c0 := cputime.ProcessNs()
 	for i := 0; i < b.N; i++ {
 		r = Plan(p, nil, d, Options{})
 	}
-	c1 := cpuNs()
+	c1 := cputime.ProcessNs()
 	b.StopTimer()
 	b.ReportMetric(float64(c1-c0)/1e6/float64(b.N), "cpu-ms/op")
 	moves, admits := 0, 0
@@ -166,11 +157,11 @@ func BenchmarkRepairStorm64x8000(b *testing.B) {
 	}
 	b.ResetTimer()
 	var r Result
-	c0 := cpuNs()
+	c0 := cputime.ProcessNs()
 	for i := 0; i < b.N; i++ {
 		r = Plan(p, nil, d, Options{})
 	}
-	c1 := cpuNs()
+	c1 := cputime.ProcessNs()
 	b.StopTimer()
 	b.ReportMetric(float64(c1-c0)/1e6/float64(b.N), "cpu-ms/op")
 	b.ReportMetric(float64(len(r.Moves())), "moves")

@@ -1,16 +1,11 @@
 package sim
 
 import (
-	"syscall"
 	"testing"
 	"time"
-)
 
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+	"sluice/internal/cputime"
+)
 
 // benchScenario runs one run of a seed scenario for durS simulated
 // seconds per iteration and reports simulated events per second of wall
@@ -30,7 +25,7 @@ func benchScenario(b *testing.B, file, run string, durS int64) {
 	}
 	sc.Expect, sc.durNs = nil, durS*Second
 	var events uint64
-	cpu0, wall0 := cpuTime(), time.Now()
+	cpu0, wall0 := time.Duration(cputime.ProcessNs()), time.Now()
 	for b.Loop() {
 		res, err := Run(sc)
 		if err != nil {
@@ -38,7 +33,7 @@ func benchScenario(b *testing.B, file, run string, durS int64) {
 		}
 		events += res.Runs[0].Events
 	}
-	cpu, wall := cpuTime()-cpu0, time.Since(wall0)
+	cpu, wall := time.Duration(cputime.ProcessNs())-cpu0, time.Since(wall0)
 	b.ReportMetric(float64(events)/wall.Seconds(), "events/s")
 	b.ReportMetric(float64(events)/cpu.Seconds(), "events/cpu-s")
 	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
