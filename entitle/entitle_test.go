@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"sluice/internal/cputime"
 	"sluice/alloc"
+	"sluice/internal/cputime"
 	"sluice/policy"
 )
 
