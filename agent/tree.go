@@ -262,14 +262,5 @@ func (t *Tree) Entitlements(demand map[string]float64) map[string]float64 {
 		}
 	}
 	alloc.Compute(root, max(capacity, 0))
-	out := map[string]float64{}
-	var walk func(n *alloc.Node)
-	walk = func(n *alloc.Node) {
-		out[n.Name] = n.Alloc
-		for _, c := range n.Children {
-			walk(c)
-		}
-	}
-	walk(root)
-	return out
+	return alloc.Allocs(root)
 }

@@ -62,6 +62,21 @@ func Find(root *Node, name string) []*Node {
 	return nil
 }
 
+// Allocs returns the entitlement of every node of the tree under root
+// (after Compute), keyed by node name.
+func Allocs(root *Node) map[string]float64 {
+	out := map[string]float64{}
+	var walk func(n *Node)
+	walk = func(n *Node) {
+		out[n.Name] = n.Alloc
+		for _, c := range n.Children {
+			walk(c)
+		}
+	}
+	walk(root)
+	return out
+}
+
 // Explain returns one Step per level along path (root first, as Find
 // returns it), after Compute has run on the tree: len(path)-1 steps.
 func Explain(path []*Node) []Step {

@@ -344,16 +344,7 @@ func entitlements(t *testing.T, p *policy.Policy, host string, usable float64, a
 	}
 	root := trees[0].AllocTree(d)
 	alloc.Compute(root, usable)
-	out := map[string]float64{}
-	var walk func(n *alloc.Node)
-	walk = func(n *alloc.Node) {
-		out[n.Name] = n.Alloc
-		for _, c := range n.Children {
-			walk(c)
-		}
-	}
-	walk(root)
-	return out
+	return alloc.Allocs(root)
 }
 
 func mbps(v float64) string { return fmt.Sprintf("%.1f", v/1e6) }
