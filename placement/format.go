@@ -3,25 +3,15 @@ package placement
 import (
 	"fmt"
 	"math"
+	"sluice/entitle"
 	"sort"
 	"strconv"
 	"strings"
 )
 
-// fmtRate renders bits/s with the largest decimal unit ≥ 1, up to three
-// decimals: 7.5Gbps, 450Mbps.
-func fmtRate(bps float64) string {
-	units := []struct {
-		n string
-		v float64
-	}{{"Gbps", 1e9}, {"Mbps", 1e6}, {"Kbps", 1e3}}
-	for _, u := range units {
-		if math.Abs(bps) >= u.v {
-			return trim(bps/u.v) + u.n
-		}
-	}
-	return trim(bps) + "bps"
-}
+// fmtRate renders bits/s as everywhere else in sluice (entitle.FormatBps):
+// 7.5Gbps, 633.33Mbps.
+func fmtRate(bps float64) string { return entitle.FormatBps(bps) }
 
 // fmtBytes renders a size with the largest binary unit ≥ 1.
 func fmtBytes(b float64) string {
