@@ -37,6 +37,11 @@ if [ -n "$delay" ]; then
 else
   nbdkit -f -i 127.0.0.1 -p 10909 -t 16 memory size=2G & nk=$!
 fi
+# The gateway dials the datastore at start: wait until nbdkit listens.
+for i in $(seq 100); do
+  fio --name=probe --ioengine=nbd --uri=nbd://127.0.0.1:10909/ --rw=read --bs=4k --size=4k --output-format=terse >/dev/null 2>&1 && break
+  sleep 0.1
+done
 nbdkit -f -i 127.0.0.1 -p 10911 nbd uri=nbd://127.0.0.1:10909 & px=$!
 "$tmp/sluice" gateway --host h1 --policy "$tmp/p.yaml" --datastore ds1=nbd://127.0.0.1:10909 \
   --listen 127.0.0.1:10910 --status-file "$tmp/status.json" 2>"$tmp/gw.log" & gw=$!
