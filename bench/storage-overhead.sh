@@ -12,6 +12,9 @@
 # device that is fast but not free, so that the datastore, not the CPU of a
 # small test machine, bounds the direct run.
 #
+# The environment reaches the gateway: `GOMAXPROCS=1 bench/storage-overhead.sh
+# 8 3` measures it with one P (fewer thread wake-ups; docs/perf/storage.md).
+#
 # Needs: go, fio (with the nbd engine), nbdkit. Listens on 127.0.0.1:10909-10911.
 set -eu
 secs=${1:-10}
