@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -45,10 +46,22 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", ":10809", "NBD listen address ADDR:PORT")
 	period := fs.Duration("period", 0, "control period (default: the datastore's sioc.controlPeriod)")
 	statusFile := fs.String("status-file", "", "status JSON file (default "+statusDir+"/gateway-CLUSTER-HOST.json; removed on exit)")
+	// One OS thread runs the gateway by default: the request path is a few
+	// socket calls, and with more threads Go's idle path wakes a second
+	// thread per request, which on a small VM costs more latency and IOPS
+	// than it gains (docs/perf/storage.md).
+	cpus := fs.Int("cpus", 1, "OS threads running Go code (GOMAXPROCS); 0 keeps Go's default")
 	var dss multiFlag
 	fs.Var(&dss, "datastore", "DS=nbd://IP:PORT[/export] (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
+	}
+	if *cpus < 0 {
+		fmt.Fprintln(stderr, "sluice gateway: --cpus must be ≥ 0")
+		return exitUsage
+	}
+	if *cpus > 0 {
+		runtime.GOMAXPROCS(*cpus)
 	}
 	if *host == "" || *pol == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT [--listen ADDR:PORT] [--period 4s]")
