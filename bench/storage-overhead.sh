@@ -12,8 +12,9 @@
 # device that is fast but not free, so that the datastore, not the CPU of a
 # small test machine, bounds the direct run.
 #
-# The environment reaches the gateway: `GOMAXPROCS=1 bench/storage-overhead.sh
-# 8 3` measures it with one P (fewer thread wake-ups; docs/perf/storage.md).
+# The gateway runs with one P by default (`sluice gateway --cpus 1`: fewer
+# thread wake-ups; docs/perf/storage.md); GATEWAY_CPUS=0 measures it with Go's
+# default GOMAXPROCS instead.
 #
 # Needs: go, fio (with the nbd engine), nbdkit. Listens on 127.0.0.1:10909-10911.
 set -eu
@@ -46,7 +47,7 @@ for i in $(seq 100); do
   sleep 0.1
 done
 nbdkit -f -i 127.0.0.1 -p 10911 nbd uri=nbd://127.0.0.1:10909 & px=$!
-"$tmp/sluice" gateway --host h1 --policy "$tmp/p.yaml" --datastore ds1=nbd://127.0.0.1:10909 \
+"$tmp/sluice" gateway --cpus "${GATEWAY_CPUS:-1}" --host h1 --policy "$tmp/p.yaml" --datastore ds1=nbd://127.0.0.1:10909 \
   --listen 127.0.0.1:10910 --status-file "$tmp/status.json" 2>"$tmp/gw.log" & gw=$!
 for i in $(seq 100); do
   fio --name=probe --ioengine=nbd --uri=nbd://127.0.0.1:10910/vm1/disk0 --rw=read --bs=4k --size=4k --output-format=terse >/dev/null 2>&1 && break
