@@ -254,9 +254,12 @@ func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs in
 				// Cannot happen while the invariants hold; be safe.
 				return Packet{}, false, Never
 			}
-			c = x.in.sh.top().id
-			if st := s.nodes[c].sTag; st > x.in.vt {
-				x.in.vt = st
+			// The S heap's key is the child's sTag: read it there, not
+			// from the child's node (one dependent load fewer).
+			t := x.in.sh.top()
+			c = t.id
+			if t.key > x.in.vt {
+				x.in.vt = t.key
 			}
 		}
 		s.path[depth], s.phases[depth] = c, ph
