@@ -133,13 +133,7 @@ func (h *iheap) sink(i int) {
 		if c >= n {
 			break
 		}
-		m, mk := c, e[c].key
-		end := min(c+4, n)
-		for j := c + 1; j < end; j++ {
-			if k := e[j].key; k < mk {
-				m, mk = j, k
-			}
-		}
+		m := minChild(e, c, n)
 		e[i] = e[m]
 		h.pos[e[i].id] = int32(i)
 		i = m
@@ -155,4 +149,36 @@ func (h *iheap) sink(i int) {
 	}
 	e[i] = x
 	h.pos[x.id] = int32(i)
+}
+
+// minChild returns the index of the smallest key among e[c:min(c+4, n)]
+// (the first one on ties), c < n. With four children it compares them as
+// a tournament of independent pairs, which the compiler turns into
+// conditional moves: the outcome of a comparison is a coin toss in a heap
+// of tags, and mispredicted branches are what sifting costs.
+func minChild(e []entry, c, n int) int {
+	if c+3 < n {
+		q := e[c : c+4 : c+4]
+		k0, k1, k2, k3 := q[0].key, q[1].key, q[2].key, q[3].key
+		a, b := c, c+2
+		if k1 < k0 {
+			a = c + 1
+		}
+		k0 = min(k0, k1) // same order as k1 < k0 ? k1 : k0 (keys are never NaN)
+		if k3 < k2 {
+			b = c + 3
+		}
+		k2 = min(k2, k3)
+		if k2 < k0 {
+			a = b
+		}
+		return a
+	}
+	m, mk := c, e[c].key
+	for j := c + 1; j < n; j++ {
+		if k := e[j].key; k < mk {
+			m, mk = j, k
+		}
+	}
+	return m
 }
