@@ -56,7 +56,6 @@ type client struct {
 	// tags are computed when it reaches the head of the queue.
 	rBase, lBase, pBase int64
 	tag                 [3]int64 // head tags, by heap kind
-	idx                 [3]int32 // position in each heap, -1 when absent
 	fresh               bool     // head arrived at an idle client
 	headCost            int64
 	headSince           int64 // when the head became the head
@@ -98,9 +97,6 @@ func New(cfg Config) *Scheduler {
 	case cfg.LimitBurstNs > 0:
 		s.limitBurst = cfg.LimitBurstNs
 	}
-	for k := range s.heaps {
-		s.heaps[k].kind = k
-	}
 	return s
 }
 
@@ -134,11 +130,14 @@ func (s *Scheduler) AddClient(id int, p Params) error {
 	}
 	for len(s.clients) <= id {
 		s.clients = append(s.clients, nil)
+		for k := range s.heaps {
+			s.heaps[k].pos = append(s.heaps[k].pos, -1)
+		}
 	}
 	if s.clients[id] != nil {
 		return fmt.Errorf("client %d: already added", id)
 	}
-	c := &client{id: id, idx: [3]int32{-1, -1, -1}, q: make([]Request, 4)}
+	c := &client{id: id, q: make([]Request, 4)}
 	c.setParams(p)
 	// A new client is like one idle for ever: its first request is due at
 	// once by reservation and limit, and competes from virtual now.
@@ -257,7 +256,7 @@ func (c *client) grow() {
 // last weight-phase request.
 func (s *Scheduler) virtualNow() int64 {
 	if h := &s.heaps[kP]; len(h.a) > 0 {
-		t := h.a[0].c
+		t := s.clients[h.a[0].id]
 		return max(s.vP, t.tag[kP]-int64(float64(t.headCost)*t.invW))
 	}
 	return s.vP
@@ -305,20 +304,21 @@ func (s *Scheduler) tagHead(c *client, fresh bool, sinceNs int64) {
 // link puts a client with a tagged head into the heaps.
 func (s *Scheduler) link(c *client, nowNs int64) {
 	if c.tag[kR] != Never {
-		s.heaps[kR].push(c)
+		s.heaps[kR].push(c.id, c.tag[kR])
 	}
 	if c.tag[kL] <= nowNs {
-		s.heaps[kP].push(c)
+		s.heaps[kP].push(c.id, c.tag[kP])
 	} else {
-		s.heaps[kL].push(c)
+		s.heaps[kL].push(c.id, c.tag[kL])
 	}
 }
 
 // unlink takes a client out of every heap.
 func (s *Scheduler) unlink(c *client) {
 	for k := range s.heaps {
-		if c.idx[k] >= 0 {
-			s.heaps[k].remove(int(c.idx[k]))
+		h := &s.heaps[k]
+		if i := h.pos[c.id]; i >= 0 {
+			h.remove(int(i))
 		}
 	}
 }
@@ -331,19 +331,19 @@ func (s *Scheduler) Pull(nowNs int64) (req Request, clientID int, ok bool, nextE
 	s.lastNs = max(s.lastNs, nowNs)
 	hl, hp, hr := &s.heaps[kL], &s.heaps[kP], &s.heaps[kR]
 	for len(hl.a) > 0 && hl.a[0].key <= nowNs {
-		c := hl.a[0].c
+		id := int(hl.a[0].id)
 		hl.remove(0)
-		hp.push(c)
+		hp.push(id, s.clients[id].tag[kP])
 	}
-	var c *client
+	var id int64
 	var phase Phase
 	switch {
 	case len(hr.a) > 0 && hr.a[0].key <= nowNs:
-		c, phase = hr.a[0].c, Reservation
+		id, phase = hr.a[0].id, Reservation
 	case len(hp.a) > 0:
-		c, phase = hp.a[0].c, Weight
+		id, phase = hp.a[0].id, Weight
 	case s.atLimit == AllowWhenIdle && len(hl.a) > 0:
-		c, phase = hl.a[0].c, OverLimit
+		id, phase = hl.a[0].id, OverLimit
 	default:
 		next := Never
 		if len(hr.a) > 0 {
@@ -355,6 +355,7 @@ func (s *Scheduler) Pull(nowNs int64) (req Request, clientID int, ok bool, nextE
 		s.last = NoPhase
 		return Request{}, -1, false, next
 	}
+	c := s.clients[id]
 	s.serve(c, phase, nowNs)
 	if c.pBase > s.pRebaseAt {
 		s.rebaseP()
@@ -439,34 +440,36 @@ func (s *Scheduler) rebaseP() {
 		}
 	}
 	for i := range s.heaps[kP].a {
-		s.heaps[kP].a[i].key = s.heaps[kP].a[i].c.tag[kP]
+		s.heaps[kP].a[i].key = s.clients[s.heaps[kP].a[i].id].tag[kP]
 	}
 }
 
 // relink repositions a client whose head tags changed.
 func (s *Scheduler) relink(c *client, nowNs int64) {
-	if c.idx[kR] >= 0 {
-		s.heaps[kR].fix(int(c.idx[kR]))
+	hr, hp, hl := &s.heaps[kR], &s.heaps[kP], &s.heaps[kL]
+	if i := hr.pos[c.id]; i >= 0 {
+		hr.fix(int(i), c.tag[kR])
 	} else if c.tag[kR] != Never {
-		s.heaps[kR].push(c)
+		hr.push(c.id, c.tag[kR])
 	}
 	ready := c.tag[kL] <= nowNs
+	ip, il := hp.pos[c.id], hl.pos[c.id]
 	switch {
-	case c.idx[kP] >= 0 && ready:
-		s.heaps[kP].fix(int(c.idx[kP]))
-	case c.idx[kL] >= 0 && !ready:
-		s.heaps[kL].fix(int(c.idx[kL]))
+	case ip >= 0 && ready:
+		hp.fix(int(ip), c.tag[kP])
+	case il >= 0 && !ready:
+		hl.fix(int(il), c.tag[kL])
 	default:
-		if c.idx[kP] >= 0 {
-			s.heaps[kP].remove(int(c.idx[kP]))
+		if ip >= 0 {
+			hp.remove(int(ip))
 		}
-		if c.idx[kL] >= 0 {
-			s.heaps[kL].remove(int(c.idx[kL]))
+		if il >= 0 {
+			hl.remove(int(il))
 		}
 		if ready {
-			s.heaps[kP].push(c)
+			hp.push(c.id, c.tag[kP])
 		} else {
-			s.heaps[kL].push(c)
+			hl.push(c.id, c.tag[kL])
 		}
 	}
 }
