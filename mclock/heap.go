@@ -44,7 +44,9 @@ func (h *cheap) remove(i int) {
 // parent (the last entry, just removed from the end): the hole moves down
 // along the smallest children to a leaf, and e rises from there (Floyd's
 // bottom-up sift: the last entry usually belongs near the bottom, so this
-// saves comparing it with every level's smallest child).
+// saves comparing it with every level's smallest child). The smallest-child
+// selection is written out here and in down on purpose: as a function it is
+// not inlined (it has a loop) and costs a call per level on the hot path.
 func (h *cheap) refill(i int, e hent) {
 	a, pos := h.a, h.pos
 	n := len(a)
