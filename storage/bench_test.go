@@ -53,6 +53,12 @@ func BenchmarkReadDirect(b *testing.B) {
 }
 
 func BenchmarkReadGateway(b *testing.B) {
+	benchReads(b, benchGateway(b), "a/d0")
+}
+
+// benchGateway serves oneHostPolicy's disks through a gateway on 127.0.0.1
+// in front of an in-process memory datastore, and returns its address.
+func benchGateway(b *testing.B) string {
 	p, err := parsePolicyB(oneHostPolicy)
 	if err != nil {
 		b.Fatal(err)
@@ -69,7 +75,7 @@ func BenchmarkReadGateway(b *testing.B) {
 	}
 	go g.Serve(l)
 	b.Cleanup(func() { g.Close() })
-	benchReads(b, l.Addr().String(), "a/d0")
+	return l.Addr().String()
 }
 
 func benchReads(b *testing.B, addr, export string) {
@@ -90,23 +96,7 @@ func benchReads(b *testing.B, addr, export string) {
 // BenchmarkReadGatewayQD32: 32 reads in flight on one connection through the
 // gateway (CPU cost per I/O; the datastore is an in-process memory export).
 func BenchmarkReadGatewayQD32(b *testing.B) {
-	p, err := parsePolicyB(oneHostPolicy)
-	if err != nil {
-		b.Fatal(err)
-	}
-	_, req := Layout(p, "ds1")
-	ds := serveMem(b, req)
-	g, err := New(Options{Host: "h1", Policy: p, Datastores: map[string]string{"ds1": "nbd://" + ds}, Period: time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go g.Serve(l)
-	b.Cleanup(func() { g.Close() })
-	c, err := nbd.Dial(context.Background(), "tcp", l.Addr().String(), "b/d0")
+	c, err := nbd.Dial(context.Background(), "tcp", benchGateway(b), "b/d0")
 	if err != nil {
 		b.Fatal(err)
 	}
