@@ -16,7 +16,15 @@
 # thread wake-ups; docs/perf/storage.md); GATEWAY_CPUS=0 measures it with Go's
 # default GOMAXPROCS instead.
 #
-# Needs: go, fio (with the nbd engine), nbdkit. Listens on 127.0.0.1:10909-10911.
+# GATEWAY_POLLS="0 50us" runs one gateway per --poll value, interleaved with
+# the others in every round (before/after in the same run); an entry
+# LABEL=BINARY runs another build of sluice (e.g. before=/tmp/sluice-old)
+# with its default flags, shown as gw-poll-LABEL; PROXY=0 leaves
+# out the nbdkit proxy. CPU µs/IO: utime+stime of the process
+# (/proc/PID/stat) over the fio run, ramp included, per I/O.
+#
+# Needs: go, fio (with the nbd engine), nbdkit. Listens on 127.0.0.1:10909,
+# 10911 and 10920-.
 set -eu
 secs=${1:-10}
 rounds=${2:-3}
@@ -46,33 +54,66 @@ for i in $(seq 100); do
   fio --name=probe --ioengine=nbd --uri=nbd://127.0.0.1:10909/ --rw=read --bs=4k --size=4k --output-format=terse >/dev/null 2>&1 && break
   sleep 0.1
 done
-nbdkit -f -i 127.0.0.1 -p 10911 nbd uri=nbd://127.0.0.1:10909 & px=$!
-"$tmp/sluice" gateway --cpus "${GATEWAY_CPUS:-1}" --host h1 --policy "$tmp/p.yaml" --datastore ds1=nbd://127.0.0.1:10909 \
-  --listen 127.0.0.1:10910 --status-file "$tmp/status.json" 2>"$tmp/gw.log" & gw=$!
-for i in $(seq 100); do
-  fio --name=probe --ioengine=nbd --uri=nbd://127.0.0.1:10910/vm1/disk0 --rw=read --bs=4k --size=4k --output-format=terse >/dev/null 2>&1 && break
-  sleep 0.1
+# Prefill the whole export so reads hit allocated pages in every path.
+fio --name=fill --ioengine=nbd --uri=nbd://127.0.0.1:10909/ --rw=write --bs=1M --iodepth=16 --size=2G --output-format=terse >/dev/null
+[ "${PROXY:-1}" = 0 ] || { nbdkit -f -i 127.0.0.1 -p 10911 nbd uri=nbd://127.0.0.1:10909 & px=$!; }
+# One gateway per value of GATEWAY_POLLS (its --poll), on ports 10920, 10921, …;
+# "default" runs it with its default --poll.
+polls=${GATEWAY_POLLS:-default}
+i=0; gws=""; targets="direct:nbd://127.0.0.1:10909/"
+for pl in $polls; do
+  port=$((10920 + i))
+  bin="$tmp/sluice"; pf=""
+  case $pl in
+  *=*) bin=${pl#*=}; pl=${pl%%=*} ;; # LABEL=BINARY: another build, its defaults
+  default) ;;
+  *) pf="--poll $pl" ;;
+  esac
+  # shellcheck disable=SC2086
+  "$bin" gateway --cpus "${GATEWAY_CPUS:-1}" $pf --host h1 --policy "$tmp/p.yaml" --datastore ds1=nbd://127.0.0.1:10909 \
+    --listen 127.0.0.1:$port --status-file "$tmp/status$i.json" 2>"$tmp/gw$i.log" & pid=$!
+  gws="$gws $pid"; gw="${gw:-} $pid"
+  echo "$pid" >"$tmp/pid.gw-poll-$pl"
+  targets="$targets gw-poll-$pl:nbd://127.0.0.1:$port/vm1/disk0"
+  for j in $(seq 100); do
+    fio --name=probe --ioengine=nbd --uri=nbd://127.0.0.1:$port/vm1/disk0 --rw=read --bs=4k --size=4k --output-format=terse >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  i=$((i + 1))
 done
-# Prefill so reads hit allocated pages in both paths.
-fio --name=fill --ioengine=nbd --uri=nbd://127.0.0.1:10910/vm1/disk0 --rw=write --bs=1M --size=1G --output-format=terse >/dev/null
-run() { # uri qd -> "iops p50_us"
-  fio --name=r --ioengine=nbd --uri="$1" --rw=randread --bs=4k --iodepth="$2" --size=1G \
-      --time_based --runtime="$secs" --ramp_time=1 --output-format=json 2>/dev/null |
-    python3 -c 'import json,sys; s=sys.stdin.read(); j=json.loads(s[s.index("{"):])["jobs"][0]["read"]; print("%.0f %.1f" % (j["iops"], j["clat_ns"]["percentile"]["50.000000"]/1000))'
+[ "${PROXY:-1}" = 0 ] || targets="$targets nbdkit-proxy:nbd://127.0.0.1:10911/"
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # clock ticks of utime+stime
+hz=$(getconf CLK_TCK)
+run() { # name uri qd -> "iops p50_us gw_cpu_us_per_io nbdkit_cpu_us_per_io"
+  gp=""; [ -f "$tmp/pid.$1" ] && gp=$(cat "$tmp/pid.$1")
+  g0=0; [ -n "$gp" ] && g0=$(cpu "$gp"); n0=$(cpu "$nk")
+  fio --name=r --ioengine=nbd --uri="$2" --rw=randread --bs=4k --iodepth="$3" --size=1G \
+      --time_based --runtime="$secs" --ramp_time=1 --output-format=json 2>/dev/null >"$tmp/out.json"
+  g1=0; [ -n "$gp" ] && g1=$(cpu "$gp"); n1=$(cpu "$nk")
+  python3 - "$tmp/out.json" "$secs" "$hz" "$g0" "$g1" "$n0" "$n1" <<'PY'
+import json, sys
+s = open(sys.argv[1]).read()
+j = json.loads(s[s.index("{"):])["jobs"][0]["read"]
+secs, hz = float(sys.argv[2]) + 1, float(sys.argv[3])  # ramp included in the CPU window
+g0, g1, n0, n1 = (float(x) for x in sys.argv[4:8])
+ios = j["iops"] * secs
+print("%.0f %.1f %.2f %.2f" % (j["iops"], j["clat_ns"]["percentile"]["50.000000"] / 1000,
+      (g1 - g0) / hz * 1e6 / ios, (n1 - n0) / hz * 1e6 / ios))
+PY
 }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-echo "| qd | direct IOPS | gateway IOPS | gateway/direct | direct p50 µs | gateway p50 µs | added p50 µs | nbdkit-proxy IOPS | proxy/direct | proxy added p50 µs |"
-echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| qd | path | IOPS | of direct | p50 µs | added p50 µs | gateway CPU µs/IO | nbdkit CPU µs/IO |"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|"
 for qd in 1 32; do
-  : >"$tmp/d"; : >"$tmp/g"; : >"$tmp/x"
+  for t in $targets; do : >"$tmp/res.${t%%:*}"; done
   for r in $(seq "$rounds"); do
-    run "nbd://127.0.0.1:10909/" "$qd" >>"$tmp/d"
-    run "nbd://127.0.0.1:10910/vm1/disk0" "$qd" >>"$tmp/g"
-    run "nbd://127.0.0.1:10911/" "$qd" >>"$tmp/x"
+    for t in $targets; do run "${t%%:*}" "${t#*:}" "$qd" >>"$tmp/res.${t%%:*}"; done
   done
-  di=$(cut -d' ' -f1 "$tmp/d" | median); dp=$(cut -d' ' -f2 "$tmp/d" | median)
-  gi=$(cut -d' ' -f1 "$tmp/g" | median); gp=$(cut -d' ' -f2 "$tmp/g" | median)
-  xi=$(cut -d' ' -f1 "$tmp/x" | median); xp=$(cut -d' ' -f2 "$tmp/x" | median)
-  awk -v qd="$qd" -v di="$di" -v gi="$gi" -v dp="$dp" -v gp="$gp" -v xi="$xi" -v xp="$xp" \
-    'BEGIN { printf "| %d | %d | %d | %.0f%% | %.1f | %.1f | %.1f | %d | %.0f%% | %.1f |\n", qd, di, gi, 100*gi/di, dp, gp, gp-dp, xi, 100*xi/di, xp-dp }'
+  di=$(cut -d' ' -f1 "$tmp/res.direct" | median); dp=$(cut -d' ' -f2 "$tmp/res.direct" | median)
+  for t in $targets; do
+    f="$tmp/res.${t%%:*}"
+    awk -v qd="$qd" -v name="${t%%:*}" -v di="$di" -v dp="$dp" -v i="$(cut -d' ' -f1 "$f" | median)" \
+      -v p="$(cut -d' ' -f2 "$f" | median)" -v gc="$(cut -d' ' -f3 "$f" | median)" -v nc="$(cut -d' ' -f4 "$f" | median)" \
+      'BEGIN { printf "| %d | %s | %d | %.0f%% | %.1f | %.1f | %s | %.2f |\n", qd, name, i, 100*i/di, p, p-dp, (name ~ /^gw/ ? sprintf("%.2f", gc) : "-"), nc }'
+  done
 done

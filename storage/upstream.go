@@ -17,18 +17,19 @@ import (
 type upstream struct {
 	network, addr, export string
 	retryWindow           time.Duration
+	pollNs                int64 // nbd.DialPoll
 
 	mu     sync.Mutex
 	client *nbd.Client
 	closed bool
 }
 
-func newUpstream(uri string) (*upstream, error) {
+func newUpstream(uri string, pollNs int64) (*upstream, error) {
 	network, addr, export, err := nbd.ParseURI(uri)
 	if err != nil {
 		return nil, err
 	}
-	return &upstream{network: network, addr: addr, export: export, retryWindow: 15 * time.Second}, nil
+	return &upstream{network: network, addr: addr, export: export, retryWindow: 15 * time.Second, pollNs: pollNs}, nil
 }
 
 // get returns a live client, dialling if needed.
@@ -48,7 +49,7 @@ func (u *upstream) get() (*nbd.Client, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := nbd.Dial(ctx, u.network, u.addr, u.export)
+	c, err := nbd.DialPoll(ctx, u.network, u.addr, u.export, u.pollNs)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s (export %q): %w", u.addr, u.export, err)
 	}

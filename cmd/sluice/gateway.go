@@ -51,9 +51,15 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	// thread per request, which on a small VM costs more latency and IOPS
 	// than it gains (docs/perf/storage.md).
 	cpus := fs.Int("cpus", 1, "OS threads running Go code (GOMAXPROCS); 0 keeps Go's default")
+	// Bounded busy polling (Options.PollNs): CPU for latency.
+	poll := fs.Duration("poll", 0, "poll sockets for up to this long for an expected answer before sleeping (CPU for latency; 0 = off)")
 	var dss multiFlag
 	fs.Var(&dss, "datastore", "DS=nbd://IP:PORT[/export] (repeatable)")
 	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if *poll < 0 {
+		fmt.Fprintln(stderr, "sluice gateway: --poll must be ≥ 0")
 		return exitUsage
 	}
 	if *cpus < 0 {
@@ -84,7 +90,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		*statusFile = filepath.Join(statusDir, "gateway-"+p.Cluster+"-"+*host+".json")
 	}
 	g, err := storage.New(storage.Options{Host: *host, Policy: p, Datastores: uris, Period: *period,
-		StatusFile: *statusFile, Logf: func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }})
+		StatusFile: *statusFile, PollNs: poll.Nanoseconds(), Logf: func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return exitBad

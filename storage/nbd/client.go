@@ -74,6 +74,14 @@ func ParseURI(uri string) (network, addr, export string, err error) {
 
 // Dial connects to an NBD server and opens export.
 func Dial(ctx context.Context, network, addr, export string) (*Client, error) {
+	return DialPoll(ctx, network, addr, export, 0)
+}
+
+// DialPoll is Dial with bounded busy polling of replies: after a request
+// is sent, the caller waiting for replies polls the socket for up to
+// pollNs before parking (0: never). It trades CPU for latency (see
+// Server.PollNs).
+func DialPoll(ctx context.Context, network, addr, export string, pollNs int64) (*Client, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, network, addr)
 	if err != nil {
@@ -85,7 +93,7 @@ func Dial(ctx context.Context, network, addr, export string) (*Client, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
-	c, err := NewClient(conn, export)
+	c, err := newClient(conn, export, pollNs)
 	if err != nil {
 		_ = conn.Close()
 		return nil, err
@@ -97,6 +105,11 @@ func Dial(ctx context.Context, network, addr, export string) (*Client, error) {
 // NewClient runs the fixed newstyle handshake on conn (NBD_OPT_GO, falling
 // back to NBD_OPT_EXPORT_NAME) and starts the reply reader.
 func NewClient(conn net.Conn, export string) (*Client, error) {
+	return newClient(conn, export, 0)
+}
+
+func newClient(conn net.Conn, export string, pollNs int64) (*Client, error) {
+	conn = newPollConn(conn, pollNs)
 	r := bufio.NewReaderSize(conn, 64<<10)
 	w := bufio.NewWriterSize(conn, 64<<10)
 	var h [18]byte
@@ -255,6 +268,7 @@ func (c *Client) flusher() {
 				c.fail(fmt.Errorf("nbd: sending request: %w", err))
 				return
 			}
+			activity(c.conn)
 		}
 	}
 }
@@ -364,7 +378,9 @@ func (c *Client) do(typ, flags uint16, off uint64, length uint32, wdata, rbuf []
 	c.wmu.Unlock()
 	if err != nil {
 		c.fail(fmt.Errorf("nbd: sending request: %w", err))
-	} else if !alone {
+	} else if alone {
+		activity(c.conn)
+	} else {
 		select {
 		case c.flushReq <- struct{}{}:
 		default: // a flush is pending and will include this request

@@ -63,6 +63,10 @@ type Server struct {
 	// Logf receives one line per protocol violation or closed connection
 	// (nil: silent).
 	Logf func(format string, args ...any)
+	// PollNs, if > 0, makes a connection's reader poll its socket for up to
+	// PollNs after a reply was sent, before parking (bounded busy polling:
+	// CPU for latency; see pollConn). It applies to net.Conn connections.
+	PollNs int64
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -132,6 +136,9 @@ func (s *Server) Close() error {
 // ServeConn runs the protocol on one connection until the client leaves or
 // breaks the protocol; it closes rw before returning.
 func (s *Server) ServeConn(rw io.ReadWriteCloser) {
+	if nc, ok := rw.(net.Conn); ok {
+		rw = newPollConn(nc, s.PollNs)
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

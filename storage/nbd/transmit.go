@@ -152,6 +152,7 @@ func (c *serverConn) flusher(done chan struct{}) {
 		if err != nil {
 			_ = c.rw.Close()
 		}
+		activity(c.rw)
 	}
 	c.wmu.Lock()
 	_ = c.w.Flush()
@@ -281,6 +282,7 @@ func (c *serverConn) reply(handle uint64, errno uint32, data []byte) error {
 		if err != nil {
 			return fmt.Errorf("reply: %w", err)
 		}
+		activity(c.rw)
 		return nil
 	}
 	c.wmu.Unlock()

@@ -1,0 +1,166 @@
+package nbd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestPolledRoundTrip: with polling on both sides (and off), with one P and
+// with the default, concurrent writes of up to 1 MiB (socket buffers fill:
+// writes wait in the netpoller) read back intact, and a queue-depth-1 loop
+// of reads answers every request.
+func TestPolledRoundTrip(t *testing.T) {
+	for _, procs := range []int{1, 0} {
+		for _, pollNs := range []int64{0, 50_000, 5_000_000} {
+			t.Run(fmt.Sprintf("procs=%d/poll=%dns", procs, pollNs), func(t *testing.T) {
+				if procs > 0 {
+					defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+				}
+				mem := &memBackend{data: make([]byte, 32<<20)}
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := &Server{Exports: MapExports{"d": mem}, PollNs: pollNs}
+				go s.Serve(l)
+				defer s.Close()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				c, err := DialPoll(ctx, "tcp", l.Addr().String(), "d", pollNs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				var wg sync.WaitGroup
+				errs := make(chan error, 32)
+				for i := range 32 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						n := 4096 << (i % 9) // 4 KiB … 1 MiB
+						p := make([]byte, n)
+						rand.New(rand.NewSource(int64(i))).Read(p)
+						off := uint64(i) * (1 << 20)
+						if err := c.WriteAt(p, off, false); err != nil {
+							errs <- err
+							return
+						}
+						q := make([]byte, n)
+						if err := c.ReadAt(q, off); err != nil {
+							errs <- err
+							return
+						}
+						if !bytes.Equal(p, q) {
+							errs <- fmt.Errorf("request %d: data read back differs", i)
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Fatal(err)
+				}
+				q := make([]byte, 4096)
+				for i := range 200 {
+					if err := c.ReadAt(q, uint64(i%32)<<20); err != nil {
+						t.Fatalf("read %d: %v", i, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// tcpPair returns both ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (a, b net.Conn) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	acc := make(chan net.Conn, 1)
+	go func() { c, _ := l.Accept(); acc <- c }()
+	a, err = net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = <-acc
+	if b == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// TestPollConnWakeAndDeadline: a parked reader woken by activity keeps
+// waiting for data (the wake-up is not an error) and returns the data when
+// it comes; a real read deadline still fails the read once polling is over;
+// Close ends a polling reader at once, not after the poll time.
+func TestPollConnWakeAndDeadline(t *testing.T) {
+	a, b := tcpPair(t)
+	pc := newPollConn(a, int64(10*time.Millisecond))
+	type res struct {
+		s   string
+		err error
+	}
+	got := make(chan res, 1)
+	go func() {
+		buf := make([]byte, 16)
+		n, err := pc.Read(buf)
+		got <- res{string(buf[:n]), err}
+	}()
+	// Wake the reader repeatedly while it is parked or polling.
+	for range 20 {
+		activity(pc)
+		time.Sleep(time.Millisecond) // lets the reader park between wake-ups; not synchronisation
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("read returned before data was sent: %q, %v", r.s, r.err)
+	default:
+	}
+	if _, err := b.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; r.err != nil || r.s != "hello" {
+		t.Fatalf("read = %q, %v; want hello, nil", r.s, r.err)
+	}
+
+	// After polling ended, a deadline set by the caller is reported.
+	time.Sleep(15 * time.Millisecond) // past the poll time of the last activity
+	_ = pc.SetReadDeadline(time.Now().Add(5 * time.Millisecond))
+	if _, err := pc.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read with deadline: %v, want deadline exceeded", err)
+	}
+	_ = pc.SetReadDeadline(time.Time{})
+
+	// Close stops a polling reader well before its poll time ends.
+	long := newPollConn(b, int64(time.Minute))
+	activity(long)
+	done := make(chan error, 1)
+	go func() { _, err := long.Read(make([]byte, 1)); done <- err }()
+	time.Sleep(2 * time.Millisecond) // let it start polling; not synchronisation
+	start := time.Now()
+	long.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("read on a closed connection succeeded")
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("read ended %v after Close", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("polling read did not end after Close")
+	}
+}
