@@ -119,8 +119,7 @@ type Scheduler struct {
 	rPos    []int32
 	sPos    []int32
 	lPos    []int32
-	path    []int32
-	phases  []Phase
+	path    []step  // Dequeue's walk, one entry per level
 	lastNow float64 // ns since epochNs
 	epochNs int64   // the caller's time at which the scheduler's clock is 0
 	started bool
@@ -174,7 +173,7 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	s.slab = make([]qent, slots)
 	off := 0
-	ents := make([]entry, 3*(n-1)+12*n+4)
+	ents := make([]entry, 3*(n-1)+21*n+4)
 	nInner := 0
 	for _, k := range kids {
 		if len(k) > 0 {
@@ -212,8 +211,7 @@ func New(cfg Config) (*Scheduler, error) {
 		}
 		maxDepth = max(maxDepth, d)
 	}
-	s.path = make([]int32, maxDepth)
-	s.phases = make([]Phase, maxDepth)
+	s.path = make([]step, maxDepth)
 	s.computeLEff(int32(root), kids)
 	for id := range s.nodes {
 		s.derive(int32(id))
@@ -262,13 +260,18 @@ func (s *Scheduler) derive(id int32) {
 
 // carve cuts an empty heap of capacity c from the front of *ents, placed so
 // that each group of four siblings (indexes 4i+1..4i+4) fills one 64-byte
-// cache line.
+// cache line, with three entries more than c so that the last group is
+// always whole. The storage is filled with pad entries.
 func carve(ents *[]entry, c int) []entry {
 	e := *ents
 	k := 0
 	for k < 3 && (uintptr(unsafe.Pointer(&e[k+1]))%64) != 0 {
 		k++
 	}
-	*ents = e[k+c:]
-	return e[k : k : k+c]
+	*ents = e[k+c+3:]
+	h := e[k : k+c+3 : k+c+3]
+	for i := range h {
+		h[i] = pad
+	}
+	return h[:0]
 }

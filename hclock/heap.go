@@ -1,5 +1,7 @@
 package hclock
 
+import "math"
+
 // entry is one heap element: a node id and its key (a tag in ns or in
 // virtual bytes-per-share units). The key is kept next to the id so that
 // sifting never touches the node array.
@@ -53,6 +55,7 @@ func (h *iheap) removeAt(i int) {
 		h.e[i] = h.e[last]
 		h.pos[h.e[i].id] = int32(i)
 	}
+	h.e[last] = pad
 	h.e = h.e[:last]
 	if i != last {
 		if !h.down(i) {
@@ -124,8 +127,14 @@ func (h *iheap) down(i0 int) bool {
 // a leaf along the smallest children (no comparison with x on the way),
 // then lets x rise from there (Floyd). A served node's tag usually belongs
 // near the bottom, so this saves a comparison per level.
+//
+// Every group of four siblings is read whole: past len(e) the storage holds
+// +Inf keys (see carve and removeAt), so a partly filled last group needs no
+// loop. The least of the four is found as a tournament of two independent
+// pairs without branches: the outcome of a comparison is a coin toss in a
+// heap of tags, and mispredicted branches are what sifting costs.
 func (h *iheap) sink(i int) {
-	e := h.e
+	e, pos := h.e, h.pos
 	n := len(e)
 	x := e[i]
 	for {
@@ -133,52 +142,46 @@ func (h *iheap) sink(i int) {
 		if c >= n {
 			break
 		}
-		m := minChild(e, c, n)
-		e[i] = e[m]
-		h.pos[e[i].id] = int32(i)
-		i = m
+		q := e[c : c+4 : c+4]
+		a := b2i(q[1].key < q[0].key)
+		b := 2 + b2i(q[3].key < q[2].key)
+		m := a ^ (a^b)&-b2i(q[b&3].key < q[a&3].key) // ties: the first
+		y := q[m&3]
+		e[i] = y
+		pos[y.id] = int32(i)
+		i = c + m
 	}
 	for i > 0 {
 		p := (i - 1) / 4
-		if !(x.key < e[p].key) {
+		y := e[p]
+		if !(x.key < y.key) {
 			break
 		}
-		e[i] = e[p]
-		h.pos[e[i].id] = int32(i)
+		e[i] = y
+		pos[y.id] = int32(i)
 		i = p
 	}
 	e[i] = x
-	h.pos[x.id] = int32(i)
+	pos[x.id] = int32(i)
 }
 
-// minChild returns the index of the smallest key among e[c:min(c+4, n)]
-// (the first one on ties), c < n. With four children it compares them as
-// a tournament of independent pairs, which the compiler turns into
-// conditional moves: the outcome of a comparison is a coin toss in a heap
-// of tags, and mispredicted branches are what sifting costs.
-func minChild(e []entry, c, n int) int {
-	if c+3 < n {
-		q := e[c : c+4 : c+4]
-		k0, k1, k2, k3 := q[0].key, q[1].key, q[2].key, q[3].key
-		a, b := c, c+2
-		if k1 < k0 {
-			a = c + 1
-		}
-		k0 = min(k0, k1) // same order as k1 < k0 ? k1 : k0 (keys are never NaN)
-		if k3 < k2 {
-			b = c + 3
-		}
-		k2 = min(k2, k3)
-		if k2 < k0 {
-			a = b
-		}
-		return a
+// raiseTop sets the key of the heap's top entry to key, which is not less
+// than its old key, and restores the order: what Dequeue does to the child
+// it just served (it was chosen as the top, so no position look-up).
+func (h *iheap) raiseTop(key float64) {
+	if key > h.e[0].key {
+		h.e[0].key = key
+		h.sink(0)
 	}
-	m, mk := c, e[c].key
-	for j := c + 1; j < n; j++ {
-		if k := e[j].key; k < mk {
-			m, mk = j, k
-		}
-	}
-	return m
 }
+
+// b2i is 1 for true and 0 for false; it compiles to a SETcc, not a branch.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// pad fills a heap's storage past its length (see sink).
+var pad = entry{key: math.Inf(1), id: -1}

@@ -9,6 +9,15 @@ import "math"
 // clock); a float64 then resolves well under a nanosecond whatever the
 // caller's clock origin (Unix time included) and however long it runs.
 func (s *Scheduler) now(nowNs int64) float64 {
+	if d := nowNs - s.epochNs; s.started && d < rebaseNs && float64(d) >= s.lastNow {
+		s.lastNow = float64(d)
+		return s.lastNow
+	}
+	return s.nowSlow(nowNs)
+}
+
+// nowSlow is now the first time, and when the tags are due to be rebased.
+func (s *Scheduler) nowSlow(nowNs int64) float64 {
 	if !s.started {
 		s.started = true
 		s.epochNs = nowNs
@@ -222,7 +231,8 @@ func (s *Scheduler) deactivate(id int32) {
 // when the wire is free, and again at nextEligibleNs or at the next Enqueue.
 func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs int64) {
 	now := s.now(nowNs)
-	r := &s.nodes[s.root]
+	nodes := s.nodes
+	r := &nodes[s.root]
 	if r.in.nActive == 0 {
 		return Packet{}, false, Never
 	}
@@ -231,46 +241,44 @@ func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs in
 	}
 	// Walk down: at each level take a child behind its reservation, else
 	// the eligible child with the smallest share tag.
-	id := s.root
+	path := s.path
 	depth := 0
-	for x := r; !x.isPort; {
-		for x.in.lh.len() > 0 && x.in.lh.top().key <= now {
-			c := x.in.lh.top().id
-			s.place(c, now)
+	x := r
+	var leaf step
+	for in := r.in; in != nil; in = x.in {
+		if len(in.lh.e) > 0 && in.lh.e[0].key <= now {
+			s.release(in, now)
 		}
-		var c int32
-		ph := ByShares
-		if x.in.rh.len() > 0 {
-			t := x.in.rh.top()
-			if due := t.key + x.in.rOff; due <= now {
-				c, ph = t.id, ByReservation
+		st := step{in: in, phase: ByShares}
+		if len(in.rh.e) > 0 {
+			t := in.rh.e[0]
+			if due := t.key + in.rOff; due <= now {
+				st.id, st.phase = t.id, ByReservation
 				if lag := now - due; lag > float64(s.cfg.MaxReservationLagNs) {
-					x.in.rOff += lag - float64(s.cfg.MaxReservationLagNs)
+					in.rOff += lag - float64(s.cfg.MaxReservationLagNs)
 				}
 			}
 		}
-		if ph == ByShares {
-			if x.in.sh.len() == 0 {
+		if st.phase == ByShares {
+			if len(in.sh.e) == 0 {
 				// Cannot happen while the invariants hold; be safe.
 				return Packet{}, false, Never
 			}
 			// The S heap's key is the child's sTag: read it there, not
 			// from the child's node (one dependent load fewer).
-			t := x.in.sh.top()
-			c = t.id
-			if t.key > x.in.vt {
-				x.in.vt = t.key
+			t := in.sh.e[0]
+			st.id = t.id
+			if t.key > in.vt {
+				in.vt = t.key
 			}
 		}
-		s.path[depth], s.phases[depth] = c, ph
+		path[depth] = st
 		depth++
-		id = c
-		x = &s.nodes[c]
+		leaf = st
+		x = &nodes[st.id]
 	}
-	// Pop the packet.
-	// The head's size is cached in the node, so that charging does not
-	// wait for the queue slot to come from memory.
-	x := &s.nodes[id]
+	// Pop the packet. The head's size is cached in the node, so that
+	// charging does not wait for the queue slot to come from memory.
 	q := qent{bytes: x.hBytes, enqNs: s.slab[x.qOff+x.qHead].enqNs}
 	x.qHead++
 	if x.qHead == x.qCap {
@@ -285,38 +293,60 @@ func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs in
 	b := float64(q.bytes)
 	// Charge the path bottom-up and re-place each node in its parent.
 	for i := depth - 1; i >= 0; i-- {
-		c := s.path[i]
-		y := &s.nodes[c]
-		s.charge(y, b, q.bytes, now)
-		if s.phases[i] == ByReservation {
+		st := &path[i]
+		y := &nodes[st.id]
+		charge(y, b, q.bytes, now)
+		if st.phase == ByReservation {
 			y.rTag += b * y.rNsPerByte
-			s.cold[c].resvBytes += uint64(q.bytes)
+			s.cold[st.id].resvBytes += uint64(q.bytes)
 		} else {
 			y.sTag += b * y.sPerByte
 		}
-		switch {
-		case (y.isPort && y.qN == 0) || (!y.isPort && y.in.nActive == 0):
-			s.deactivate(c)
-		case y.state == stEligible && y.lTag <= now && (y.isPort || y.in.sh.len() > 0):
-			// Still eligible, only the tag it was chosen by moved.
-			y.eligibleAt = y.lTag
-			p := s.nodes[y.parent].in
-			if s.phases[i] == ByReservation {
-				p.rh.fix(c, y.rTag)
-			} else {
-				p.sh.fix(c, y.sTag)
+		if y.in == nil {
+			if y.qN == 0 {
+				s.deactivate(st.id)
+				continue
 			}
-		default:
-			s.place(c, now)
+		} else if y.in.nActive == 0 {
+			s.deactivate(st.id)
+			continue
 		}
+		if y.state == stEligible && y.lTag <= now && (y.in == nil || len(y.in.sh.e) > 0) {
+			// Still eligible: only the tag it was chosen by moved, and it
+			// is still the top of the heap it was chosen from.
+			y.eligibleAt = y.lTag
+			if st.phase == ByReservation {
+				st.in.rh.raiseTop(y.rTag)
+			} else {
+				st.in.sh.raiseTop(y.sTag)
+			}
+			continue
+		}
+		s.place(st.id, now)
 	}
-	s.charge(r, b, q.bytes, now)
+	charge(r, b, q.bytes, now)
 	r.eligibleAt = s.eligibleAt(r)
-	return Packet{Port: int(id), Bytes: int(q.bytes), EnqueuedNs: q.enqNs, Phase: s.phases[depth-1]}, true, nowNs
+	return Packet{Port: int(leaf.id), Bytes: int(q.bytes), EnqueuedNs: q.enqNs, Phase: leaf.phase}, true, nowNs
+}
+
+// step is one level of the path Dequeue walks: the child chosen, how, and
+// its parent's heaps.
+type step struct {
+	in    *inner
+	id    int32
+	phase Phase
+}
+
+// release moves the children of in whose limit has let go of them by now
+// from the L heap into the eligible set.
+func (s *Scheduler) release(in *inner, now float64) {
+	for len(in.lh.e) > 0 && in.lh.e[0].key <= now {
+		s.place(in.lh.e[0].id, now)
+	}
 }
 
 // charge advances a node's limit tag and counters for one packet.
-func (s *Scheduler) charge(y *node, b float64, bytes int32, now float64) {
+func charge(y *node, b float64, bytes int32, now float64) {
 	if y.lNsPerByte > 0 {
 		l := y.lTag
 		if floor := now - y.lSlackNs; floor > l {
