@@ -18,7 +18,8 @@
 #
 # GATEWAY_POLLS="0 50us" runs one gateway per --poll value, interleaved with
 # the others in every round (before/after in the same run); an entry
-# LABEL=BINARY runs another build of sluice (e.g. before=/tmp/sluice-old)
+# LABEL=BINARY runs another build of sluice (SLUICE=BINARY replaces the
+# build of this tree) (e.g. before=/tmp/sluice-old)
 # with its default flags, shown as gw-poll-LABEL; PROXY=0 leaves
 # out the nbdkit proxy. CPU µs/IO: utime+stime of the process
 # (/proc/PID/stat) over the fio run, ramp included, per I/O.
@@ -34,7 +35,7 @@ tmp=$(mktemp -d)
 cleanup() { for p in ${gw:-} ${nk:-} ${px:-}; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT INT TERM
 for t in fio nbdkit go; do command -v $t >/dev/null || { echo "storage-overhead: $t not found (scripts/deps.sh)" >&2; exit 1; }; done
-(cd "$root" && go build -o "$tmp/sluice" ./cmd/sluice)
+if [ -n "${SLUICE:-}" ]; then cp "$SLUICE" "$tmp/sluice"; else (cd "$root" && go build -o "$tmp/sluice" ./cmd/sluice); fi
 cat >"$tmp/p.yaml" <<'YAML'
 cluster: bench
 hosts:

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -261,6 +262,9 @@ func (c *Client) flusher() {
 		case <-c.done:
 			return
 		case <-c.flushReq:
+			// As the server's flusher: requests issued together share
+			// one write system call.
+			runtime.Gosched()
 			c.wmu.Lock()
 			err := c.w.Flush()
 			c.wmu.Unlock()

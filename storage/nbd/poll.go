@@ -29,7 +29,8 @@ import (
 // of µs). A read that finds no data polls only while "active": until pollNs
 // after the last call of activity (the owner calls it when it sent
 // something that will be answered: a reply to a client, which sends its
-// next request; a request upstream). A reader already parked when activity
+// next request; a request upstream), and not while polls keep finding
+// nothing (see maxMisses). A reader already parked when activity
 // is signalled is woken to poll (through a read deadline in the past,
 // cleared again by the reader). Between polls the reader yields to other
 // goroutines (runtime.Gosched), so that with GOMAXPROCS=1 it does not
@@ -47,7 +48,18 @@ type pollConn struct {
 	parked    atomic.Bool  // the reader is (about to be) parked in the netpoller
 	kicked    atomic.Bool  // a read deadline in the past was set to wake it
 	closed    atomic.Bool  // Close was called: stop polling
+	misses    atomic.Int32 // polls in a row that ended without data
+	skipped   atomic.Int32 // activity calls not polled since the last probe
 }
+
+// Adaptive polling: after maxMisses polls in a row found nothing (the
+// answer takes longer than pollNs, e.g. a device with 1 ms service time),
+// activity polls only every probeEvery-th time, until a poll finds data
+// again; polling then costs little CPU where it cannot help.
+const (
+	maxMisses  = 4
+	probeEvery = 16
+)
 
 // Close implements net.Conn; a polling reader stops polling.
 func (p *pollConn) Close() error {
@@ -81,6 +93,12 @@ func activity(c any) {
 	p, ok := c.(*pollConn)
 	if !ok || p.pollNs <= 0 {
 		return
+	}
+	if p.misses.Load() >= maxMisses {
+		if p.skipped.Add(1) < probeEvery {
+			return
+		}
+		p.skipped.Store(0)
 	}
 	p.spinUntil.Store(monoNs() + p.pollNs)
 	if p.parked.Load() && !p.kicked.Swap(true) {
@@ -148,14 +166,19 @@ func (p *pollConn) Read(b []byte) (int, error) {
 	for {
 		var n int
 		var errno syscall.Errno
+		spun := false
 		err := p.rc.Read(func(fd uintptr) bool {
 			p.parked.Store(false)
 			for {
 				n, errno = rawRead(fd, b)
 				if errno != syscall.EAGAIN {
+					if spun {
+						p.misses.Store(0)
+					}
 					return true
 				}
 				if p.polling() {
+					spun = true
 					runtime.Gosched()
 					continue
 				}
@@ -165,6 +188,10 @@ func (p *pollConn) Read(b []byte) (int, error) {
 				if p.polling() {
 					p.parked.Store(false)
 					continue
+				}
+				if spun {
+					p.misses.Add(1)
+					spun = false
 				}
 				return false
 			}

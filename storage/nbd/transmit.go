@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -146,6 +147,11 @@ func (t *transmitter) read() (request, error) {
 func (c *serverConn) flusher(done chan struct{}) {
 	defer close(done)
 	for range c.flushReq {
+		// Let the goroutines that are ready run first: replies that
+		// complete together then share one write system call (with
+		// GOMAXPROCS=1 the flusher would otherwise run right after each
+		// reply and send it alone).
+		runtime.Gosched()
 		c.wmu.Lock()
 		err := c.w.Flush()
 		c.wmu.Unlock()
