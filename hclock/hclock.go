@@ -20,11 +20,14 @@ import (
 	"unsafe"
 )
 
-// Packet is what Dequeue hands out.
+// Packet is what Dequeue hands out. A port's packets leave in the order
+// they were queued, so the caller keeps the packets themselves (buffers,
+// arrival times) in a FIFO per port and takes the head of Port's; the
+// scheduler keeps only their sizes (4 bytes a packet, so that the queues
+// of many ports stay in cache).
 type Packet struct {
-	Port       int   // ID of the port it was queued at
-	Bytes      int   // size in bytes
-	EnqueuedNs int64 // the nowNs given to Enqueue
+	Port  int // ID of the port it was queued at
+	Bytes int // size in bytes
 	// Phase is how the port's parent chose it: by reservation or by shares.
 	Phase Phase
 }
@@ -46,11 +49,6 @@ const (
 	stEligible              // in the parent's R and S heaps
 	stLimited               // in the parent's L heap, keyed by eligibleAt
 )
-
-type qent struct {
-	enqNs int64
-	bytes int32
-}
 
 // node is the hot per-node state, touched on every packet. Kept small:
 // what is only read on configuration changes lives in cold.
@@ -113,7 +111,7 @@ type NodeStats struct {
 // Scheduler is a hierarchical R/S/L packet scheduler. Build it with New.
 type Scheduler struct {
 	nodes   []node
-	slab    []qent
+	slab    []int32 // the packet sizes queued at ports
 	cold    []cold
 	root    int32
 	rPos    []int32
@@ -171,7 +169,7 @@ func New(cfg Config) (*Scheduler, error) {
 			slots += nc.QueuePackets
 		}
 	}
-	s.slab = make([]qent, slots)
+	s.slab = make([]int32, slots)
 	off := 0
 	ents := make([]entry, 3*(n-1)+21*n+4)
 	nInner := 0

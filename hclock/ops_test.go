@@ -14,6 +14,7 @@ func opsCmd(t *testing.T, tr *ttree, input string) string {
 		t.Fatal(err)
 	}
 	var b strings.Builder
+	queuedAt := map[int][]int64{} // per port, the times of the packets it holds
 	for _, line := range strings.Split(strings.TrimSpace(input), "\n") {
 		f := strings.Fields(line)
 		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
@@ -37,7 +38,11 @@ func opsCmd(t *testing.T, tr *ttree, input string) string {
 		switch f[0] {
 		case "enqueue":
 			n, _ := strconv.Atoi(f[2])
-			fmt.Fprintf(&b, "%v\n", s.Enqueue(id(f[1]), n, at))
+			ok := s.Enqueue(id(f[1]), n, at)
+			if ok {
+				queuedAt[id(f[1])] = append(queuedAt[id(f[1])], at)
+			}
+			fmt.Fprintf(&b, "%v\n", ok)
 		case "dequeue":
 			p, ok, next := s.Dequeue(at)
 			switch {
@@ -46,7 +51,9 @@ func opsCmd(t *testing.T, tr *ttree, input string) string {
 				if p.Phase == ByReservation {
 					by = "reservation"
 				}
-				fmt.Fprintf(&b, "%s %dB by %s (queued at %s)\n", s.Name(p.Port), p.Bytes, by, fmtDur(p.EnqueuedNs))
+				q := queuedAt[p.Port]
+				fmt.Fprintf(&b, "%s %dB by %s (queued at %s)\n", s.Name(p.Port), p.Bytes, by, fmtDur(q[0]))
+				queuedAt[p.Port] = q[1:]
 			case next == Never:
 				b.WriteString("nothing queued\n")
 			default:

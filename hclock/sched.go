@@ -87,7 +87,7 @@ func (s *Scheduler) Enqueue(port int, bytes int, nowNs int64) bool {
 	if i >= x.qCap {
 		i -= x.qCap
 	}
-	s.slab[x.qOff+i] = qent{enqNs: nowNs, bytes: int32(bytes)}
+	s.slab[x.qOff+i] = int32(bytes)
 	if x.qN == 0 {
 		x.hBytes = int32(bytes)
 	}
@@ -279,26 +279,26 @@ func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs in
 	}
 	// Pop the packet. The head's size is cached in the node, so that
 	// charging does not wait for the queue slot to come from memory.
-	q := qent{bytes: x.hBytes, enqNs: s.slab[x.qOff+x.qHead].enqNs}
+	size := x.hBytes
 	x.qHead++
 	if x.qHead == x.qCap {
 		x.qHead = 0
 	}
 	x.qN--
 	if x.qN > 0 {
-		x.hBytes = s.slab[x.qOff+x.qHead].bytes
+		x.hBytes = s.slab[x.qOff+x.qHead]
 	}
-	x.qBytes -= int64(q.bytes)
+	x.qBytes -= int64(size)
 	s.queued--
-	b := float64(q.bytes)
+	b := float64(size)
 	// Charge the path bottom-up and re-place each node in its parent.
 	for i := depth - 1; i >= 0; i-- {
 		st := &path[i]
 		y := &nodes[st.id]
-		charge(y, b, q.bytes, now)
+		charge(y, b, size, now)
 		if st.phase == ByReservation {
 			y.rTag += b * y.rNsPerByte
-			s.cold[st.id].resvBytes += uint64(q.bytes)
+			s.cold[st.id].resvBytes += uint64(size)
 		} else {
 			y.sTag += b * y.sPerByte
 		}
@@ -324,9 +324,9 @@ func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs in
 		}
 		s.place(st.id, now)
 	}
-	charge(r, b, q.bytes, now)
+	charge(r, b, size, now)
 	r.eligibleAt = s.eligibleAt(r)
-	return Packet{Port: int(leaf.id), Bytes: int(q.bytes), EnqueuedNs: q.enqNs, Phase: leaf.phase}, true, nowNs
+	return Packet{Port: int(leaf.id), Bytes: int(size), Phase: leaf.phase}, true, nowNs
 }
 
 // step is one level of the path Dequeue walks: the child chosen, how, and
