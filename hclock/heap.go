@@ -126,13 +126,9 @@ func (h *iheap) down(i0 int) bool {
 // sink moves element i, whose key grew, down: it first walks the hole to
 // a leaf along the smallest children (no comparison with x on the way),
 // then lets x rise from there (Floyd). A served node's tag usually belongs
-// near the bottom, so this saves a comparison per level.
-//
-// Every group of four siblings is read whole: past len(e) the storage holds
-// +Inf keys (see carve and removeAt), so a partly filled last group needs no
-// loop. The least of the four is found as a tournament of two independent
-// pairs without branches: the outcome of a comparison is a coin toss in a
-// heap of tags, and mispredicted branches are what sifting costs.
+// near the bottom, so this saves a comparison per level. Every group of
+// four siblings is read whole: past len(e) the storage holds +Inf keys (see
+// carve and removeAt), so a partly filled last group needs no loop.
 func (h *iheap) sink(i int) {
 	e, pos := h.e, h.pos
 	n := len(e)
@@ -142,11 +138,9 @@ func (h *iheap) sink(i int) {
 		if c >= n {
 			break
 		}
-		q := e[c : c+4 : c+4]
-		a := b2i(q[1].key < q[0].key)
-		b := 2 + b2i(q[3].key < q[2].key)
-		m := a ^ (a^b)&-b2i(q[b&3].key < q[a&3].key) // ties: the first
-		y := q[m&3]
+		q := (*[4]entry)(e[c : c+4 : cap(e)]) // past len(e): pads
+		m := least4(q)
+		y := q[m]
 		e[i] = y
 		pos[y.id] = int32(i)
 		i = c + m
@@ -173,6 +167,16 @@ func (h *iheap) raiseTop(key float64) {
 		h.e[0].key = key
 		h.sink(0)
 	}
+}
+
+// least4 is the index of the least of four keys (the first one on ties),
+// found as a tournament of two independent pairs without branches: the
+// outcome of a comparison is a coin toss in a heap of tags, and
+// mispredicted branches are what sifting costs.
+func least4(q *[4]entry) int {
+	a := b2i(q[1].key < q[0].key)
+	b := 2 + b2i(q[3].key < q[2].key)
+	return a ^ (a^b)&-b2i(q[b&3].key < q[a&3].key)
 }
 
 // b2i is 1 for true and 0 for false; it compiles to a SETcc, not a branch.
