@@ -35,10 +35,12 @@ type Options struct {
 	OnPeriod func(Status)
 	// Logf receives one line per notable event (nil: silent).
 	Logf func(format string, args ...any)
-	// PollNs, if > 0, turns on bounded busy polling: after a reply to a VM
-	// the gateway polls that client's socket for up to PollNs for its next
-	// request, and after a request to the datastore it polls the datastore
-	// socket for up to PollNs for the reply, before parking. CPU for
+	// PollNs, if > 0, turns on bounded busy polling at queue depth 1: after
+	// a reply to a VM with nothing else in flight on that connection the
+	// gateway polls the VM's socket for up to PollNs for its next request,
+	// and after a request to the datastore with nothing else in flight it
+	// polls the datastore socket for up to PollNs for the reply, before
+	// parking. CPU for
 	// latency: each poll saves a thread wake-up when the answer comes
 	// within PollNs (docs/perf/storage.md).
 	PollNs int64

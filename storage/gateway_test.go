@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -32,8 +33,15 @@ func (h *holdingDatastore) WriteAt(p []byte, off uint64, fua bool) error {
 func (h *holdingDatastore) Flush() error { h.flushes.Add(1); return nil }
 
 // A write is acknowledged to the VM only after the datastore acknowledged
-// it; FUA is passed on; FLUSH reaches the datastore.
+// it; FUA is passed on; FLUSH reaches the datastore. The same with bounded
+// busy polling on (Options.PollNs).
 func TestWriteAckedOnlyAfterDatastore(t *testing.T) {
+	for _, pollNs := range []int64{0, 50_000} {
+		t.Run(fmt.Sprintf("poll=%dns", pollNs), func(t *testing.T) { testWriteAcked(t, pollNs) })
+	}
+}
+
+func testWriteAcked(t *testing.T, pollNs int64) {
 	p := parsePolicy(t, oneHostPolicy)
 	_, req := Layout(p, "ds1")
 	ds := &holdingDatastore{memDatastore: memDatastore{data: make([]byte, req)}, release: make(chan struct{})}
@@ -44,7 +52,7 @@ func TestWriteAckedOnlyAfterDatastore(t *testing.T) {
 	srv := &nbd.Server{Exports: nbd.MapExports{"": ds}}
 	go srv.Serve(l)
 	defer srv.Close()
-	g, err := New(Options{Host: "h1", Policy: p, Datastores: map[string]string{"ds1": "nbd://" + l.Addr().String()}, Period: time.Hour})
+	g, err := New(Options{Host: "h1", Policy: p, Datastores: map[string]string{"ds1": "nbd://" + l.Addr().String()}, Period: time.Hour, PollNs: pollNs})
 	if err != nil {
 		t.Fatal(err)
 	}

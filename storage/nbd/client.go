@@ -79,8 +79,8 @@ func Dial(ctx context.Context, network, addr, export string) (*Client, error) {
 }
 
 // DialPoll is Dial with bounded busy polling of replies: after a request
-// is sent, the caller waiting for replies polls the socket for up to
-// pollNs before parking (0: never). It trades CPU for latency (see
+// is sent with no other in flight, the caller waiting for its reply polls
+// the socket for up to pollNs before parking (0: never). It trades CPU for latency (see
 // Server.PollNs).
 func DialPoll(ctx context.Context, network, addr, export string, pollNs int64) (*Client, error) {
 	var d net.Dialer
@@ -272,7 +272,6 @@ func (c *Client) flusher() {
 				c.fail(fmt.Errorf("nbd: sending request: %w", err))
 				return
 			}
-			activity(c.conn)
 		}
 	}
 }

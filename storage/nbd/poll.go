@@ -27,10 +27,13 @@ import (
 // is polling when data arrives avoids a wake-up of its thread (on a VM, a
 // halted vCPU's wake-up is a VM exit and an inter-processor interrupt, tens
 // of µs). A read that finds no data polls only while "active": until pollNs
-// after the last call of activity (the owner calls it when it sent
-// something that will be answered: a reply to a client, which sends its
-// next request; a request upstream), and not while polls keep finding
-// nothing (see maxMisses). A reader already parked when activity
+// after the last call of activity, and not while polls keep finding
+// nothing (see maxMisses). The owner calls activity when it sent something
+// that will be answered and nothing else is in flight on the connection: a
+// reply to a client, which sends its next request; a request upstream.
+// With more in flight (a deep queue) other answers are on their way anyway,
+// and the CPUs are better left to the processes producing them: polling at
+// queue depth 32 cost IOPS in the measurements. A reader already parked when activity
 // is signalled is woken to poll (through a read deadline in the past,
 // cleared again by the reader). Between polls the reader yields to other
 // goroutines (runtime.Gosched), so that with GOMAXPROCS=1 it does not

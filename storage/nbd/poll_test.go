@@ -164,3 +164,53 @@ func TestPollConnWakeAndDeadline(t *testing.T) {
 		t.Fatal("polling read did not end after Close")
 	}
 }
+
+// TestPollAdaptive: when answers keep coming later than the poll time (a
+// slow device), polling stops after maxMisses misses except for one probe in
+// probeEvery activity calls; an answer within the poll time turns it on
+// again.
+func TestPollAdaptive(t *testing.T) {
+	a, b := tcpPair(t)
+	pc := newPollConn(a, int64(200*time.Microsecond)).(*pollConn)
+	buf := make([]byte, 8)
+	exchange := func(delay time.Duration) {
+		t.Helper()
+		activity(pc)
+		go func() {
+			time.Sleep(delay) // the peer's service time; not synchronisation
+			b.Write([]byte("x"))
+		}()
+		if _, err := pc.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range maxMisses {
+		exchange(5 * time.Millisecond)
+	}
+	if m := pc.misses.Load(); m < maxMisses {
+		t.Fatalf("misses after %d slow answers: %d", maxMisses, m)
+	}
+	polled := 0
+	for range 2 * probeEvery {
+		before := pc.spinUntil.Load()
+		activity(pc)
+		if pc.spinUntil.Load() != before {
+			polled++
+		}
+	}
+	if polled != 2 {
+		t.Fatalf("with polling off, %d of %d activity calls polled, want 2 probes", polled, 2*probeEvery)
+	}
+	// An answer that arrives while a probe polls turns polling on again.
+	pc.spinUntil.Store(monoNs() + int64(10*time.Second))
+	go func() {
+		time.Sleep(time.Millisecond) // the peer's service time; not synchronisation
+		b.Write([]byte("y"))
+	}()
+	if _, err := pc.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if m := pc.misses.Load(); m != 0 {
+		t.Fatalf("misses after an answer found by polling: %d, want 0", m)
+	}
+}

@@ -64,8 +64,9 @@ type Server struct {
 	// (nil: silent).
 	Logf func(format string, args ...any)
 	// PollNs, if > 0, makes a connection's reader poll its socket for up to
-	// PollNs after a reply was sent, before parking (bounded busy polling:
-	// CPU for latency; see pollConn). It applies to net.Conn connections.
+	// PollNs for the next request after a reply was sent with no other
+	// request in flight, before parking (bounded busy polling: CPU for
+	// latency; see pollConn). It applies to net.Conn connections.
 	PollNs int64
 
 	mu        sync.Mutex

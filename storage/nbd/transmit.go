@@ -158,7 +158,6 @@ func (c *serverConn) flusher(done chan struct{}) {
 		if err != nil {
 			_ = c.rw.Close()
 		}
-		activity(c.rw)
 	}
 	c.wmu.Lock()
 	_ = c.w.Flush()
