@@ -155,6 +155,7 @@ func New(cfg Config) (*Scheduler, error) {
 		cfg:         cfg,
 		kids:        kids,
 		creditBytes: float64(cfg.MaxCreditBytes),
+		epochNs:     math.MinInt64 / 2, // not started (see now)
 	}
 	for i := range s.rPos {
 		s.rPos[i], s.sPos[i], s.lPos[i] = -1, -1, -1

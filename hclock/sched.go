@@ -9,7 +9,9 @@ import "math"
 // clock); a float64 then resolves well under a nanosecond whatever the
 // caller's clock origin (Unix time included) and however long it runs.
 func (s *Scheduler) now(nowNs int64) float64 {
-	if d := nowNs - s.epochNs; s.started && d < rebaseNs && float64(d) >= s.lastNow {
+	// Before the first call epochNs is far in the past (New), so that the
+	// slow path starts the clock without a test here.
+	if d := nowNs - s.epochNs; d < rebaseNs && float64(d) >= s.lastNow {
 		s.lastNow = float64(d)
 		return s.lastNow
 	}
@@ -230,7 +232,11 @@ func (s *Scheduler) deactivate(id int32) {
 // be (limits), or Never when nothing is queued. The caller calls Dequeue
 // when the wire is free, and again at nextEligibleNs or at the next Enqueue.
 func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs int64) {
-	now := s.now(nowNs)
+	now := float64(nowNs - s.epochNs) // s.now written out: it is not inlined
+	if nowNs-s.epochNs >= rebaseNs || now < s.lastNow {
+		now = s.nowSlow(nowNs)
+	}
+	s.lastNow = now
 	nodes := s.nodes
 	r := &nodes[s.root]
 	if r.in.nActive == 0 {
@@ -325,7 +331,11 @@ func (s *Scheduler) Dequeue(nowNs int64) (pkt Packet, ok bool, nextEligibleNs in
 		s.place(st.id, now)
 	}
 	charge(r, b, size, now)
-	r.eligibleAt = s.eligibleAt(r)
+	if r.in.sh.len() > 0 {
+		r.eligibleAt = r.lTag // s.eligibleAt(r), the usual case
+	} else {
+		r.eligibleAt = s.eligibleAt(r)
+	}
 	return Packet{Port: int(leaf.id), Bytes: int(size), Phase: leaf.phase}, true, nowNs
 }
 
