@@ -155,6 +155,19 @@ func (t *Tree) minRate() policy.Bps { return max(t.SpeedBps/10000, 8000) }
 // HTB counts).
 func (t *Tree) scale() float64 { return float64(t.SpeedBps) / float64(t.UsableBps) }
 
+// Frame bytes HTB counts for the most efficient payload: a full TCP segment
+// at MTU 1500 carries 1448 bytes under 66 bytes of Ethernet (14), IPv4 (20)
+// and TCP with timestamps (32) headers; HTB counts a frame from its Ethernet
+// header on (a GSO segment as that many frames).
+const fullFrameBytes, fullPayloadBytes = 1514.0, 1448.0
+
+// limitScale converts a payload limit to the wire ceil HTB enforces. A cap
+// must hold for the most efficient traffic, so it carries header overhead
+// only: scale() also carries what the uplink loses at line rate (the usable
+// rate is measured saturated), and a 200 Mbps limit scaled by it let a
+// single TCP flow through at 204 Mbps. Smaller packets stay further under.
+func (t *Tree) limitScale() float64 { return min(t.scale(), fullFrameBytes/fullPayloadBytes) }
+
 // HTBClasses renders the tree as HTB classes, parents first. With ent nil the
 // tree is static: each class's rate is its reservation (at least minRate),
 // its ceil its limit (at most the line rate), and excess goes by quantum in
@@ -199,7 +212,7 @@ func (t *Tree) HTBClasses(ent map[string]float64) []HTBClass {
 		if n.L != policy.Unlimited && n.L > 0 {
 			wire := n.L
 			if ent != nil {
-				wire = policy.Bps(float64(n.L) * t.scale())
+				wire = policy.Bps(float64(n.L) * t.limitScale())
 			}
 			c = min(c, wire)
 		}
