@@ -1,6 +1,7 @@
 package mclock
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -134,8 +135,50 @@ func FuzzScheduler(f *testing.F) {
 			if s.Len() != total {
 				t.Fatalf("Len %d, want %d", s.Len(), total)
 			}
+			if err := s.checkHeaps(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
+}
+
+// checkHeaps checks the heaps' structure: positions match, every parent is
+// no larger than its children, every entry is a known client keyed by its
+// head tag, queued clients are in the R heap iff they have a reservation
+// and in exactly one of P and L, and an unqueued client is in no heap
+// unless it is the one Pull just emptied.
+func (s *Scheduler) checkHeaps() error {
+	for k := range s.heaps {
+		h := &s.heaps[k]
+		for i, e := range h.a {
+			if h.pos[e.id] != int32(i) {
+				return fmt.Errorf("heap %d: client %d at %d, pos says %d", k, e.id, i, h.pos[e.id])
+			}
+			if i > 0 && e.less(h.a[(i-1)/4]) {
+				return fmt.Errorf("heap %d: entry %d smaller than its parent", k, i)
+			}
+			c := s.client(int(e.id))
+			if c == nil {
+				return fmt.Errorf("heap %d: unknown client %d", k, e.id)
+			}
+			if c.qLen == 0 && c != s.emptied {
+				return fmt.Errorf("heap %d: client %d has nothing queued", k, e.id)
+			}
+			if e.key != c.tag[k] {
+				return fmt.Errorf("heap %d: client %d keyed %d, tag %d", k, e.id, e.key, c.tag[k])
+			}
+		}
+	}
+	for _, c := range s.clients {
+		if c == nil || c.qLen == 0 {
+			continue
+		}
+		inR, inP, inL := s.heaps[kR].pos[c.id] >= 0, s.heaps[kP].pos[c.id] >= 0, s.heaps[kL].pos[c.id] >= 0
+		if inR != (c.tag[kR] != Never) || inP == inL {
+			return fmt.Errorf("client %d (%d queued): in R %v P %v L %v, R tag %d", c.id, c.qLen, inR, inP, inL, c.tag[kR])
+		}
+	}
+	return nil
 }
 
 // TestRebaseP checks that shifting virtual time back changes no decision:

@@ -80,6 +80,14 @@ type Scheduler struct {
 	last       Phase
 	lastNs     int64 // latest time seen by Add or Pull
 	pRebaseAt  int64 // P tag beyond which virtual time is shifted back
+
+	// emptied is the client whose last request Pull just served, still in
+	// the heaps under its served tags: its unlink is put off to the next
+	// call, so that a client that sends its next request at once (an I/O
+	// stream at depth 1) has its entries re-sorted in place rather than
+	// removed and pushed again. Every method but that Add first settles
+	// it; only virtualNow looks past it.
+	emptied *client
 }
 
 // New returns an empty Scheduler.
@@ -137,6 +145,7 @@ func (s *Scheduler) AddClient(id int, p Params) error {
 	if s.clients[id] != nil {
 		return fmt.Errorf("client %d: already added", id)
 	}
+	s.settle()
 	c := &client{id: id, q: make([]Request, 4)}
 	c.setParams(p)
 	// A new client is like one idle for ever: its first request is due at
@@ -170,6 +179,7 @@ func (s *Scheduler) Update(id int, p Params) error {
 	if err := p.validate(); err != nil {
 		return fmt.Errorf("client %d: %w", id, err)
 	}
+	s.settle()
 	hadR := c.invR > 0
 	c.setParams(p)
 	if !hadR && c.invR > 0 {
@@ -191,6 +201,7 @@ func (s *Scheduler) RemoveClient(id int) (dropped int, err error) {
 	if c == nil {
 		return 0, fmt.Errorf("client %d: %w", id, ErrUnknownClient)
 	}
+	s.settle()
 	s.unlink(c)
 	dropped = c.qLen
 	s.queued -= c.qLen
@@ -235,12 +246,30 @@ func (s *Scheduler) Add(id int, req Request, nowNs int64) error {
 	c.q[(c.qHead+c.qLen)&(len(c.q)-1)] = req
 	c.qLen++
 	s.queued++
-	if c.qLen == 1 {
-		// The client was idle: no credit for the idle time.
-		s.tagHead(c, true, nowNs)
-		s.link(c, nowNs)
+	if c.qLen > 1 {
+		return nil
 	}
+	// The client was idle: no credit for the idle time.
+	if c == s.emptied {
+		// Still in the heaps under the tags of the request just served.
+		s.tagHead(c, true, nowNs)
+		s.emptied = nil
+		s.relink(c, nowNs)
+		return nil
+	}
+	s.settle()
+	s.tagHead(c, true, nowNs)
+	s.link(c, nowNs)
 	return nil
+}
+
+// settle unlinks the client Pull emptied, unless it has been given a request
+// since (see Scheduler.emptied).
+func (s *Scheduler) settle() {
+	if c := s.emptied; c != nil {
+		s.emptied = nil
+		s.unlink(c)
+	}
 }
 
 func (c *client) grow() {
@@ -255,11 +284,26 @@ func (c *client) grow() {
 // smallest P tag among the clients under their limit, else the P tag of the
 // last weight-phase request.
 func (s *Scheduler) virtualNow() int64 {
-	if h := &s.heaps[kP]; len(h.a) > 0 {
-		t := s.clients[h.a[0].id]
-		return max(s.vP, t.tag[kP]-int64(float64(t.headCost)*t.invW))
+	h := &s.heaps[kP]
+	if len(h.a) == 0 {
+		return s.vP
 	}
-	return s.vP
+	top := h.a[0]
+	if e := s.emptied; e != nil && top.id == int64(e.id) {
+		// The emptied client is not queued: the smallest is the least of
+		// the top's children (up to four).
+		if len(h.a) == 1 {
+			return s.vP
+		}
+		top = h.a[1]
+		for _, x := range h.a[2:min(len(h.a), 5)] {
+			if x.less(top) {
+				top = x
+			}
+		}
+	}
+	t := s.clients[top.id]
+	return max(s.vP, t.tag[kP]-int64(float64(t.headCost)*t.invW))
 }
 
 // tagHead computes the tags of c's head request from the tags of its last
@@ -328,6 +372,7 @@ func (s *Scheduler) unlink(c *client) {
 // could be (Never when nothing is queued); call Pull again then, or on the
 // next Add.
 func (s *Scheduler) Pull(nowNs int64) (req Request, clientID int, ok bool, nextEligibleNs int64) {
+	s.settle()
 	s.lastNs = max(s.lastNs, nowNs)
 	hl, hp, hr := &s.heaps[kL], &s.heaps[kP], &s.heaps[kR]
 	for len(hl.a) > 0 && hl.a[0].key <= nowNs {
@@ -366,7 +411,7 @@ func (s *Scheduler) Pull(nowNs int64) (req Request, clientID int, ok bool, nextE
 	c.qLen--
 	s.queued--
 	if c.qLen == 0 {
-		s.unlink(c)
+		s.emptied = c // unlinked by the next call, unless it is its Add
 	} else {
 		s.tagHead(c, false, nowNs)
 		s.relink(c, nowNs)
