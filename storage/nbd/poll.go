@@ -166,6 +166,9 @@ func (p *pollConn) polling() bool {
 
 // Read implements io.Reader: poll while active, else park.
 func (p *pollConn) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil // not EOF (read(2) of 0 bytes returns 0)
+	}
 	for {
 		var n int
 		var errno syscall.Errno
@@ -201,8 +204,15 @@ func (p *pollConn) Read(b []byte) (int, error) {
 		})
 		p.parked.Store(false)
 		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) && p.kicked.Swap(false) {
+			if errors.Is(err, os.ErrDeadlineExceeded) && p.kicked.Load() {
+				// Woken by activity: clear the deadline, then allow the
+				// next kick. In this order a kick armed after the Store
+				// sets its deadline after the clear, so it is never lost
+				// (clearing after re-arming could erase a new kick's
+				// deadline and leave kicked set for good: no more
+				// wake-ups on this connection).
 				_ = p.Conn.SetReadDeadline(time.Time{})
+				p.kicked.Store(false)
 				continue
 			}
 			return 0, err

@@ -214,3 +214,44 @@ func TestPollAdaptive(t *testing.T) {
 		t.Fatalf("misses after an answer found by polling: %d, want 0", m)
 	}
 }
+
+// TestPollKickNotLost: activity calls racing with a reader that is parked,
+// woken and reading never leave a wake-up armed without its deadline (which
+// would disable wake-ups on the connection for good): once the activity
+// calls have returned, a read of data that is already there consumes any
+// pending wake-up, so none is left armed. Reads see only the data.
+func TestPollKickNotLost(t *testing.T) {
+	a, b := tcpPair(t)
+	pc := newPollConn(a, int64(20*time.Microsecond)).(*pollConn)
+	buf := make([]byte, 1)
+	for round := range 300 {
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 20 {
+					activity(pc)
+					runtime.Gosched()
+				}
+			}()
+		}
+		go func() {
+			runtime.Gosched()
+			b.Write([]byte{byte(round)})
+		}()
+		if _, err := pc.Read(buf); err != nil || buf[0] != byte(round) {
+			t.Fatalf("round %d: read %v, %v", round, buf, err)
+		}
+		wg.Wait()
+		if _, err := b.Write([]byte{'z'}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pc.Read(buf); err != nil || buf[0] != 'z' {
+			t.Fatalf("round %d: read %q, %v", round, buf, err)
+		}
+		if pc.kicked.Load() {
+			t.Fatalf("round %d: a wake-up is still armed after a read", round)
+		}
+	}
+}
