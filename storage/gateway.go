@@ -198,7 +198,7 @@ func (g *Gateway) Exports() []string { return g.exports.Names() }
 // Serve starts the control loop and serves NBD on l until Close.
 func (g *Gateway) Serve(l net.Listener) error {
 	g.mu.Lock()
-	g.listen = l.Addr().String()
+	g.listen = listenName(l)
 	g.mu.Unlock()
 	g.once.Do(func() {
 		g.wg.Add(1)

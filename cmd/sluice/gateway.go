@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -43,7 +42,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	host := fs.String("host", "", "policy host this gateway serves (required)")
 	pol := fs.String("policy", "", "policy file (required)")
-	listen := fs.String("listen", ":10809", "NBD listen address ADDR:PORT")
+	listen := fs.String("listen", ":10809", "NBD listen address: ADDR:PORT (TCP) or unix:PATH (Unix socket)")
 	period := fs.Duration("period", 0, "control period (default: the datastore's sioc.controlPeriod)")
 	statusFile := fs.String("status-file", "", "status JSON file (default "+statusDir+"/gateway-CLUSTER-HOST.json; removed on exit)")
 	// One OS thread runs the gateway by default: the request path is a few
@@ -70,7 +69,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		runtime.GOMAXPROCS(*cpus)
 	}
 	if *host == "" || *pol == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT [--listen ADDR:PORT] [--period 4s]")
+		fmt.Fprintln(stderr, "usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT [--listen ADDR:PORT|unix:PATH] [--period 4s]")
 		return exitUsage
 	}
 	uris := map[string]string{}
@@ -95,10 +94,10 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return exitBad
 	}
-	l, err := net.Listen("tcp", *listen)
+	l, err := storage.Listen(*listen)
 	if err != nil {
 		g.Close()
-		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return exitBad
 	}
 	fmt.Fprintf(stderr, "sluice gateway: host %s serving %s on %s\n", *host, strings.Join(g.Exports(), " "), l.Addr())
