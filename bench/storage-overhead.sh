@@ -21,12 +21,16 @@
 # LABEL=BINARY runs another build of sluice (SLUICE=BINARY replaces the
 # build of this tree) (e.g. before=/tmp/sluice-old)
 # with its default flags, shown as gw-poll-LABEL; PROXY=0 leaves
-# out the nbdkit proxy. CPU µs/IO: utime+stime of the process
+# out the nbdkit proxy. GATEWAY_UNIX=1 also runs, per --poll value, a
+# gateway listening on a Unix socket (`--listen unix:PATH`, fio's
+# nbd+unix URI), shown as gw-unix-poll-VALUE beside the TCP one: the VM's
+# leg without the TCP/IP stack, as for a VM on the gateway's host (the
+# datastore leg stays TCP, and direct stays fio → nbdkit over TCP). CPU µs/IO: utime+stime of the process
 # (/proc/PID/stat) over the fio run, ramp included, per I/O.
 #
 # Needs: go, fio (with the nbd engine), nbdkit. Listens on 127.0.0.1:10909,
-# 10911 and 10920-.
-set -eu
+# 10911 and 10920-, and on Unix sockets in a temporary directory.
+set -euf # no globbing: URIs hold "?"
 secs=${1:-10}
 rounds=${2:-3}
 delay=${3:-}
@@ -71,16 +75,26 @@ for pl in $polls; do
   *) pf="--poll $pl" ;;
   esac
   # shellcheck disable=SC2086
-  "$bin" gateway --cpus "${GATEWAY_CPUS:-1}" $pf --host h1 --policy "$tmp/p.yaml" --datastore ds1=nbd://127.0.0.1:10909 \
-    --listen 127.0.0.1:$port --status-file "$tmp/status$i.json" 2>"$tmp/gw$i.log" & pid=$!
-  gws="$gws $pid"; gw="${gw:-} $pid"
-  echo "$pid" >"$tmp/pid.gw-poll-$pl"
-  targets="$targets gw-poll-$pl:nbd://127.0.0.1:$port/vm1/disk0"
-  for j in $(seq 100); do
-    fio --name=probe --ioengine=nbd --uri=nbd://127.0.0.1:$port/vm1/disk0 --rw=read --bs=4k --size=4k --output-format=terse >/dev/null 2>&1 && break
-    sleep 0.1
+  listens="tcp"
+  [ "${GATEWAY_UNIX:-0}" = 1 ] && [ "$bin" = "$tmp/sluice" ] && listens="tcp unix"
+  for ln in $listens; do
+    if [ "$ln" = unix ]; then
+      name=gw-unix-poll-$pl; la="unix:$tmp/gw$i.sock"; uri="nbd+unix:///vm1/disk0?socket=$tmp/gw$i.sock"
+    else
+      name=gw-poll-$pl; la="127.0.0.1:$port"; uri="nbd://127.0.0.1:$port/vm1/disk0"
+    fi
+    # shellcheck disable=SC2086
+    "$bin" gateway --cpus "${GATEWAY_CPUS:-1}" $pf --host h1 --policy "$tmp/p.yaml" --datastore ds1=nbd://127.0.0.1:10909 \
+      --listen "$la" --status-file "$tmp/status$i.json" 2>"$tmp/gw$i.log" & pid=$!
+    gws="$gws $pid"; gw="${gw:-} $pid"
+    echo "$pid" >"$tmp/pid.$name"
+    targets="$targets $name:$uri"
+    for j in $(seq 100); do
+      fio --name=probe --ioengine=nbd --uri="$uri" --rw=read --bs=4k --size=4k --output-format=terse >/dev/null 2>&1 && break
+      sleep 0.1
+    done
+    i=$((i + 1))
   done
-  i=$((i + 1))
 done
 [ "${PROXY:-1}" = 0 ] || targets="$targets nbdkit-proxy:nbd://127.0.0.1:10911/"
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # clock ticks of utime+stime
@@ -103,6 +117,9 @@ print("%.0f %.1f %.2f %.2f" % (j["iops"], j["clat_ns"]["percentile"]["50.000000"
 PY
 }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+stamp() { echo "$1 $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg)"; }
+stamp "start:"
+echo
 echo "| qd | path | IOPS | of direct | p50 µs | added p50 µs | gateway CPU µs/IO | nbdkit CPU µs/IO |"
 echo "|---:|---|---:|---:|---:|---:|---:|---:|"
 for qd in 1 32; do
@@ -118,3 +135,5 @@ for qd in 1 32; do
       'BEGIN { printf "| %d | %s | %d | %.0f%% | %.1f | %.1f | %s | %.2f |\n", qd, name, i, 100*i/di, p, p-dp, (name ~ /^gw/ ? sprintf("%.2f", gc) : "-"), nc }'
   done
 done
+echo
+stamp "end:"
