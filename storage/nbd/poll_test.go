@@ -255,3 +255,58 @@ func TestPollKickNotLost(t *testing.T) {
 		}
 	}
 }
+
+// TestServerPollsOnlyAlone: the server polls a client's socket for its next
+// request only while that client is its only connection; with a second
+// client connected, a reply arms no polling (a poller would hide the other
+// client's requests from Go's scheduler).
+func TestServerPollsOnlyAlone(t *testing.T) {
+	mem := &memBackend{data: make([]byte, 1<<20)}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Exports: MapExports{"d": mem}, PollNs: int64(time.Minute)}
+	go s.Serve(l)
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// polled returns whether some server connection's poll time is armed,
+	// and disarms them all.
+	polled := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		armed := false
+		for c := range s.conns {
+			if pc, ok := c.(*pollConn); ok {
+				armed = armed || pc.spinUntil.Swap(0) != 0
+			}
+		}
+		return armed
+	}
+	buf := make([]byte, 4096)
+	a, err := Dial(ctx, "tcp", l.Addr().String(), "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !polled() {
+		t.Fatal("a reply to the only client armed no polling")
+	}
+	b, err := Dial(ctx, "tcp", l.Addr().String(), "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, c := range []*Client{a, b, a} {
+		if err := c.ReadAt(buf, 0); err != nil {
+			t.Fatal(err)
+		}
+		if polled() {
+			t.Fatal("a reply armed polling while two clients are connected")
+		}
+	}
+}

@@ -66,12 +66,17 @@ type Server struct {
 	// PollNs, if > 0, makes a connection's reader poll its socket for up to
 	// PollNs for the next request after a reply was sent with no other
 	// request in flight, before parking (bounded busy polling: CPU for
-	// latency; see pollConn). It applies to net.Conn connections.
+	// latency; see pollConn). It applies to net.Conn connections, and only
+	// while the server has a single connection: while a goroutine polls,
+	// Go's scheduler does not look at the other sockets (sysmon does, every
+	// 10 ms), so a client whose requests keep a poller busy would delay
+	// every other client's (measured in docs/perf/storage.md).
 	PollNs int64
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[io.Closer]struct{}
+	nconns    atomic.Int32 // len(conns), read without mu (polling)
 	closed    bool
 	wg        sync.WaitGroup
 }
@@ -150,10 +155,12 @@ func (s *Server) ServeConn(rw io.ReadWriteCloser) {
 		s.conns = map[io.Closer]struct{}{}
 	}
 	s.conns[rw] = struct{}{}
+	s.nconns.Add(1)
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, rw)
+		s.nconns.Add(-1)
 		s.mu.Unlock()
 		_ = rw.Close()
 	}()

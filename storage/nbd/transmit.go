@@ -287,7 +287,11 @@ func (c *serverConn) reply(handle uint64, errno uint32, data []byte) error {
 		if err != nil {
 			return fmt.Errorf("reply: %w", err)
 		}
-		activity(c.rw)
+		if c.s.nconns.Load() == 1 {
+			// Poll for the next request only when no other client
+			// can be starved by it (Server.PollNs).
+			activity(c.rw)
+		}
 		return nil
 	}
 	c.wmu.Unlock()
