@@ -43,6 +43,7 @@ type call struct {
 	err     error
 	done    chan struct{}
 	promote chan struct{} // this caller is to become the reader (capacity 1)
+	written bool          // the request is sent or buffered: the caller may read replies (c.mu)
 }
 
 // ParseURI splits nbd://HOST:PORT[/EXPORT] or nbd+unix:///EXPORT?socket=PATH
@@ -333,13 +334,16 @@ func (c *Client) wait(cl *call, reader bool) error {
 	}
 }
 
-// passReader hands the reader role to a pending call, if any.
+// passReader hands the reader role to a pending call whose request is
+// written, if any (one still writing takes the role when it is done).
 func (c *Client) passReader() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range c.pending {
-		p.promote <- struct{}{}
-		return
+		if p.written {
+			p.promote <- struct{}{}
+			return
+		}
 	}
 	c.reading = false
 }
@@ -356,8 +360,6 @@ func (c *Client) do(typ, flags uint16, off uint64, length uint32, wdata, rbuf []
 	c.next++
 	handle := c.next
 	c.pending[handle] = cl
-	reader := !c.reading
-	c.reading = true
 	c.mu.Unlock()
 	c.npending.Add(1)
 	defer c.npending.Add(-1)
@@ -389,6 +391,15 @@ func (c *Client) do(typ, flags uint16, off uint64, length uint32, wdata, rbuf []
 		default: // a flush is pending and will include this request
 		}
 	}
+	// Only now may this caller read replies: a reader blocked in its own
+	// write, behind a server that stopped reading requests until its
+	// replies are read, would never read them (a deadlock with large
+	// WRITEs against a server that bounds its memory, as ours does).
+	c.mu.Lock()
+	cl.written = true
+	reader := !c.reading
+	c.reading = true
+	c.mu.Unlock()
 	return c.wait(cl, reader)
 }
 

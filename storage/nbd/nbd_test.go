@@ -214,3 +214,98 @@ func TestExportNameAndList(t *testing.T) {
 		t.Fatalf("size %d", sz)
 	}
 }
+
+// gatedBackend holds every READ and WRITE until the test lets it go, and
+// records how many payload bytes it holds at once.
+type gatedBackend struct {
+	memBackend
+	entered chan struct{}
+	gate    chan struct{}
+	mu      sync.Mutex
+	held    int
+	maxHeld int
+}
+
+func (g *gatedBackend) hold(n int) {
+	g.mu.Lock()
+	g.held += n
+	g.maxHeld = max(g.maxHeld, g.held)
+	g.mu.Unlock()
+	g.entered <- struct{}{}
+	<-g.gate
+	g.mu.Lock()
+	g.held -= n
+	g.mu.Unlock()
+}
+
+func (g *gatedBackend) ReadAt(p []byte, off uint64) error {
+	g.hold(len(p))
+	return g.memBackend.ReadAt(p, off)
+}
+
+func (g *gatedBackend) WriteAt(p []byte, off uint64, fua bool) error {
+	g.hold(len(p))
+	return g.memBackend.WriteAt(p, off, fua)
+}
+
+// A client that sends more large requests than the server will buffer is
+// held back (its requests wait in the socket), not served into memory: the
+// server holds at most MaxInFlightBytes of one connection's payloads.
+func TestInFlightBytesBounded(t *testing.T) {
+	const size, n = 2 << 20, 40 // 80 MiB asked for at once
+	limit := MaxPayloadBytes / size
+	g := &gatedBackend{memBackend: memBackend{data: make([]byte, size)}, entered: make(chan struct{}, n), gate: make(chan struct{})}
+	waiting := make(chan struct{}, 1)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Exports: MapExports{"d": g}, MaxInFlightBytes: MaxPayloadBytes, testBudgetWait: func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}}
+	go s.Serve(l)
+	t.Cleanup(func() { s.Close() })
+	c := dial(t, l.Addr().String(), "d")
+	var open sync.Once
+	release := func() { open.Do(func() { close(g.gate) }) }
+	t.Cleanup(release) // before the server's Close, which waits for the requests
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			buf := make([]byte, size)
+			if i%2 == 0 {
+				errs <- c.WriteAt(buf, 0, false)
+			} else {
+				errs <- c.ReadAt(buf, 0)
+			}
+		}()
+	}
+	for range limit {
+		<-g.entered
+	}
+	select {
+	case <-waiting: // the reader waits for memory: nothing more can enter
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server never stopped reading requests for lack of memory")
+	}
+	g.mu.Lock()
+	held := g.held
+	g.mu.Unlock()
+	if held != MaxPayloadBytes || len(g.entered) != 0 {
+		t.Fatalf("server holds %d payload bytes of one connection (%d more requests entered), bound %d", held, len(g.entered), MaxPayloadBytes)
+	}
+	release()
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.maxHeld > MaxPayloadBytes {
+		t.Fatalf("server held %d payload bytes of one connection at once, bound %d", g.maxHeld, MaxPayloadBytes)
+	}
+}

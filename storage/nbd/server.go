@@ -58,6 +58,14 @@ type Server struct {
 	// once (default 128); the server stops reading the connection's requests
 	// while it is reached.
 	MaxInFlight int
+	// MaxInFlightBytes bounds the payload bytes of one connection's
+	// requests in flight: WRITE data read and READ buffers (default 64 MiB,
+	// at least MaxPayloadBytes). The server stops reading the connection's
+	// requests until enough of them finished, so a client cannot make the
+	// server hold more than this for it (128 requests of 32 MiB would
+	// otherwise be 4 GiB).
+	MaxInFlightBytes int64
+	testBudgetWait   func() // called when a reader waits for MaxInFlightBytes (tests)
 	// HandshakeTimeout bounds the whole handshake (default 10 s).
 	HandshakeTimeout time.Duration
 	// Logf receives one line per protocol violation or closed connection

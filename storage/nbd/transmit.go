@@ -38,7 +38,15 @@ func (c *serverConn) transmission(b Backend, name string) error {
 	c.flushReq = make(chan struct{}, 1)
 	flusherDone := make(chan struct{})
 	go c.flusher(flusherDone)
+	maxBytes := c.s.MaxInFlightBytes
+	if maxBytes <= 0 {
+		maxBytes = 64 << 20
+	}
+	if maxBytes < MaxPayloadBytes {
+		maxBytes = MaxPayloadBytes
+	}
 	t := &transmitter{c: c, b: b, name: name, size: b.SizeBytes(), max: max}
+	t.bytes.init(maxBytes, c.s.testBudgetWait)
 	t.workers = 1
 	t.wg.Add(1)
 	t.worker()  // the connection's goroutine is the first worker
@@ -59,6 +67,7 @@ type transmitter struct {
 	readMu  sync.Mutex   // held by the worker that is the reader
 	waiting atomic.Int32 // workers waiting to become the reader
 	wg      sync.WaitGroup
+	bytes   budget // payload bytes of the requests in flight
 
 	// guarded by readMu
 	workers int
@@ -95,7 +104,55 @@ func (t *transmitter) worker() {
 		}
 		t.readMu.Unlock()
 		t.c.serve(t.b, req)
+		t.bytes.release(payload(req))
 	}
+}
+
+// payload is the memory a request holds while in flight: its WRITE data or
+// its READ buffer.
+func payload(req request) int64 {
+	if req.typ == CmdRead || req.typ == CmdWrite {
+		return int64(req.length)
+	}
+	return 0
+}
+
+// budget is a counting semaphore of bytes.
+type budget struct {
+	mu   sync.Mutex
+	cond sync.Cond
+	free int64
+
+	onWait func() // if set, called when acquire has to wait (tests)
+}
+
+func (b *budget) init(n int64, onWait func()) { b.free, b.onWait = n, onWait; b.cond.L = &b.mu }
+
+// acquire waits until n bytes are free and takes them.
+func (b *budget) acquire(n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	for b.free < n {
+		if b.onWait != nil {
+			b.onWait()
+		}
+		b.cond.Wait()
+	}
+	b.free -= n
+	b.mu.Unlock()
+}
+
+// release returns n bytes.
+func (b *budget) release(n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.free += n
+	b.mu.Unlock()
+	b.cond.Broadcast()
 }
 
 // read returns the next request to serve (or DISC); requests that fail
@@ -122,9 +179,13 @@ func (t *transmitter) read() (request, error) {
 				// The payload cannot be skipped safely: end the connection.
 				return request{}, violationf("export %s: WRITE of %d bytes exceeds the maximum %d", t.name, req.length, MaxPayloadBytes)
 			}
+			// Wait for the requests in flight to free memory rather
+			// than buffer more than MaxInFlightBytes for this client.
+			t.bytes.acquire(int64(req.length))
 			req.data = getBuf(int(req.length))
 			if _, err := io.ReadFull(c.r, req.data); err != nil {
 				putBuf(req.data)
+				t.bytes.release(int64(req.length))
 				return request{}, err
 			}
 		}
@@ -133,10 +194,16 @@ func (t *transmitter) read() (request, error) {
 		}
 		if errno := check(req, t.size); errno != 0 {
 			putBuf(req.data)
+			if req.typ == CmdWrite {
+				t.bytes.release(int64(req.length))
+			}
 			if err := c.reply(req.handle, errno, nil); err != nil {
 				return request{}, err
 			}
 			continue
+		}
+		if req.typ == CmdRead {
+			t.bytes.acquire(int64(req.length))
 		}
 		return req, nil
 	}
