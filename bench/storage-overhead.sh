@@ -28,6 +28,13 @@
 # datastore leg stays TCP, and direct stays fio → nbdkit over TCP). CPU µs/IO: utime+stime of the process
 # (/proc/PID/stat) over the fio run, ramp included, per I/O.
 #
+# HALTPOLL_NS=N sets the guest's idle polling for the run (a KVM guest with
+# the cpuidle-haltpoll driver, as the development VM: its
+# /sys/module/haltpoll/parameters/guest_halt_poll_ns, root) and restores it
+# at exit: an idle vCPU polls up to N ns before it halts, so waking a
+# sleeping process costs about what it costs on a host with shallow C-states
+# instead of a VM exit and an IPI (docs/perf/storage.md, "wake-ups").
+#
 # Needs: go, fio (with the nbd engine), nbdkit. Listens on 127.0.0.1:10909,
 # 10911 and 10920-, and on Unix sockets in a temporary directory.
 set -euf # no globbing: URIs hold "?"
@@ -36,8 +43,16 @@ rounds=${2:-3}
 delay=${3:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
-cleanup() { for p in ${gw:-} ${nk:-} ${px:-}; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp"; }
+hp=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+cleanup() {
+  for p in ${gw:-} ${nk:-} ${px:-}; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp"
+  [ -z "${hp0:-}" ] || echo "$hp0" >"$hp"
+}
 trap cleanup EXIT INT TERM
+if [ -n "${HALTPOLL_NS:-}" ]; then
+  [ -w "$hp" ] || { echo "storage-overhead: HALTPOLL_NS needs the cpuidle-haltpoll driver and root ($hp)" >&2; exit 1; }
+  hp0=$(cat "$hp"); echo "$HALTPOLL_NS" >"$hp"
+fi
 for t in fio nbdkit go; do command -v $t >/dev/null || { echo "storage-overhead: $t not found (scripts/deps.sh)" >&2; exit 1; }; done
 if [ -n "${SLUICE:-}" ]; then cp "$SLUICE" "$tmp/sluice"; else (cd "$root" && go build -o "$tmp/sluice" ./cmd/sluice); fi
 cat >"$tmp/p.yaml" <<'YAML'
@@ -117,7 +132,7 @@ print("%.0f %.1f %.2f %.2f" % (j["iops"], j["clat_ns"]["percentile"]["50.000000"
 PY
 }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-stamp() { echo "$1 $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg)"; }
+stamp() { echo "$1 $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg)${HALTPOLL_NS:+, guest_halt_poll_ns $HALTPOLL_NS}"; }
 stamp "start:"
 echo
 echo "| qd | path | IOPS | of direct | p50 µs | added p50 µs | gateway CPU µs/IO | nbdkit CPU µs/IO |"
