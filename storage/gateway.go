@@ -207,15 +207,33 @@ func (g *Gateway) Serve(l net.Listener) error {
 	return g.srv.Serve(l)
 }
 
+// closeGrace is how long Close waits for requests in flight at the
+// datastore before it fails them.
+var closeGrace = 10 * time.Second
+
 // Close stops serving, fails queued requests and closes the datastore
-// connections.
-// Every call returns after the gateway has stopped.
+// connections. Requests already at the datastore may finish for up to
+// closeGrace; then they fail too. Every call returns after the gateway has
+// stopped.
 func (g *Gateway) Close() error {
 	g.closeOnce.Do(func() {
 		close(g.stop)
 		// Connections go first: clients see a closed connection (and
 		// reconnect), not errors; requests already taken finish upstream.
-		g.closeErr = g.srv.Close()
+		srvClosed := make(chan error, 1)
+		go func() { srvClosed <- g.srv.Close() }()
+		select {
+		case g.closeErr = <-srvClosed:
+		case <-time.After(closeGrace):
+			// A datastore that does not answer: fail what is still in
+			// flight upstream. Its clients saw their connection close
+			// without a reply, so nothing acknowledged is lost.
+			g.opts.Logf("gateway: requests still at the datastore %v after close; aborting them", closeGrace)
+			for _, gt := range g.gates {
+				gt.up.abort()
+			}
+			g.closeErr = <-srvClosed
+		}
 		for _, gt := range g.gates {
 			gt.mu.Lock()
 			gt.closed = true

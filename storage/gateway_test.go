@@ -111,3 +111,56 @@ func testWriteAcked(t *testing.T, pollNs int64) {
 		t.Error("write past the end of the disk accepted")
 	}
 }
+
+// Close does not wait forever for a datastore that does not answer: after
+// closeGrace the requests still there fail, and the VM's write was never
+// acknowledged.
+func TestCloseWithDatastoreStuck(t *testing.T) {
+	defer func(d time.Duration) { closeGrace = d }(closeGrace)
+	closeGrace = 100 * time.Millisecond
+	p := parsePolicy(t, oneHostPolicy)
+	_, req := Layout(p, "ds1")
+	ds := &holdingDatastore{memDatastore: memDatastore{data: make([]byte, req)}, release: make(chan struct{})}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &nbd.Server{Exports: nbd.MapExports{"": ds}}
+	go srv.Serve(l)
+	defer srv.Close()
+	defer close(ds.release) // before srv.Close: let the datastore's request end
+	g, err := New(Options{Host: "h1", Policy: p, Datastores: map[string]string{"ds1": "nbd://" + l.Addr().String()}, Period: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(gl)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := nbd.Dial(ctx, "tcp", gl.Addr().String(), "b/d0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done := make(chan error, 1)
+	go func() { done <- c.WriteAt([]byte("payload!"), 4096, false) }()
+	for ds.writes.Load() == 0 { // polling with a deadline
+		if ctx.Err() != nil {
+			t.Fatal("the write never reached the datastore")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan struct{})
+	go func() { g.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t.Fatal("Close still waits for a datastore that does not answer")
+	}
+	if err := <-done; err == nil {
+		t.Error("the VM's write was acknowledged though the datastore never answered")
+	}
+}

@@ -99,12 +99,24 @@ func (u *upstream) sizeBytes() (uint64, error) {
 }
 
 func (u *upstream) close() {
+	if c := u.shut(); c != nil {
+		_ = c.Close()
+	}
+}
+
+// abort is close without NBD_CMD_DISC: requests in flight fail at once.
+func (u *upstream) abort() {
+	if c := u.shut(); c != nil {
+		c.Abort()
+	}
+}
+
+// shut marks u closed (no more connections) and returns its client.
+func (u *upstream) shut() *nbd.Client {
 	u.mu.Lock()
+	defer u.mu.Unlock()
 	u.closed = true
 	c := u.client
 	u.client = nil
-	u.mu.Unlock()
-	if c != nil {
-		_ = c.Close()
-	}
+	return c
 }

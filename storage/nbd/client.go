@@ -224,6 +224,11 @@ func (c *Client) Err() error {
 	return c.err
 }
 
+// Abort closes the connection at once, without NBD_CMD_DISC (which would
+// wait behind a request stuck in writing): requests still pending fail with
+// ErrClosed.
+func (c *Client) Abort() { c.fail(ErrClosed) }
+
 // Close ends the connection (politely, with NBD_CMD_DISC) and fails
 // requests still pending.
 func (c *Client) Close() error {
