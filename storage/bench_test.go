@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/policy"
 	"sluice/storage/nbd"
 )
 
@@ -32,15 +33,39 @@ func (m *memDatastore) WriteAt(p []byte, off uint64, fua bool) error {
 func (m *memDatastore) Flush() error             { return nil }
 func (m *memDatastore) Trim(off, n uint64) error { return nil }
 
-func serveMem(b *testing.B, sizeBytes uint64) string {
+// serveDatastore serves be as the default export on 127.0.0.1 until the
+// test ends and returns its address.
+func serveDatastore(tb testing.TB, be nbd.Backend) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	s := &nbd.Server{Exports: nbd.MapExports{"": &memDatastore{data: make([]byte, sizeBytes)}}}
+	s := &nbd.Server{Exports: nbd.MapExports{"": be}}
 	go s.Serve(l)
-	b.Cleanup(func() { s.Close() })
+	tb.Cleanup(func() { s.Close() })
 	return l.Addr().String()
+}
+
+func serveMem(tb testing.TB, sizeBytes uint64) string {
+	return serveDatastore(tb, &memDatastore{data: make([]byte, sizeBytes)})
+}
+
+// serveGateway serves host h1's disks of p through a gateway on 127.0.0.1
+// in front of datastore ds1 at dsAddr, until the test ends.
+func serveGateway(tb testing.TB, p *policy.Policy, dsAddr string, opts Options) (*Gateway, string) {
+	opts.Host, opts.Policy, opts.Datastores = "h1", p, map[string]string{"ds1": "nbd://" + dsAddr}
+	g, err := New(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		g.Close()
+		tb.Fatal(err)
+	}
+	go g.Serve(l)
+	tb.Cleanup(func() { g.Close() })
+	return g, l.Addr().String()
 }
 
 // BenchmarkReadDirect and BenchmarkReadGateway: 4 KiB reads at queue depth
@@ -64,18 +89,8 @@ func benchGateway(b *testing.B) string {
 		b.Fatal(err)
 	}
 	_, req := Layout(p, "ds1")
-	ds := serveMem(b, req)
-	g, err := New(Options{Host: "h1", Policy: p, Datastores: map[string]string{"ds1": "nbd://" + ds}, Period: time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go g.Serve(l)
-	b.Cleanup(func() { g.Close() })
-	return l.Addr().String()
+	_, addr := serveGateway(b, p, serveMem(b, req), Options{Period: time.Second})
+	return addr
 }
 
 func benchReads(b *testing.B, addr, export string) {

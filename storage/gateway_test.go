@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,44 +40,46 @@ func TestWriteAckedOnlyAfterDatastore(t *testing.T) {
 	}
 }
 
-func testWriteAcked(t *testing.T, pollNs int64) {
+// heldWrite serves oneHostPolicy through a gateway (opts) in front of a
+// holdingDatastore, and sends a write to disk b/d0 that the datastore
+// holds; it returns when the datastore has it. done receives the write's
+// result.
+func heldWrite(t *testing.T, ctx context.Context, opts Options, fua bool) (ds *holdingDatastore, g *Gateway, c *nbd.Client, done chan error) {
+	t.Helper()
 	p := parsePolicy(t, oneHostPolicy)
 	_, req := Layout(p, "ds1")
-	ds := &holdingDatastore{memDatastore: memDatastore{data: make([]byte, req)}, release: make(chan struct{})}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ds = &holdingDatastore{memDatastore: memDatastore{data: make([]byte, req)}, release: make(chan struct{})}
+	// Cleanups run last first: the held write is released before the
+	// gateway and the datastore close (they wait for it).
+	dsAddr := serveDatastore(t, ds)
+	g, addr := serveGateway(t, p, dsAddr, opts)
+	t.Cleanup(func() {
+		select {
+		case <-ds.release:
+		default:
+			close(ds.release)
+		}
+	})
+	c, err := nbd.Dial(ctx, "tcp", addr, "b/d0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &nbd.Server{Exports: nbd.MapExports{"": ds}}
-	go srv.Serve(l)
-	defer srv.Close()
-	g, err := New(Options{Host: "h1", Policy: p, Datastores: map[string]string{"ds1": "nbd://" + l.Addr().String()}, Period: time.Hour, PollNs: pollNs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go g.Serve(gl)
-	defer g.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := nbd.Dial(ctx, "tcp", gl.Addr().String(), "b/d0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-
-	done := make(chan error, 1)
-	go func() { done <- c.WriteAt([]byte("payload!"), 4096, true) }()
-	// Wait (polling with a deadline) until the datastore holds the write.
-	for ds.writes.Load() == 0 {
+	t.Cleanup(func() { c.Close() })
+	done = make(chan error, 1)
+	go func() { done <- c.WriteAt([]byte("payload!"), 4096, fua) }()
+	for ds.writes.Load() == 0 { // polling with a deadline
 		if ctx.Err() != nil {
 			t.Fatal("the write never reached the datastore")
 		}
 		time.Sleep(time.Millisecond)
 	}
+	return ds, g, c, done
+}
+
+func testWriteAcked(t *testing.T, pollNs int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ds, _, c, done := heldWrite(t, ctx, Options{Period: time.Hour, PollNs: pollNs}, true)
 	select {
 	case err := <-done:
 		t.Fatalf("write acknowledged (%v) before the datastore acknowledged it", err)
@@ -118,41 +119,9 @@ func testWriteAcked(t *testing.T, pollNs int64) {
 func TestCloseWithDatastoreStuck(t *testing.T) {
 	defer func(d time.Duration) { closeGrace = d }(closeGrace)
 	closeGrace = 100 * time.Millisecond
-	p := parsePolicy(t, oneHostPolicy)
-	_, req := Layout(p, "ds1")
-	ds := &holdingDatastore{memDatastore: memDatastore{data: make([]byte, req)}, release: make(chan struct{})}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &nbd.Server{Exports: nbd.MapExports{"": ds}}
-	go srv.Serve(l)
-	defer srv.Close()
-	defer close(ds.release) // before srv.Close: let the datastore's request end
-	g, err := New(Options{Host: "h1", Policy: p, Datastores: map[string]string{"ds1": "nbd://" + l.Addr().String()}, Period: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go g.Serve(gl)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := nbd.Dial(ctx, "tcp", gl.Addr().String(), "b/d0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	done := make(chan error, 1)
-	go func() { done <- c.WriteAt([]byte("payload!"), 4096, false) }()
-	for ds.writes.Load() == 0 { // polling with a deadline
-		if ctx.Err() != nil {
-			t.Fatal("the write never reached the datastore")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	_, g, _, done := heldWrite(t, ctx, Options{Period: time.Hour}, false)
 	closed := make(chan struct{})
 	go func() { g.Close(); close(closed) }()
 	select {

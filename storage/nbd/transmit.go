@@ -194,9 +194,7 @@ func (t *transmitter) read() (request, error) {
 		}
 		if errno := check(req, t.size); errno != 0 {
 			putBuf(req.data)
-			if req.typ == CmdWrite {
-				t.bytes.release(int64(req.length))
-			}
+			t.bytes.release(int64(len(req.data))) // a WRITE's; 0 for others
 			if err := c.reply(req.handle, errno, nil); err != nil {
 				return request{}, err
 			}
