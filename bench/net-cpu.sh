@@ -24,7 +24,7 @@ run() {
 	b0=$(busy)
 	t=$( { TIMEFORMAT='%U %S'; time (
 		for i in $(seq 1 "$n"); do
-			ip netns exec "sl-nbc$n-vm$i" iperf3 -c 198.18.0.1 -p $((5200 + i)) -t "$SECS" -J >"$out/$i.json" 2>&1 &
+			ip netns exec "sl-nbc$n-vm$i" iperf3 -C cubic -c 198.18.0.1 -p $((5200 + i)) -t "$SECS" -J >"$out/$i.json" 2>&1 &
 		done
 		wait
 	); } 2>&1)
