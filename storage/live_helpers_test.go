@@ -142,6 +142,17 @@ type fioResult struct {
 }
 
 // runFio runs the jobs in one fio process and returns the per-job results.
+// expectNoFioErrors reports every fio job that counted an I/O or verify
+// error.
+func expectNoFioErrors(t *testing.T, res map[string]fioResult) {
+	t.Helper()
+	for name, r := range res {
+		if r.Errors != 0 {
+			t.Errorf("fio job %s: %d I/O or verify errors", name, r.Errors)
+		}
+	}
+}
+
 func runFio(ctx context.Context, t *testing.T, global []string, jobs []fioJob) (map[string]fioResult, error) {
 	return runFioLog(ctx, t, global, jobs, 0)
 }

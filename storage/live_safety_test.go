@@ -99,11 +99,7 @@ func TestLiveNoDataLost(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fio verify (a verify error shows here): %v", err)
 	}
-	for name, r := range res {
-		if r.Errors != 0 {
-			t.Errorf("fio job %s: verify error %d", name, r.Errors)
-		}
-	}
+	expectNoFioErrors(t, res)
 	// The reconnecting writers' blocks.
 	c, err := nbd.Dial(ctx, "tcp", gw2.addr, "vm2/disk0")
 	if err != nil {
@@ -233,9 +229,5 @@ func TestLiveLargeIO(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fio with 16 MiB I/Os at queue depth 32 (a deadlock ends in the 60 s timeout): %v", err)
 	}
-	for name, r := range res {
-		if r.Errors != 0 {
-			t.Errorf("%s: %d I/O or verify errors", name, r.Errors)
-		}
-	}
+	expectNoFioErrors(t, res)
 }
