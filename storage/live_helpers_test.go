@@ -141,7 +141,6 @@ type fioResult struct {
 	Errors    int
 }
 
-// runFio runs the jobs in one fio process and returns the per-job results.
 // expectNoFioErrors reports every fio job that counted an I/O or verify
 // error.
 func expectNoFioErrors(t *testing.T, res map[string]fioResult) {
@@ -153,6 +152,7 @@ func expectNoFioErrors(t *testing.T, res map[string]fioResult) {
 	}
 }
 
+// runFio runs the jobs in one fio process and returns the per-job results.
 func runFio(ctx context.Context, t *testing.T, global []string, jobs []fioJob) (map[string]fioResult, error) {
 	return runFioLog(ctx, t, global, jobs, 0)
 }
