@@ -166,11 +166,8 @@ func (l *liveLab) measureUsable(host, port string) float64 {
 
 // GuestTCP is the congestion control of the VMs' TCP senders: CUBIC, the
 // default of Linux guests, set per connection (iperf3 -C) so that the lab
-// does not inherit the machine's default. On a machine whose default is BBR
-// (the CI machines are), BBR's PROBE_RTT cut the large flow to 4 packets
-// for 200 ms every 10 s, and HTB rightly lent its share to the others: one
-// second in ten moved by 10–50% (measured 2026-11-24: 692/125/96 Mbps in
-// second 10 against 797/80/80 otherwise, with and without the agent).
+// does not inherit the machine's default; with BBR one second in ten moved
+// by 10–50% (docs/lab.md, docs/perf/network.md).
 const GuestTCP = "cubic"
 
 // flow is one iperf3 client run.
