@@ -39,7 +39,7 @@ func TestFig2StepA(t *testing.T) {
 			fl = append(fl, l.nicFlow(port, 1))
 		}
 		got := map[string]float64{}
-		for _, r := range l.runFlows(12, fl...) {
+		for _, r := range l.runSaturating(12, usable, fl...) {
 			got[r.Name] = r.median(warmupS)
 			t.Logf("dynamic=%v %s per second (Mbps): %s", dynamic, r.Name, r.series())
 		}
