@@ -47,6 +47,7 @@ type ClassCounters struct {
 	Bytes   uint64
 	Packets uint64
 	Drops   uint64
+	Queued  uint64 // packets waiting in the class's queue when it was read
 }
 
 // ClassState is an HTBClass read back with its counters.

@@ -134,7 +134,7 @@ func (k *NetlinkKernel) Classes(dev string) ([]ClassState, error) {
 				s.Bytes, s.Packets = st.Basic.Bytes, uint64(st.Basic.Packets)
 			}
 			if st.Queue != nil {
-				s.Drops = uint64(st.Queue.Drops)
+				s.Drops, s.Queued = uint64(st.Queue.Drops), uint64(st.Queue.Qlen)
 			}
 		}
 		out = append(out, s)

@@ -25,7 +25,7 @@ vms:
 // the same way and its error reported side by side (not asserted).
 func TestFig2StepA(t *testing.T) {
 	l := upLab(t, fig2Policy)
-	usable := l.measureUsable("h1", "vm1/nic0")
+	usable := l.measureUsable("h1", "vm1/nic0", "vm2/nic0", "vm3/nic0")
 	p := l.withUsable(usable)
 	ports := []string{"vm1/nic0", "vm2/nic0", "vm3/nic0"}
 	want := entitlements(t, p, "h1", usable, append([]string{"h1/vm"}, ports...)...)
@@ -39,7 +39,7 @@ func TestFig2StepA(t *testing.T) {
 			fl = append(fl, l.nicFlow(port, 1))
 		}
 		got := map[string]float64{}
-		for _, r := range l.runSaturating(12, usable, fl...) {
+		for _, r := range l.runSaturating("h1", 12, warmupS, fl...) {
 			got[r.Name] = r.median(warmupS)
 			t.Logf("dynamic=%v %s per second (Mbps): %s", dynamic, r.Name, r.series())
 		}

@@ -12,16 +12,20 @@ import (
 // per-second rate moves by more than 10% from its median around the restart.
 func TestAgentRestartLive(t *testing.T) {
 	l := upLab(t, strings.ReplaceAll(fig2Policy, "cluster: nf2", "cluster: nrs"))
-	_, stop := l.runAgent(nil, "h1", true)
 	const durS, restartAtS = 12, 7
-	results := make(chan []result, 1)
-	go func() {
-		results <- l.runFlows(durS, l.nicFlow("vm1/nic0", 1), l.nicFlow("vm2/nic0", 1), l.nicFlow("vm3/nic0", 1))
-	}()
-	time.Sleep(restartAtS * time.Second) // the restart's place in the traffic schedule
-	stop()
-	l.runAgent(nil, "h1", true)
-	res := <-results
+	ports := []string{"vm1/nic0", "vm2/nic0", "vm3/nic0"}
+	res := l.judged("h1", ports, warmupS, durS-1, func() []result {
+		_, stop := l.runAgent(nil, "h1", true)
+		results := make(chan []result, 1)
+		go func() {
+			results <- l.runFlows(durS, l.nicFlow(ports[0], 1), l.nicFlow(ports[1], 1), l.nicFlow(ports[2], 1))
+		}()
+		time.Sleep(restartAtS * time.Second) // the restart's place in the traffic schedule
+		stop()
+		_, stop = l.runAgent(nil, "h1", true)
+		defer stop()
+		return <-results
+	})
 	for _, r := range res {
 		med := r.median(warmupS)
 		t.Logf("%s per second (agent restarted at ~%d s): %s; median %s Mbps", r.Name, restartAtS, r.series(), mbps(med))
