@@ -33,7 +33,8 @@ vms:
 // CUBIC streams share one tail-drop queue, so one loss event backs them off
 // together (−30% for a moment, e.g. 52 → 36 Mbps) and the next second
 // makes it up (→ 66); the scheduler's guarantee holds for a VM that keeps
-// sending, and the single seconds are logged.
+// sending, and the single seconds are logged. Seconds in which some VM's
+// sender left its queue empty are not judged (judged, queues_test.go).
 func TestExp1(t *testing.T) {
 	l := upLab(t, exp1Policy())
 	_, stop := l.runAgent(nil, "h1", true)
@@ -52,7 +53,7 @@ func TestExp1(t *testing.T) {
 	for _, f := range fl[:12] {
 		vms = append(vms, f.Name)
 	}
-	res := l.judged("h1", vms, warmupS, durS-1, func() []result { return l.runFlows(durS, fl...) })
+	res := l.judged("h1", vms, 0, judgedAtLeast((durS-warmupS)/2, warmupS), func() []result { return l.runFlows(durS, fl...) })
 	minVM, minVM1 := 1e18, 1e18
 	for _, r := range res {
 		t.Logf("%-10s mean %6s Mbps, per second: %s", r.Name, mbps(r.mean(0, 0)), r.series())
@@ -63,6 +64,9 @@ func TestExp1(t *testing.T) {
 			t.Errorf("%s: only %d one-second intervals", r.Name, len(r.Intervals))
 		}
 		for i := warmupS; i+1 < len(r.Intervals); i++ {
+			if r.Short[i] || r.Short[i+1] {
+				continue // a sender was short of CPU
+			}
 			minVM1 = min(minVM1, r.Intervals[i], r.Intervals[i+1])
 			two := (r.Intervals[i] + r.Intervals[i+1]) / 2
 			minVM = min(minVM, two)

@@ -39,10 +39,12 @@ func TestFig2StepA(t *testing.T) {
 			fl = append(fl, l.nicFlow(port, 1))
 		}
 		got := map[string]float64{}
-		for _, r := range l.runSaturating("h1", 12, warmupS, fl...) {
+		res := l.runSaturating("h1", 12, warmupS, usable, fl...)
+		for _, r := range res {
 			got[r.Name] = r.median(warmupS)
 			t.Logf("dynamic=%v %s per second (Mbps): %s", dynamic, r.Name, r.series())
 		}
+		t.Logf("dynamic=%v: the flows carried %s Mbps together (median of the judged seconds)", dynamic, mbps(medianSum(res, warmupS)))
 		return got
 	}
 	dyn := measure(true)

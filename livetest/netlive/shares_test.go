@@ -50,7 +50,7 @@ func TestLimitSharesIdle(t *testing.T) {
 		t.Errorf("vm4 alone got %s Mbps, well under its 200 Mbps limit", mbps(got))
 	}
 
-	res := l.runSaturating("h1", 12, warmupS, l.nicFlow("vm1/nic0", 1), l.nicFlow("vm2/nic0", 1), l.nicFlow("vm3/nic0", 1))
+	res := l.runSaturating("h1", 12, warmupS, usable, l.nicFlow("vm1/nic0", 1), l.nicFlow("vm2/nic0", 1), l.nicFlow("vm3/nic0", 1))
 	r1, r2, r3 := res[0].median(warmupS), res[1].median(warmupS), res[2].median(warmupS)
 	want := entitlements(t, p, "h1", usable, "h1/vm", "vm1/nic0", "vm2/nic0", "vm3/nic0")
 	t.Logf("shares 25:50:100 (vm5 reserves 500 Mbps, idle), medians: %s / %s / %s Mbps (entitled %s / %s / %s); ratios 1 : %.2f : %.2f",
