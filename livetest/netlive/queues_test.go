@@ -1,10 +1,17 @@
 package netlive
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
+	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"sluice/agent"
 )
@@ -32,6 +39,34 @@ const maxTries = 3
 type queueSeconds struct {
 	samples []int
 	busy    map[string][]int
+	// unread is, per port and second, how many bytes its receiver (the
+	// iperf3 server in the fabric) had received and not yet read at the
+	// second's first sample.
+	unread map[string][]uint32
+}
+
+// MaxShift bounds how many of a second's bytes a lagging receiver may
+// move into the next second in a judged one. The receiver counts bytes
+// when it reads them, so a receiver the machine starves moves bytes from
+// one second into the next (seen 2026-11-24: 52 → 26 → 76 Mbps with the
+// sender's class backlogged throughout). How far it fell behind during a
+// second is the change of its unread bytes from the second's start to its
+// end; an iperf3 interval starts a little after the watch's second of the
+// same number, so both changes it overlaps must stay within MaxShift of
+// the interval's bytes.
+const MaxShift = 0.10
+
+// lagged tells whether port's receiver moved more than MaxShift of
+// interval i's bytes (at rate bits/s) across its ends.
+func (q queueSeconds) lagged(port string, i int, rate float64) bool {
+	u := q.unread[port]
+	for b := i; b <= i+1 && b+1 < len(u); b++ {
+		d := math.Abs(float64(u[b+1]) - float64(u[b]))
+		if d > MaxShift*rate/8 {
+			return true
+		}
+	}
+	return false
 }
 
 // ok tells whether every port kept its queue in second b.
@@ -83,13 +118,19 @@ func (l *liveLab) watchQueues(host string, ports []string) func() queueSeconds {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := queueSeconds{busy: map[string][]int{}}
+	fabric := l.fabricDiag()
+	servers := map[uint16]string{}
+	for _, p := range ports {
+		servers[uint16(l.plan.NIC(p).IperfPort)] = p
+	}
+	q := queueSeconds{busy: map[string][]int{}, unread: map[string][]uint32{}}
 	var readErr error
 	quit, done := make(chan struct{}), make(chan struct{})
 	start := time.Now()
 	go func() {
 		defer close(done)
 		defer k.Close()
+		defer fabric.Close()
 		tick := time.NewTicker(queueSampleEvery)
 		defer tick.Stop()
 		for {
@@ -119,6 +160,22 @@ func (l *liveLab) watchQueues(host string, ports []string) func() queueSeconds {
 						q.busy[p][b]++
 					}
 				}
+				socks, err := fabric.SocketDiagTCP(unix.AF_INET)
+				if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+					readErr = err
+					return
+				}
+				unread := map[string]uint32{}
+				for _, sk := range socks {
+					if p, ok := servers[sk.ID.SourcePort]; ok && sk.State == tcpEstablished {
+						unread[p] += sk.RQueue
+					}
+				}
+				for _, p := range ports {
+					for len(q.unread[p]) <= b { // the second's first sample
+						q.unread[p] = append(q.unread[p], unread[p])
+					}
+				}
 			}
 		}
 	}()
@@ -132,6 +189,26 @@ func (l *liveLab) watchQueues(host string, ports []string) func() queueSeconds {
 	}
 	t.Cleanup(func() { stop() })
 	return stop
+}
+
+// tcpEstablished is TCP_ESTABLISHED in sock_diag's state field.
+const tcpEstablished = 1
+
+// fabricDiag opens a sock_diag netlink handle in the lab's fabric
+// namespace, where the iperf3 servers receive.
+func (l *liveLab) fabricDiag() *netlink.Handle {
+	t := l.t
+	t.Helper()
+	ns, err := netns.GetFromName(l.plan.Fabric.Name)
+	if err != nil {
+		t.Fatalf("fabric namespace: %v", err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_INET_DIAG)
+	if err != nil {
+		t.Fatalf("sock_diag in the fabric: %v", err)
+	}
+	return h
 }
 
 // judgedAtLeast returns a run requirement: at least n judged seconds from
@@ -174,10 +251,11 @@ func (l *liveLab) runSaturating(host string, durS, fromS int, usable float64, fl
 }
 
 // judged runs a measurement whose ports (on host's first uplink) all ask
-// for more than they get, watching their classes' queues, and marks as
-// Short the seconds in which some sender left its queue empty, and with
-// usable > 0 those in which the ports together carried less than
-// MinCarried of it. When the run's judged seconds do not meet need, it is
+// for more than they get, watching their classes' queues and their
+// receivers, and marks as Short the seconds in which some sender left its
+// queue empty or some receiver fell behind (MaxShift), and with usable
+// > 0 those in which the ports together carried less than MinCarried of
+// it. When the run's judged seconds do not meet need, it is
 // logged and measured again, up to maxTries runs; then the test fails
 // saying why. So a second is only judged when every sender kept up and
 // the machine let HTB fill the link, and a scheduler that holds a
@@ -202,6 +280,15 @@ func (l *liveLab) judged(host string, ports []string, usable float64, need func(
 			n = max(n, len(r.Intervals))
 		}
 		short := q.short(n)
+		lag := 0
+		for _, r := range mine {
+			for i, v := range r.Intervals {
+				if !short[i] && q.lagged(r.Name, i, v) {
+					short[i] = true
+					lag++
+				}
+			}
+		}
 		thin := 0
 		for i := range short {
 			sum := 0.0
@@ -218,12 +305,12 @@ func (l *liveLab) judged(host string, ports []string, usable float64, need func(
 		for _, r := range mine {
 			r.Short = short
 		}
-		why := q.summary(ports, n)
+		why := q.summary(ports, n) + fmt.Sprintf("; %d seconds in which a receiver moved more than %.0f%% of its bytes into the next", lag, 100*MaxShift)
 		if usable > 0 {
 			why += fmt.Sprintf("; %d seconds with backlogged classes carried less than %.0f%% of the usable %s Mbps", thin, 100*MinCarried, mbps(usable))
 		}
 		if need(short) {
-			t.Logf("judged %d of %d seconds (a second counts when every class had packets waiting in ≥%.0f%% of its samples%s); %s",
+			t.Logf("judged %d of %d seconds (a second counts when every class had packets waiting in ≥%.0f%% of its samples, no receiver fell behind%s); %s",
 				countJudged(short, 0), n, 100*MinBacklogged, map[bool]string{true: " and the link was full", false: ""}[usable > 0], why)
 			return res
 		}
@@ -255,4 +342,35 @@ func (q queueSeconds) summary(ports []string, n int) string {
 		parts = append(parts, fmt.Sprintf("%s %.1f%%", p, 100*float64(busy)/float64(max(all, 1))))
 	}
 	return "packets waiting in " + strings.Join(parts, ", ")
+}
+
+// TestQueueSecondsJudgement checks the judging rules on made-up samples
+// (no lab needed).
+func TestQueueSecondsJudgement(t *testing.T) {
+	full := int(time.Second / queueSampleEvery)
+	q := queueSeconds{
+		samples: []int{full, full, full, full / 3, full, full},
+		busy: map[string][]int{
+			"a": {full, full, full * 9 / 10, full / 3, full, full}, // second 2: 90% backlogged
+		},
+		unread: map[string][]uint32{
+			"a": {0, 0, 0, 0, 0, 4 << 20}, // the receiver fell 4 MiB behind during second 4
+		},
+	}
+	want := []bool{false, true, true, true, false}
+	// interval 1 overlaps second 2 (not backlogged); 2 is second 2;
+	// 3 is the second the machine stood still (a third of the samples).
+	if got := q.short(5); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("short = %v, want %v", got, want)
+	}
+	// 4 MiB is 34 Mbit: more than 10% of a 100 Mbps second, less than 10% of a 400 Mbps one.
+	if !q.lagged("a", 4, 100e6) || !q.lagged("a", 3, 100e6) {
+		t.Error("a receiver 4 MiB behind at 100 Mbps: want lagged (intervals 3 and 4 overlap the change)")
+	}
+	if q.lagged("a", 4, 400e6) {
+		t.Error("4 MiB at 400 Mbps moves 8% of the interval: want not lagged")
+	}
+	if q.lagged("a", 1, 100e6) {
+		t.Error("interval 1: no change in unread bytes, want not lagged")
+	}
 }
