@@ -86,6 +86,7 @@ type PortStat struct {
 	Bytes          uint64  `json:"bytes"`
 	Packets        uint64  `json:"packets"`
 	Drops          uint64  `json:"drops"`
+	Queued         uint64  `json:"queued"`          // packets waiting in the class's queue when read: > 0 means backlogged
 	RateBps        float64 `json:"rate_bps"`        // measured, wire bits/s (smoothed)
 	EntitlementBps float64 `json:"entitlement_bps"` // alloc's, payload bits/s
 	GuaranteeBps   int64   `json:"htb_rate_bps"`    // HTB rate set, wire bits/s
@@ -208,7 +209,7 @@ func (a *Agent) Step(nowNs int64) (Changes, error) {
 			w := wantBy[n.ID]
 			ps.entBps, ps.guarantee = ent[n.Name], float64(w.RateBps)
 			us.Ports = append(us.Ports, PortStat{Port: n.Name, Class: n.Class, ClassID: n.ID.String(),
-				Bytes: c.Bytes, Packets: c.Packets, Drops: c.Drops, RateBps: math.Round(ps.rateBps),
+				Bytes: c.Bytes, Packets: c.Packets, Drops: c.Drops, Queued: c.Queued, RateBps: math.Round(ps.rateBps),
 				EntitlementBps: math.Round(ent[n.Name]), GuaranteeBps: int64(w.RateBps), CeilBps: int64(w.CeilBps)})
 		}
 		sort.SliceStable(us.Ports, func(i, j int) bool { return us.Ports[i].ClassID < us.Ports[j].ClassID })

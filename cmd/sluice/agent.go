@@ -150,9 +150,9 @@ func runAgentStatus(args []string, stdout, stderr io.Writer) int {
 	for _, u := range s.Uplinks {
 		fmt.Fprintf(stdout, "uplink %s (%s) speed %s usable %s\n", u.Uplink, u.Dev, policy.FormatRate(policy.Bps(u.SpeedBps)), policy.FormatRate(policy.Bps(u.UsableBps)))
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "PORT\tCLASSID\tBYTES\tPACKETS\tDROPS\tRATE Mbps\tENTITLED Mbps\tHTB RATE Mbps\tCEIL Mbps\t")
+		fmt.Fprintln(tw, "PORT\tCLASSID\tBYTES\tPACKETS\tDROPS\tQUEUED\tRATE Mbps\tENTITLED Mbps\tHTB RATE Mbps\tCEIL Mbps\t")
 		for _, pt := range u.Ports {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t\n", pt.Port, pt.ClassID, pt.Bytes, pt.Packets, pt.Drops,
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t\n", pt.Port, pt.ClassID, pt.Bytes, pt.Packets, pt.Drops, pt.Queued,
 				pt.RateBps/1e6, pt.EntitlementBps/1e6, float64(pt.GuaranteeBps)/1e6, float64(pt.CeilBps)/1e6)
 		}
 		tw.Flush()
