@@ -168,6 +168,13 @@ const fullFrameBytes, fullPayloadBytes = 1514.0, 1448.0
 // single TCP flow through at 204 Mbps. Smaller packets stay further under.
 func (t *Tree) limitScale() float64 { return min(t.scale(), fullFrameBytes/fullPayloadBytes) }
 
+// MaxPayloadBps is the most TCP payload an uplink of line rate speed can
+// carry through HTB: full segments only (956.4 Mbps at 1 Gbps). A measured
+// usable rate is at most this.
+func MaxPayloadBps(speed policy.Bps) float64 {
+	return float64(speed) * fullPayloadBytes / fullFrameBytes
+}
+
 // HTBClasses renders the tree as HTB classes, parents first. With ent nil the
 // tree is static: each class's rate is its reservation (at least minRate),
 // its ceil its limit (at most the line rate), and excess goes by quantum in

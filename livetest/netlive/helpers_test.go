@@ -156,10 +156,11 @@ func (l *liveLab) withUsable(usable float64) *policy.Policy {
 // sends those flows. It is measured with the same flows because on this
 // shared machine what the HTB root passes depends on how many senders feed
 // it (one sender alone measured 1–5% below three, 2026-11-24); the upper
-// quartile because the machine only ever takes capacity away (the median
-// of a disturbed run read 903 where the next run carried 947). Only
-// seconds in which every sender kept its class backlogged count
-// (runSaturating): a sender short of CPU would understate the link.
+// quartile because the machine only ever takes capacity away. Only seconds
+// in which every sender kept its class backlogged and the flows carried
+// at least MinCarried of what full TCP segments can carry on the line
+// (agent.MaxPayloadBps: 956.4 Mbps at 1 Gbps) count (judged): a whole run
+// that the host slowed read 926 where the runs after it carried 933–946.
 func (l *liveLab) measureUsable(host string, ports ...string) float64 {
 	_, stop := l.runAgent(nil, host, false)
 	defer stop()
@@ -168,11 +169,13 @@ func (l *liveLab) measureUsable(host string, ports ...string) float64 {
 		fl = append(fl, l.nicFlow(p, 1))
 	}
 	const durS, fromS = 10, 3
-	sums := judgedSums(l.runSaturating(host, durS, fromS, 0, fl...), fromS)
+	maxBps := agent.MaxPayloadBps(l.p.Host(host).Uplinks[0].Speed)
+	res := l.judged(host, ports, maxBps, judgedAtLeast(3, fromS), func() []result { return l.runFlows(durS, fl...) })
+	sums := judgedSums(res, fromS)
 	sort.Float64s(sums)
 	u := sums[len(sums)*3/4]
-	l.t.Logf("usable rate of %s's uplink (%s together, static tree, 1 Gbps HTB root): %s Mbps (upper quartile of the judged seconds %s)",
-		host, strings.Join(ports, ", "), mbps(u), mbpsList(sums))
+	l.t.Logf("usable rate of %s's uplink (%s together, static tree, 1 Gbps HTB root): %s Mbps (upper quartile of the judged seconds %s; full segments could carry %s)",
+		host, strings.Join(ports, ", "), mbps(u), mbpsList(sums), mbps(maxBps))
 	return u
 }
 
