@@ -230,9 +230,10 @@ type flow struct {
 type result struct {
 	Name      string
 	Intervals []float64 // receiver side, one per second
-	// Short marks the seconds in which some sender of the run left its
-	// class's queue empty (set by judged; nil when nobody watched): those
-	// seconds say nothing about the scheduler and the medians skip them.
+	// Short marks the seconds that judged did not judge (a sender left its
+	// class's queue empty, a receiver fell behind, or the link was not
+	// full; nil when nobody watched): those seconds say nothing about the
+	// scheduler and the medians skip them.
 	Short []bool
 }
 

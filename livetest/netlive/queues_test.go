@@ -33,16 +33,20 @@ const queueSampleEvery = 20 * time.Millisecond
 // maxTries is how many times a run with too few judged seconds is measured.
 const maxTries = 3
 
-// queueSeconds is what watchQueues saw, per second since it started: how
-// many samples it took and in how many of them each port's class had
-// packets waiting.
+// queueSeconds is what watchQueues saw of ports, per second since it
+// started.
 type queueSeconds struct {
-	samples []int
-	busy    map[string][]int
-	// unread is, per port and second, how many bytes its receiver (the
-	// iperf3 server in the fabric) had received and not yet read at the
-	// second's first sample.
-	unread map[string][]uint32
+	ports []string
+	secs  []second
+}
+
+// second is one second of a watch.
+type second struct {
+	samples int
+	busy    map[string]int // per port: samples in which its class had packets waiting
+	// unread is, per port, how many bytes its receiver (the iperf3 server
+	// in the fabric) had received and not yet read at the first sample.
+	unread map[string]uint32
 }
 
 // MaxShift bounds how many of a second's bytes a lagging receiver may
@@ -59,9 +63,8 @@ const MaxShift = 0.10
 // lagged tells whether port's receiver moved more than MaxShift of
 // interval i's bytes (at rate bits/s) across its ends.
 func (q queueSeconds) lagged(port string, i int, rate float64) bool {
-	u := q.unread[port]
-	for b := i; b <= i+1 && b+1 < len(u); b++ {
-		d := math.Abs(float64(u[b+1]) - float64(u[b]))
+	for b := i; b <= i+1 && b+1 < len(q.secs); b++ {
+		d := math.Abs(float64(q.secs[b+1].unread[port]) - float64(q.secs[b].unread[port]))
 		if d > MaxShift*rate/8 {
 			return true
 		}
@@ -71,11 +74,11 @@ func (q queueSeconds) lagged(port string, i int, rate float64) bool {
 
 // ok tells whether every port kept its queue in second b.
 func (q queueSeconds) ok(b int) bool {
-	if b >= len(q.samples) || q.samples[b] < int(time.Second/queueSampleEvery)/2 {
+	if b >= len(q.secs) || q.secs[b].samples < int(time.Second/queueSampleEvery)/2 {
 		return false // the machine stood still: no judgement possible
 	}
-	for _, busy := range q.busy {
-		if b >= len(busy) || float64(busy[b]) < MinBacklogged*float64(q.samples[b]) {
+	for _, p := range q.ports {
+		if float64(q.secs[b].busy[p]) < MinBacklogged*float64(q.secs[b].samples) {
 			return false
 		}
 	}
@@ -123,7 +126,7 @@ func (l *liveLab) watchQueues(host string, ports []string) func() queueSeconds {
 	for _, p := range ports {
 		servers[uint16(l.plan.NIC(p).IperfPort)] = p
 	}
-	q := queueSeconds{busy: map[string][]int{}, unread: map[string][]uint32{}}
+	q := queueSeconds{ports: ports}
 	var readErr error
 	quit, done := make(chan struct{}), make(chan struct{})
 	start := time.Now()
@@ -143,37 +146,28 @@ func (l *liveLab) watchQueues(host string, ports []string) func() queueSeconds {
 					readErr = err
 					return
 				}
-				b := int(now.Sub(start) / time.Second)
-				for len(q.samples) <= b {
-					q.samples = append(q.samples, 0)
+				for b := int(now.Sub(start) / time.Second); len(q.secs) <= b; {
+					q.secs = append(q.secs, second{busy: map[string]int{}})
 				}
-				q.samples[b]++
+				sec := &q.secs[len(q.secs)-1]
+				sec.samples++
 				for _, c := range cs {
-					p, ok := ids[c.ID]
-					if !ok {
-						continue
+					if p, ok := ids[c.ID]; ok && c.Queued > 0 {
+						sec.busy[p]++
 					}
-					for len(q.busy[p]) <= b {
-						q.busy[p] = append(q.busy[p], 0)
-					}
-					if c.Queued > 0 {
-						q.busy[p][b]++
-					}
+				}
+				if sec.samples > 1 {
+					continue // the receivers are read once a second, at its start
 				}
 				socks, err := fabric.SocketDiagTCP(unix.AF_INET)
 				if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
 					readErr = err
 					return
 				}
-				unread := map[string]uint32{}
+				sec.unread = map[string]uint32{}
 				for _, sk := range socks {
 					if p, ok := servers[sk.ID.SourcePort]; ok && sk.State == tcpEstablished {
-						unread[p] += sk.RQueue
-					}
-				}
-				for _, p := range ports {
-					for len(q.unread[p]) <= b { // the second's first sample
-						q.unread[p] = append(q.unread[p], unread[p])
+						sec.unread[p] += sk.RQueue
 					}
 				}
 			}
@@ -280,24 +274,21 @@ func (l *liveLab) judged(host string, ports []string, usable float64, need func(
 			n = max(n, len(r.Intervals))
 		}
 		short := q.short(n)
-		lag := 0
-		for _, r := range mine {
-			for i, v := range r.Intervals {
-				if !short[i] && q.lagged(r.Name, i, v) {
-					short[i] = true
-					lag++
-				}
-			}
-		}
-		thin := 0
+		lag, thin := 0, 0
 		for i := range short {
-			sum := 0.0
+			sum, behind := 0.0, false
 			for _, r := range mine {
 				if i < len(r.Intervals) {
 					sum += r.Intervals[i]
+					behind = behind || q.lagged(r.Name, i, r.Intervals[i])
 				}
 			}
-			if usable > 0 && !short[i] && sum < MinCarried*usable {
+			switch {
+			case short[i]:
+			case behind:
+				short[i] = true
+				lag++
+			case usable > 0 && sum < MinCarried*usable:
 				short[i] = true
 				thin++
 			}
@@ -305,13 +296,17 @@ func (l *liveLab) judged(host string, ports []string, usable float64, need func(
 		for _, r := range mine {
 			r.Short = short
 		}
-		why := q.summary(ports, n) + fmt.Sprintf("; %d seconds in which a receiver moved more than %.0f%% of its bytes into the next", lag, 100*MaxShift)
+		why := q.summary(n) + fmt.Sprintf("; %d seconds in which a receiver moved more than %.0f%% of its bytes into the next", lag, 100*MaxShift)
 		if usable > 0 {
 			why += fmt.Sprintf("; %d seconds with backlogged classes carried less than %.0f%% of the usable %s Mbps", thin, 100*MinCarried, mbps(usable))
 		}
 		if need(short) {
+			full := ""
+			if usable > 0 {
+				full = " and the link was full"
+			}
 			t.Logf("judged %d of %d seconds (a second counts when every class had packets waiting in ≥%.0f%% of its samples, no receiver fell behind%s); %s",
-				countJudged(short, 0), n, 100*MinBacklogged, map[bool]string{true: " and the link was full", false: ""}[usable > 0], why)
+				countJudged(short, 0), n, 100*MinBacklogged, full, why)
 			return res
 		}
 		var b strings.Builder
@@ -329,15 +324,13 @@ func (l *liveLab) judged(host string, ports []string, usable float64, need func(
 
 // summary names, per port, the share of samples of the run's n seconds in
 // which its class had packets waiting.
-func (q queueSeconds) summary(ports []string, n int) string {
+func (q queueSeconds) summary(n int) string {
 	var parts []string
-	for _, p := range ports {
+	for _, p := range q.ports {
 		busy, all := 0, 0
-		for b := 0; b < n && b < len(q.samples); b++ {
-			all += q.samples[b]
-			if b < len(q.busy[p]) {
-				busy += q.busy[p][b]
-			}
+		for _, sec := range q.secs[:min(n, len(q.secs))] {
+			all += sec.samples
+			busy += sec.busy[p]
 		}
 		parts = append(parts, fmt.Sprintf("%s %.1f%%", p, 100*float64(busy)/float64(max(all, 1))))
 	}
@@ -348,15 +341,16 @@ func (q queueSeconds) summary(ports []string, n int) string {
 // (no lab needed).
 func TestQueueSecondsJudgement(t *testing.T) {
 	full := int(time.Second / queueSampleEvery)
-	q := queueSeconds{
-		samples: []int{full, full, full, full / 3, full, full},
-		busy: map[string][]int{
-			"a": {full, full, full * 9 / 10, full / 3, full, full}, // second 2: 90% backlogged
-		},
-		unread: map[string][]uint32{
-			"a": {0, 0, 0, 0, 0, 4 << 20}, // the receiver fell 4 MiB behind during second 4
-		},
+	sec := func(samples, busy int, unread uint32) second {
+		return second{samples: samples, busy: map[string]int{"a": busy}, unread: map[string]uint32{"a": unread}}
 	}
+	q := queueSeconds{ports: []string{"a"}, secs: []second{
+		sec(full, full, 0), sec(full, full, 0),
+		sec(full, full*9/10, 0), // second 2: 90% backlogged
+		sec(full/3, full/3, 0),  // the machine stood still
+		sec(full, full, 0),
+		sec(full, full, 4<<20), // the receiver fell 4 MiB behind during second 4
+	}}
 	want := []bool{false, true, true, true, false}
 	// interval 1 overlaps second 2 (not backlogged); 2 is second 2;
 	// 3 is the second the machine stood still (a third of the samples).
