@@ -229,6 +229,7 @@ type flow struct {
 // result is the receiver's per-second rates of one flow, in bits/s.
 type result struct {
 	Name      string
+	StartS    int       // the flow's delay: its first interval is this second of the run
 	Intervals []float64 // receiver side, one per second
 	// Short marks the seconds that judged did not judge (a sender left its
 	// class's queue empty, a receiver fell behind, or the link was not
@@ -310,7 +311,7 @@ func (l *liveLab) runFlows(durS int, flows ...flow) []result {
 				errs[i] = fmt.Errorf("%s: %v", f.Name, err)
 				return
 			}
-			r.Name = f.Name
+			r.Name, r.StartS = f.Name, f.DelayS
 			out[i] = r
 		}()
 	}

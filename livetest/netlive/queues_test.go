@@ -249,7 +249,7 @@ func (l *liveLab) runSaturating(host string, durS, fromS int, usable float64, fl
 // receivers, and marks as Short the seconds in which some sender left its
 // queue empty or some receiver fell behind (MaxShift), and with usable
 // > 0 those in which the ports together carried less than MinCarried of
-// it. When the run's judged seconds do not meet need, it is
+// it (all the run's flows together, each from its start). When the run's judged seconds do not meet need, it is
 // logged and measured again, up to maxTries runs; then the test fails
 // saying why. So a second is only judged when every sender kept up and
 // the machine let HTB fill the link, and a scheduler that holds a
@@ -277,9 +277,13 @@ func (l *liveLab) judged(host string, ports []string, usable float64, need func(
 		lag, thin := 0, 0
 		for i := range short {
 			sum, behind := 0.0, false
+			for _, r := range res {
+				if j := i - r.StartS; j >= 0 && j < len(r.Intervals) {
+					sum += r.Intervals[j]
+				}
+			}
 			for _, r := range mine {
 				if i < len(r.Intervals) {
-					sum += r.Intervals[i]
 					behind = behind || q.lagged(r.Name, i, r.Intervals[i])
 				}
 			}
