@@ -242,6 +242,9 @@ func (c Change) applyNIC(n *policy.NIC) error {
 		if err != nil {
 			return err
 		}
+		if r == 0 {
+			return fmt.Errorf("limit: %s", policy.ZeroLimitMessage)
+		}
 		n.Limit = r
 	case "shares":
 		switch c.Value {
@@ -284,6 +287,9 @@ func (c Change) applyDisk(d *policy.Disk) error {
 	case "reservation":
 		d.ReservationIOPS = v
 	case "limit":
+		if v == 0 {
+			return fmt.Errorf("limit: %s", policy.ZeroLimitMessage)
+		}
 		d.LimitIOPS = v
 	default:
 		return fmt.Errorf("unknown disk field %q (reservation, limit)", c.Field)
@@ -317,7 +323,11 @@ func mhz(s string, unlimitedOK bool) (int, error) {
 	if err != nil || f < 0 || f > 1e9 {
 		return 0, fmt.Errorf("want a frequency such as 2000MHz, not %q", s)
 	}
-	return int(f*mult + 0.5), nil
+	n := int(f*mult + 0.5)
+	if unlimitedOK && n == 0 {
+		return 0, fmt.Errorf("%s", policy.ZeroLimitMessage)
+	}
+	return n, nil
 }
 
 // refusal says why the changed policy np breaks a rule that no migration

@@ -152,6 +152,9 @@ func (d *decoder) rate(m *mapping, key string, dst *Bps, allowUnlimited bool) bo
 		return false
 	}
 	v, msg := parseQuantity(s, rateUnits, rateUnitNames, int64(MaxRate), "rate")
+	if msg == "" && v == 0 && allowUnlimited {
+		msg = ZeroLimitMessage
+	}
 	if msg != "" {
 		d.add(line, join(m.path, key), "%s", msg)
 		return false
@@ -159,6 +162,12 @@ func (d *decoder) rate(m *mapping, key string, dst *Bps, allowUnlimited bool) bo
 	*dst = Bps(v)
 	return true
 }
+
+// ZeroLimitMessage is the error for a limit of 0. sluice has no cap of 0
+// (HTB cannot hold a class at 0, and a VM that may not send is a VM to
+// stop): a limit is positive or `unlimited`, and a missing limit is
+// unlimited.
+const ZeroLimitMessage = "a limit must be positive: omit it or write `unlimited` for no limit"
 
 func (d *decoder) size(m *mapping, key string, dst *Bytes) {
 	s, line, ok := d.scalar(m, key)
@@ -222,6 +231,9 @@ func (d *decoder) iops(m *mapping, key string, dst *IOPS, allowUnlimited bool) {
 		return
 	}
 	v, msg := parseIOPS(s)
+	if msg == "" && v == 0 && allowUnlimited {
+		msg = ZeroLimitMessage
+	}
 	if msg != "" {
 		d.add(line, join(m.path, key), "%s", msg)
 		return

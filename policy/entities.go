@@ -252,7 +252,7 @@ func (d *decoder) vm(n *yaml.Node, path string) VM {
 			vm.CPU.Shares = CPUSharesNormal * vm.CPU.VCPUs
 			d.shares(c, "shares", "cpu", vm.CPU.VCPUs, &vm.CPU.Shares)
 			d.integer(c, "reservationMHz", 0, maxVMMHz, &vm.CPU.ReservationMHz)
-			d.integer(c, "limitMHz", 0, maxVMMHz, &vm.CPU.LimitMHz)
+			d.integer(c, "limitMHz", 1, maxVMMHz, &vm.CPU.LimitMHz)
 			if vm.CPU.LimitMHz > 0 && vm.CPU.ReservationMHz > vm.CPU.LimitMHz {
 				d.add(vm.Pos.FieldLine("cpu.reservationMHz"), path+".cpu.reservationMHz", "reservation %dMHz is more than the limit %dMHz", vm.CPU.ReservationMHz, vm.CPU.LimitMHz)
 			}
