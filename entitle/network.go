@@ -41,6 +41,7 @@ type UplinkTree struct {
 	Host, Uplink string
 	CapacityBps  float64 // the uplink's usable rate: what alloc divides
 	Root         *alloc.Node
+	Spec         *UplinkSpec // what the tree was built from
 }
 
 // Port is one consumer on an uplink: a vNIC or a traffic class. Its
@@ -82,25 +83,17 @@ func (p *Port) DemandBps() float64 { return p.Node.EffDemand }
 // AllocBps is the port's entitlement in bits/s.
 func (p *Port) AllocBps() float64 { return p.Node.Alloc }
 
-// Network builds the uplink trees of every host of p and computes every
-// port's entitlement. demandBps gives demands by port name: "VM/NIC" for a
+// Network builds the uplink trees of every host of p (Derive with every VM
+// on its policy host and every uplink up) and computes every port's
+// entitlement. demandBps gives demands by port name: "VM/NIC" for a
 // vNIC, "HOST/CLASS" for a class on every uplink of the host, or
 // "HOST/UPLINK/CLASS" for one uplink; alloc.Inf means unbounded. Ports not
-// named get the defaults of DESIGN.md §2: unbounded for every vNIC and every
-// class the file declares, 0 for classes it does not. The vm class's demand
-// is always the sum of its vNICs'. A name that is no port is an error that
-// names it. VMs without a host are on no uplink and are skipped (a demand
-// for their vNICs is accepted and ignored); passthrough vNICs bypass the
-// scheduler and are skipped too.
+// named get the defaults of DESIGN.md §2 (see NewNet). A name that is no
+// port is an error that names it. VMs without a host are on no uplink (a
+// demand for their vNICs is accepted and ignored); passthrough vNICs
+// bypass the scheduler and are on no uplink either.
 func Network(p *policy.Policy, demandBps map[string]float64) (*Net, error) {
-	n := &Net{byName: map[string][]*Port{}}
-	assign := p.UplinkAssignment()
-	for hi := range p.Hosts {
-		h := &p.Hosts[hi]
-		for ui := range h.Uplinks {
-			n.addUplink(p, h, &h.Uplinks[ui], assign)
-		}
-	}
+	n := NewNet(Derive(p, Live{}))
 	if err := n.applyDemands(p, demandBps); err != nil {
 		return nil, err
 	}
@@ -108,51 +101,37 @@ func Network(p *policy.Policy, demandBps map[string]float64) (*Net, error) {
 	return n, nil
 }
 
-func (n *Net) addUplink(p *policy.Policy, h *policy.Host, u *policy.Uplink, assign map[string]string) {
-	capacity := float64(u.Usable)
-	if u.Usable <= 0 {
-		capacity = float64(u.Speed)
+// NewNet builds the alloc trees of the uplinks of d with the default
+// demands of DESIGN.md §2: unbounded for every vNIC and every class the
+// file declares, 0 for the classes it does not; the vm class's demand is
+// the sum of its vNICs' (0 without any). Call SetDemand and Compute.
+func NewNet(d *Desired) *Net {
+	n := &Net{byName: map[string][]*Port{}}
+	for i := range d.Uplinks {
+		n.addUplink(&d.Uplinks[i])
 	}
+	return n
+}
+
+func (n *Net) addUplink(u *UplinkSpec) {
 	t := &UplinkTree{
-		Host: h.Name, Uplink: u.Name, CapacityBps: capacity,
-		Root: &alloc.Node{Name: h.Name + "/" + u.Name, Limit: alloc.Inf, Demand: alloc.Inf, Semantics: alloc.Additive},
+		Host: u.Host, Uplink: u.Uplink, CapacityBps: u.UsableBps, Spec: u,
+		Root: &alloc.Node{Name: u.Host + "/" + u.Uplink, Limit: alloc.Inf, Demand: alloc.Inf, Semantics: alloc.Additive},
 	}
 	n.Uplinks = append(n.Uplinks, t)
-	for _, tc := range p.TrafficClasses {
-		cn := &alloc.Node{
-			Name:        policy.ClassName(h.Name, tc.Name),
-			Reservation: float64(p.ClassReservation(h.Name, u.Name, tc.Name)),
-			Shares:      float64(tc.Shares),
-			Limit:       rate(tc.Limit),
-			Demand:      0,
-			Semantics:   alloc.Additive,
-		}
-		if tc.Declared {
+	for _, c := range u.Classes {
+		cn := &alloc.Node{Name: c.Name, Reservation: c.ReservationBps, Shares: c.Shares, Limit: c.LimitBps, Semantics: alloc.Additive}
+		if c.Declared {
 			cn.Demand = alloc.Inf
 		}
 		t.Root.Children = append(t.Root.Children, cn)
-		n.add(&Port{Host: h.Name, Uplink: u.Name, Name: cn.Name, Kind: KindClass, Class: tc.Name, Node: cn, Tree: t, Declared: tc.Declared})
-		if tc.Name != "vm" {
-			continue
+		n.add(&Port{Host: u.Host, Uplink: u.Uplink, Name: c.Name, Kind: KindClass, Class: c.Class, Node: cn, Tree: t, Declared: c.Declared})
+		for _, v := range c.VNICs {
+			vn := &alloc.Node{Name: v.Port, Reservation: v.ReservationBps, Shares: v.Shares, Limit: v.LimitBps, Demand: alloc.Inf}
+			cn.Children = append(cn.Children, vn)
+			n.add(&Port{Host: u.Host, Uplink: u.Uplink, Name: v.Port, Kind: KindVNIC, Class: c.Class, Node: vn, Tree: t, Declared: true})
 		}
-		for _, vm := range p.VMsOn(h.Name) {
-			for _, nic := range vm.NICs {
-				port := policy.PortName(vm.Name, nic.Name)
-				if nic.Passthrough || assign[port] != u.Name {
-					continue
-				}
-				vn := &alloc.Node{
-					Name:        port,
-					Reservation: float64(nic.Reservation),
-					Shares:      float64(nic.Shares),
-					Limit:       rate(nic.Limit),
-					Demand:      alloc.Inf,
-				}
-				cn.Children = append(cn.Children, vn)
-				n.add(&Port{Host: h.Name, Uplink: u.Name, Name: port, Kind: KindVNIC, Class: "vm", Node: vn, Tree: t, Declared: true})
-			}
-		}
-		if len(cn.Children) == 0 {
+		if c.Class == "vm" && len(c.VNICs) == 0 {
 			cn.Demand = 0 // no vNIC sends through this uplink
 		}
 	}
@@ -165,14 +144,6 @@ func (n *Net) add(pt *Port) {
 		long := pt.Host + "/" + pt.Uplink + "/" + pt.Class
 		n.byName[long] = append(n.byName[long], pt)
 	}
-}
-
-// rate converts a policy rate to alloc's float64, Unlimited to alloc.Inf.
-func rate(r policy.Bps) float64 {
-	if r == policy.Unlimited {
-		return alloc.Inf
-	}
-	return float64(r)
 }
 
 func (n *Net) applyDemands(p *policy.Policy, demandBps map[string]float64) error {

@@ -41,33 +41,19 @@ func Storage(p *policy.Policy, ds string, capacityIOPS float64, demandIOPS map[s
 		return nil, fmt.Errorf("%s: no such datastore", ds)
 	}
 	if capacityIOPS <= 0 {
-		capacityIOPS = iops(d.ArrayIOPS())
+		capacityIOPS = IOPSLimit(d.ArrayIOPS())
 	}
 	s := &Store{
 		Datastore: ds, CapacityIOPS: capacityIOPS,
 		Root:   &alloc.Node{Name: ds, Limit: alloc.Inf, Demand: alloc.Inf, Semantics: alloc.Floor},
 		byName: map[string]*Disk{},
 	}
-	for _, vm := range p.VMs {
-		if vm.Host == "" {
-			continue
-		}
-		for _, dk := range vm.Disks {
-			if dk.Datastore != ds {
-				continue
-			}
-			n := &alloc.Node{
-				Name:        vm.Name + "/" + dk.Name,
-				Reservation: float64(dk.ReservationIOPS),
-				Shares:      float64(dk.Shares),
-				Limit:       iops(dk.LimitIOPS),
-				Demand:      alloc.Inf,
-			}
-			s.Root.Children = append(s.Root.Children, n)
-			disk := &Disk{Name: n.Name, VM: vm.Name, Host: vm.Host, Node: n}
-			s.Disks = append(s.Disks, disk)
-			s.byName[n.Name] = disk
-		}
+	for _, dk := range Derive(p, Live{}).Datastore(ds).Disks {
+		n := &alloc.Node{Name: dk.Name, Reservation: dk.ReservationIOPS, Shares: dk.Shares, Limit: dk.LimitIOPS, Demand: alloc.Inf}
+		s.Root.Children = append(s.Root.Children, n)
+		disk := &Disk{Name: n.Name, VM: dk.VM, Host: dk.Host, Node: n}
+		s.Disks = append(s.Disks, disk)
+		s.byName[n.Name] = disk
 	}
 	for name, v := range demandIOPS {
 		if err := s.SetDemand(name, v); err != nil {
@@ -76,13 +62,6 @@ func Storage(p *policy.Policy, ds string, capacityIOPS float64, demandIOPS map[s
 	}
 	s.Compute()
 	return s, nil
-}
-
-func iops(v policy.IOPS) float64 {
-	if v == policy.UnlimitedIOPS {
-		return alloc.Inf
-	}
-	return float64(v)
 }
 
 // SetDemand sets the named disk's demand in IOPS (alloc.Inf: unbounded).

@@ -202,6 +202,13 @@ func (p *Policy) assign(h *Host, vms []*VM) nicAssignment {
 	return a
 }
 
+// AssignUplinks returns the uplink of every vNIC of vms on h (see assign
+// for the rule), keyed by port name (VM/NIC). The caller may pass a copy of
+// a host that lists only its uplinks that are up.
+func (p *Policy) AssignUplinks(h *Host, vms []*VM) map[string]string {
+	return p.assign(h, vms).uplink
+}
+
 // NICUplink returns the name of the uplink that the vNIC nic of vm sends
 // through on the VM's host (see assign for the rule), or "" when the VM
 // has no host or the host has no uplink.

@@ -1,0 +1,238 @@
+package entitle
+
+import (
+	"sluice/alloc"
+	"sluice/policy"
+)
+
+// Live is the state of the cluster that the derivation takes besides the
+// policy. Its zero value means: every VM runs on the host the policy gives
+// it, and every uplink is up.
+type Live struct {
+	// Hosts maps each running VM to the host it runs on now. Nil: every VM
+	// runs on the host of the policy (VMs without one run nowhere). A VM
+	// that a non-nil map does not name runs nowhere: it gets no class on
+	// any uplink and no disk on any gateway. A VM in flight counts where
+	// its traffic is sent from; the caller decides (the simulator keeps it
+	// at the source until the move is done).
+	Hosts map[string]string
+	// DownUplinks holds the uplinks that are down, as HOST/UPLINK. They
+	// keep their trees (with Down set) but no vNIC is assigned to them:
+	// their vNICs go to the host's other uplinks by the usual rule.
+	DownUplinks map[string]bool
+}
+
+// Desired is the desired state of a cluster derived from a policy and the
+// live state: the scheduling tree of every host uplink and the disks of
+// every datastore. It holds plain values: the CLI, the agent, the
+// simulator and placement all read it, and none of them decides again
+// which uplink a vNIC uses or what a class reserves.
+type Desired struct {
+	Uplinks    []UplinkSpec    // per host and uplink, in file order
+	Datastores []DatastoreSpec // in file order
+}
+
+// UplinkSpec is the tree of one host uplink: uplink → traffic class →
+// vNIC (DESIGN.md §2). Rates are payload bits/s, as the policy states them;
+// limits are alloc.Inf when unlimited.
+type UplinkSpec struct {
+	Host, Uplink string
+	SpeedBps     float64 // line rate
+	UsableBps    float64 // what alloc divides: the uplink's usable rate, else its speed
+	Down         bool    // the uplink is down: no vNIC is assigned to it
+	Classes      []ClassSpec
+}
+
+// ClassSpec is one traffic class on an uplink, in policy.TrafficClassNames
+// order. Only the vm class has VNICs.
+type ClassSpec struct {
+	Name           string // HOST/CLASS
+	Class          string // the traffic class, e.g. "vm"
+	ReservationBps float64
+	Shares         float64
+	LimitBps       float64 // alloc.Inf when unlimited
+	// Declared says the policy file names the class: `sluice alloc` gives
+	// it unbounded demand; an undeclared class carries no traffic.
+	Declared bool
+	VNICs    []VNICSpec // file order
+}
+
+// VNICSpec is one scheduled vNIC of a running VM. Passthrough vNICs
+// bypass the scheduler and have none.
+type VNICSpec struct {
+	Port           string // VM/NIC
+	VM, NIC        string
+	ReservationBps float64
+	Shares         float64
+	LimitBps       float64 // alloc.Inf when unlimited
+}
+
+// DatastoreSpec is the set of disks of running VMs on one datastore.
+type DatastoreSpec struct {
+	Name  string
+	Disks []DiskSpec // file order
+}
+
+// DiskSpec is one disk of a running VM: its I/O passes the storage gateway
+// of Host.
+type DiskSpec struct {
+	Name            string // VM/DISK
+	VM, Disk, Host  string
+	ReservationIOPS float64
+	Shares          float64
+	LimitIOPS       float64 // alloc.Inf when unlimited
+}
+
+// RateLimit converts a policy rate limit to alloc's float64: policy.Unlimited
+// is alloc.Inf. The policy refuses a limit of 0, so every other value is a
+// real cap.
+func RateLimit(l policy.Bps) float64 {
+	if l == policy.Unlimited {
+		return alloc.Inf
+	}
+	return float64(l)
+}
+
+// IOPSLimit converts a policy IOPS limit to alloc's float64:
+// policy.UnlimitedIOPS is alloc.Inf.
+func IOPSLimit(l policy.IOPS) float64 {
+	if l == policy.UnlimitedIOPS {
+		return alloc.Inf
+	}
+	return float64(l)
+}
+
+// Derive computes the desired state of the cluster of p given live. The
+// rules (DESIGN.md §2), each decided here and nowhere else:
+//   - an uplink divides its usable rate (its speed when none is given);
+//   - a vNIC pinned with `uplink:` to an uplink that is up uses it; the
+//     other vNICs of a host are assigned by policy's rule (larger
+//     reservations first, best fit on the vm-class budget, unreserved
+//     vNICs on the first uplink), over the uplinks that are up;
+//   - passthrough vNICs bypass the scheduler: they are on no tree;
+//   - the vm class reserves what the file gives it, else the sum of its
+//     vNICs' reservations on the uplink, at most its budget (reservationCap
+//     × speed less the other classes' reservations), so that the other
+//     classes keep their reservations while a fault is being repaired;
+//   - limits are alloc.Inf when unlimited (RateLimit, IOPSLimit).
+func Derive(p *policy.Policy, live Live) *Desired {
+	d := &Desired{}
+	onHost := runningVMs(p, live)
+	for hi := range p.Hosts {
+		h := &p.Hosts[hi]
+		vms := onHost[h.Name]
+		up := &policy.Host{Name: h.Name, CPU: h.CPU, Memory: h.Memory}
+		for _, u := range h.Uplinks {
+			if !live.DownUplinks[h.Name+"/"+u.Name] {
+				up.Uplinks = append(up.Uplinks, u)
+			}
+		}
+		assign := p.AssignUplinks(up, vms)
+		for ui := range h.Uplinks {
+			d.Uplinks = append(d.Uplinks, deriveUplink(p, h, &h.Uplinks[ui], vms, assign, live))
+		}
+	}
+	for _, ds := range p.Datastores {
+		spec := DatastoreSpec{Name: ds.Name}
+		for _, vm := range p.VMs {
+			host := hostOf(&vm, live)
+			if host == "" {
+				continue
+			}
+			for _, dk := range vm.Disks {
+				if dk.Datastore != ds.Name {
+					continue
+				}
+				spec.Disks = append(spec.Disks, DiskSpec{Name: vm.Name + "/" + dk.Name, VM: vm.Name, Disk: dk.Name, Host: host,
+					ReservationIOPS: float64(dk.ReservationIOPS), Shares: float64(dk.Shares), LimitIOPS: IOPSLimit(dk.LimitIOPS)})
+			}
+		}
+		d.Datastores = append(d.Datastores, spec)
+	}
+	return d
+}
+
+func deriveUplink(p *policy.Policy, h *policy.Host, u *policy.Uplink, vms []*policy.VM, assign map[string]string, live Live) UplinkSpec {
+	usable := u.Usable
+	if usable <= 0 {
+		usable = u.Speed
+	}
+	us := UplinkSpec{Host: h.Name, Uplink: u.Name, SpeedBps: float64(u.Speed), UsableBps: float64(usable),
+		Down: live.DownUplinks[h.Name+"/"+u.Name]}
+	for _, tc := range p.TrafficClasses {
+		cs := ClassSpec{Name: policy.ClassName(h.Name, tc.Name), Class: tc.Name, ReservationBps: float64(tc.Reservation),
+			Shares: float64(tc.Shares), LimitBps: RateLimit(tc.Limit), Declared: tc.Declared}
+		if tc.Name == "vm" {
+			var sum float64
+			for _, vm := range vms {
+				for _, nic := range vm.NICs {
+					port := policy.PortName(vm.Name, nic.Name)
+					if nic.Passthrough || assign[port] != u.Name {
+						continue
+					}
+					cs.VNICs = append(cs.VNICs, VNICSpec{Port: port, VM: vm.Name, NIC: nic.Name, ReservationBps: float64(nic.Reservation),
+						Shares: float64(nic.Shares), LimitBps: RateLimit(nic.Limit)})
+					sum += float64(nic.Reservation)
+				}
+			}
+			if tc.Reservation == 0 {
+				cs.ReservationBps = min(sum, float64(p.VMClassBudget(u)))
+			}
+		}
+		us.Classes = append(us.Classes, cs)
+	}
+	return us
+}
+
+// runningVMs lists the running VMs of each host, in file order.
+func runningVMs(p *policy.Policy, live Live) map[string][]*policy.VM {
+	m := map[string][]*policy.VM{}
+	for i := range p.VMs {
+		if h := hostOf(&p.VMs[i], live); h != "" {
+			m[h] = append(m[h], &p.VMs[i])
+		}
+	}
+	return m
+}
+
+func hostOf(vm *policy.VM, live Live) string {
+	if live.Hosts == nil {
+		return vm.Host
+	}
+	return live.Hosts[vm.Name]
+}
+
+// VNICUplinks returns the uplink of every scheduled vNIC, keyed by port
+// name (VM/NIC), as HOST/UPLINK.
+func (d *Desired) VNICUplinks() map[string]string {
+	m := map[string]string{}
+	for _, u := range d.Uplinks {
+		for _, c := range u.Classes {
+			for _, v := range c.VNICs {
+				m[v.Port] = u.Host + "/" + u.Uplink
+			}
+		}
+	}
+	return m
+}
+
+// HostUplinks returns the uplink trees of host, in file order.
+func (d *Desired) HostUplinks(host string) []UplinkSpec {
+	var out []UplinkSpec
+	for _, u := range d.Uplinks {
+		if u.Host == host {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// Datastore returns the disk set of the named datastore, or nil.
+func (d *Desired) Datastore(name string) *DatastoreSpec {
+	for i := range d.Datastores {
+		if d.Datastores[i].Name == name {
+			return &d.Datastores[i]
+		}
+	}
+	return nil
+}
