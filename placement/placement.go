@@ -143,6 +143,9 @@ type Result struct {
 	// NICUplinks maps each reserving vNIC ("VM/NIC") to the uplink that
 	// holds its reservation after the pass.
 	NICUplinks map[string]string
+	// DownUplinks are the lost uplinks the pass took into account,
+	// "HOST/UPLINK" (Options.DownUplinks).
+	DownUplinks []string
 	// ImbalanceBefore and ImbalanceAfter are the metric before and after.
 	ImbalanceBefore, ImbalanceAfter float64
 	// Threshold is the threshold that was applied (1..5); Target the
@@ -187,6 +190,7 @@ func Plan(p *policy.Policy, cur Placement, d Demand, o Options) Result {
 	s := newState(p, cur, d, &o)
 	var r Result
 	r.Threshold = o.Threshold
+	r.DownUplinks = o.DownUplinks
 	r.Target = thresholds[o.Threshold].target
 	r.ImbalanceBefore = s.bal.imbalance()
 
