@@ -7,7 +7,7 @@ import (
 	"sort"
 
 	"sluice/alloc"
-	"sluice/lab"
+	"sluice/entitle"
 	"sluice/policy"
 )
 
@@ -16,6 +16,9 @@ type Config struct {
 	Policy *policy.Policy
 	Host   string
 	Kernel Kernel
+	// Inventory tells which VMs run on the host, the uplink devices and
+	// how vNIC packets are recognised.
+	Inventory Inventory
 	// Dynamic turns on dynamic enforcement: each Step sets guaranteed
 	// rates from alloc's entitlements on measured demand. Off: static HTB.
 	Dynamic bool
@@ -93,16 +96,25 @@ type PortStat struct {
 	CeilBps        int64   `json:"htb_ceil_bps"`
 }
 
-// New derives the trees of cfg.Host. It touches no kernel state.
+// New derives the trees of cfg.Host: the desired uplink trees of the
+// policy (entitle.Derive, with the VMs the inventory says run here) and
+// the inventory's devices. It touches no kernel state.
 func New(cfg Config) (*Agent, error) {
-	if cfg.Policy == nil || cfg.Kernel == nil {
-		return nil, errors.New("agent: policy and kernel are required")
+	if cfg.Policy == nil || cfg.Kernel == nil || cfg.Inventory == nil {
+		return nil, errors.New("agent: policy, kernel and inventory are required")
 	}
-	pl, err := lab.NewPlan(cfg.Policy)
+	if cfg.Policy.Host(cfg.Host) == nil {
+		return nil, fmt.Errorf("host %q is not in the policy", cfg.Host)
+	}
+	vms, err := cfg.Inventory.VMs()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("inventory: %w", err)
 	}
-	trees, err := Build(cfg.Policy, pl, cfg.Host)
+	live := entitle.Live{Hosts: map[string]string{}}
+	for _, vm := range vms {
+		live.Hosts[vm] = cfg.Host
+	}
+	trees, err := Build(entitle.Derive(cfg.Policy, live).HostUplinks(cfg.Host), cfg.Inventory)
 	if err != nil {
 		return nil, err
 	}
@@ -115,12 +127,88 @@ func (a *Agent) Trees() []*Tree { return a.trees }
 // Stats returns the statistics of the last Step.
 func (a *Agent) Stats() Stats { return a.stats }
 
-// Step runs one control interval at time nowNs: it reads every class's
-// counters, estimates demand, computes entitlements (dynamic) and
-// reconciles the trees. The first Step installs the trees.
+// Measurement is what one step read from the kernel.
+type Measurement struct {
+	NowNs   int64
+	Uplinks []UplinkReading // one per tree, in Trees order
+}
+
+// UplinkReading is one uplink's classes as read, with their counters.
+type UplinkReading struct {
+	Dev     string
+	Classes []ClassState
+	Err     error // the read failed: the uplink is left as it is this step
+}
+
+// Decision is what one control step decided, as a value that a test can
+// print: per uplink the desired HTB classes and filters, and the
+// statistics. Apply carries it out.
+type Decision struct {
+	NowNs   int64
+	Uplinks []UplinkDecision
+	Stats   Stats
+}
+
+// UplinkDecision is the desired traffic control state of one uplink.
+type UplinkDecision struct {
+	Dev     string
+	Default uint16     // minor of the default class
+	Classes []HTBClass // parents first
+	Filters []Filter
+	Err     error        // the reading failed: nothing to apply
+	have    []ClassState // what was read, for Reconcile
+}
+
+// Step runs one control interval at time nowNs: Measure, Decide, Apply.
+// The first Step installs the trees.
 func (a *Agent) Step(nowNs int64) (Changes, error) {
+	return a.Apply(a.Decide(a.Measure(nowNs)))
+}
+
+// Measure reads every tree's classes and counters from the kernel.
+func (a *Agent) Measure(nowNs int64) Measurement {
+	m := Measurement{NowNs: nowNs}
+	for _, t := range a.trees {
+		have, err := a.cfg.Kernel.Classes(t.Dev)
+		if err != nil {
+			err = fmt.Errorf("ClassList %s: %w", t.Dev, err)
+		}
+		m.Uplinks = append(m.Uplinks, UplinkReading{Dev: t.Dev, Classes: have, Err: err})
+	}
+	return m
+}
+
+// Apply reconciles every uplink to the decision, collecting independent
+// failures, and keeps the decision's statistics.
+func (a *Agent) Apply(d Decision) (Changes, error) {
 	var total Changes
 	var errs []error
+	for _, u := range d.Uplinks {
+		if u.Err != nil {
+			errs = append(errs, u.Err)
+			continue
+		}
+		ch, err := Reconcile(a.cfg.Kernel, u.Dev, u.Default, u.Classes, u.Filters, u.have)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		total.Qdisc += ch.Qdisc
+		total.ClassesSet += ch.ClassesSet
+		total.ClassesDeleted += ch.ClassesDeleted
+		total.FiltersSet += ch.FiltersSet
+		total.FiltersDeleted += ch.FiltersDeleted
+	}
+	a.stats = d.Stats
+	return total, errors.Join(errs...)
+}
+
+// Decide computes, from a measurement, what every uplink's classes should
+// be: it estimates each port's demand from its counters, computes the
+// entitlements (Tree.Entitlements) and renders the HTB classes (dynamic:
+// guaranteed rates from the entitlements; static: from the policy). It
+// does no I/O; it updates the agent's per-port history.
+func (a *Agent) Decide(m Measurement) Decision {
+	nowNs := m.NowNs
 	dtNs := nowNs - a.lastNs
 	first := a.lastNs == 0
 	if first {
@@ -131,15 +219,15 @@ func (a *Agent) Step(nowNs int64) (Changes, error) {
 	// rates it finds (a restart) or set when it created the tree, so that
 	// it never acts on less than a window of history.
 	warming := nowNs-a.startNs < DemandWindowNs
-	st := Stats{Cluster: a.cfg.Policy.Cluster, Host: a.cfg.Host, Dynamic: a.cfg.Dynamic, NowNs: nowNs}
-	for _, t := range a.trees {
-		have, err := a.cfg.Kernel.Classes(t.Dev)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("ClassList %s: %w", t.Dev, err))
+	d := Decision{NowNs: nowNs, Stats: Stats{Cluster: a.cfg.Policy.Cluster, Host: a.cfg.Host, Dynamic: a.cfg.Dynamic, NowNs: nowNs}}
+	for i, t := range a.trees {
+		r := m.Uplinks[i]
+		if r.Err != nil {
+			d.Uplinks = append(d.Uplinks, UplinkDecision{Dev: t.Dev, Err: r.Err})
 			continue
 		}
 		byID := map[Handle]ClassState{}
-		for _, c := range have {
+		for _, c := range r.Classes {
 			byID[c.ID] = c
 		}
 		demand := map[string]float64{}
@@ -189,15 +277,7 @@ func (a *Agent) Step(nowNs int64) (Changes, error) {
 		} else {
 			want = t.HTBClasses(nil)
 		}
-		ch, err := Reconcile(a.cfg.Kernel, t.Dev, t.Default, want, t.Filters, have)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		total.Qdisc += ch.Qdisc
-		total.ClassesSet += ch.ClassesSet
-		total.ClassesDeleted += ch.ClassesDeleted
-		total.FiltersSet += ch.FiltersSet
-		total.FiltersDeleted += ch.FiltersDeleted
+		d.Uplinks = append(d.Uplinks, UplinkDecision{Dev: t.Dev, Default: t.Default, Classes: want, Filters: t.Filters, have: r.Classes})
 		us := UplinkStat{Uplink: t.Uplink, Dev: t.Dev, SpeedBps: int64(t.SpeedBps), UsableBps: int64(t.UsableBps)}
 		wantBy := map[Handle]HTBClass{}
 		for _, w := range want {
@@ -213,10 +293,9 @@ func (a *Agent) Step(nowNs int64) (Changes, error) {
 				EntitlementBps: math.Round(ent[n.Name]), GuaranteeBps: int64(w.RateBps), CeilBps: int64(w.CeilBps)})
 		}
 		sort.SliceStable(us.Ports, func(i, j int) bool { return us.Ports[i].ClassID < us.Ports[j].ClassID })
-		st.Uplinks = append(st.Uplinks, us)
+		d.Stats.Uplinks = append(d.Stats.Uplinks, us)
 	}
-	a.stats = st
-	return total, errors.Join(errs...)
+	return d
 }
 
 func (a *Agent) port(t *Tree, n *Node) *portState {
@@ -246,7 +325,7 @@ func estimateDemand(ps *portState, nowNs int64, t *Tree) float64 {
 	if r < float64(t.minRate())/2 {
 		return 0 // idle: keeps the HTB floor only
 	}
-	return (Headroom*r + HeadroomOfLine*float64(t.SpeedBps)) / t.scale()
+	return float64(t.Payload(Headroom*r + HeadroomOfLine*float64(t.SpeedBps)))
 }
 
 // RateDeadBand is the relative change below which dynamic enforcement leaves

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,7 +36,7 @@ func TestAgent(t *testing.T) {
 		var lastMs int64
 		newAgent := func() error {
 			var err error
-			a, err = New(Config{Policy: p, Host: host, Kernel: k, Dynamic: dynamic})
+			a, err = New(Config{Policy: p, Host: host, Kernel: k, Inventory: testInventory(p, host), Dynamic: dynamic})
 			return err
 		}
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
@@ -148,7 +149,7 @@ func checkInvariants(a *Agent, k *FakeKernel) string {
 			out = append(out, fmt.Sprintf("reconciling the same state again wrote %s (err %v)", ch, err))
 		}
 		if a.cfg.Dynamic {
-			var sum policy.Bps
+			var sum WireBps
 			for _, c := range cs {
 				n := nodeByID(tr, c.ID)
 				if n != nil && n.Leaf {
@@ -173,4 +174,32 @@ func nodeByID(t *Tree, id Handle) *Node {
 		}
 	}
 	return nil
+}
+
+// testInventory lays out host as the lab does: uplink k is sl-upK, the host
+// is 198.18.1.(i+1), vNIC k of the policy (file order) 198.18.16.(k+1).
+func testInventory(p *policy.Policy, host string) *StaticInventory {
+	inv := &StaticInventory{Devices: map[string]string{}, VNICs: map[string]VNICMatch{}}
+	for i, h := range p.Hosts {
+		if h.Name != host {
+			continue
+		}
+		inv.Addr = netip.AddrFrom4([4]byte{198, 18, 1, byte(i + 1)})
+		for k, u := range h.Uplinks {
+			inv.Devices[u.Name] = fmt.Sprintf("sl-up%d", k)
+		}
+	}
+	k := 0
+	for _, vm := range p.VMs {
+		if vm.Host == host {
+			inv.Running = append(inv.Running, vm.Name)
+		}
+		for _, n := range vm.NICs {
+			if vm.Host == host {
+				inv.VNICs[policy.PortName(vm.Name, n.Name)] = VNICMatch{Index: k, SrcIP: netip.AddrFrom4([4]byte{198, 18, 16, byte(k + 1)})}
+			}
+			k++
+		}
+	}
+	return inv
 }

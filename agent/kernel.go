@@ -14,8 +14,6 @@ package agent
 import (
 	"fmt"
 	"net/netip"
-
-	"sluice/policy"
 )
 
 // Handle is a tc handle major:minor packed as the kernel does (major<<16|minor).
@@ -29,16 +27,24 @@ func (h Handle) Minor() uint16 { return uint16(h) }
 
 func (h Handle) String() string { return fmt.Sprintf("%x:%x", uint32(h)>>16, uint16(h)) }
 
-// HTBClass is one HTB class as sluice sets it. Rates are bits/s on the wire
-// (L2 frames as HTB counts them); the netlink wrapper converts.
+// WireBps is a rate on the wire in bits/s: L2 frames from the Ethernet
+// header on, as HTB counts them.
+type WireBps int64
+
+// PayloadBps is a rate of payload in bits/s: what the policy states and
+// alloc divides. Tree.Wire and Tree.Payload convert.
+type PayloadBps float64
+
+// HTBClass is one HTB class as sluice sets it. Rates are on the wire; the
+// netlink wrapper converts to the kernel's bytes/s.
 type HTBClass struct {
 	ID           Handle
 	Parent       Handle
-	RateBps      policy.Bps // guaranteed rate
-	CeilBps      policy.Bps // maximum rate, borrowing included
-	BurstBytes   uint32     // bucket of the rate
-	CburstBytes  uint32     // bucket of the ceil
-	QuantumBytes uint32     // DRR quantum when borrowing; ≥ MinQuantumBytes
+	RateBps      WireBps // guaranteed rate
+	CeilBps      WireBps // maximum rate, borrowing included
+	BurstBytes   uint32  // bucket of the rate
+	CburstBytes  uint32  // bucket of the ceil
+	QuantumBytes uint32  // DRR quantum when borrowing; ≥ MinQuantumBytes
 	Prio         uint32
 }
 
@@ -98,7 +104,7 @@ const MinBurstBytes = 2 * (65536 + 1514)
 
 // BurstFor sizes a bucket to a rate: what the rate sends in 2 ms, at least
 // MinBurstBytes.
-func BurstFor(rate policy.Bps) uint32 {
+func BurstFor(rate WireBps) uint32 {
 	b := float64(rate) / 8 * 0.002
 	if b < MinBurstBytes {
 		return MinBurstBytes

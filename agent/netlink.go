@@ -7,8 +7,6 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
-
-	"sluice/policy"
 )
 
 // u32Prio is the priority of every sluice u32 filter; u32Table is the
@@ -125,7 +123,7 @@ func (k *NetlinkKernel) Classes(dev string) ([]ClassState, error) {
 		}
 		s := ClassState{HTBClass: HTBClass{
 			ID: Handle(h.Handle), Parent: parent,
-			RateBps: policy.Bps(rateBytes * 8), CeilBps: policy.Bps(ceilBytes * 8),
+			RateBps: WireBps(rateBytes * 8), CeilBps: WireBps(ceilBytes * 8),
 			BurstBytes: netlink.Xmitsize(rateBytes, h.Buffer), CburstBytes: netlink.Xmitsize(ceilBytes, h.Cbuffer),
 			QuantumBytes: h.Quantum, Prio: h.Prio,
 		}}

@@ -23,7 +23,7 @@ vms: [{name: vm1, host: h1, nics: [{name: nic0}]}]
 		t.Fatal(err)
 	}
 	k := NewFakeKernel("sl-up0")
-	a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Dynamic: true})
+	a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: testInventory(p, "h1"), Dynamic: true})
 	if err != nil {
 		t.Fatal(err)
 	}

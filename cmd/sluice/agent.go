@@ -68,7 +68,18 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return exitBad
 	}
 	defer k.Close()
-	a, err := agent.New(agent.Config{Policy: p, Host: *host, Kernel: k, Dynamic: *dynamic})
+	// The inventory of a lab host; a hypervisor's comes with real hosts.
+	pl, err := lab.NewPlan(p)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+		return exitBad
+	}
+	inv, err := pl.Inventory(*host)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+		return exitBad
+	}
+	a, err := agent.New(agent.Config{Policy: p, Host: *host, Kernel: k, Inventory: inv, Dynamic: *dynamic})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 		return exitBad

@@ -21,6 +21,7 @@ import (
 
 	"sluice/agent"
 	"sluice/alloc"
+	"sluice/entitle"
 	"sluice/lab"
 	"sluice/policy"
 )
@@ -98,7 +99,11 @@ func (l *liveLab) runAgent(p *policy.Policy, host string, dynamic bool) (*agent.
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(agent.Config{Policy: p, Host: host, Kernel: k, Dynamic: dynamic})
+	inv, err := l.plan.Inventory(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Policy: p, Host: host, Kernel: k, Inventory: inv, Dynamic: dynamic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,21 +404,25 @@ func (l *liveLab) startServer(port int) {
 // the ports of host's first uplink on capacity usable, given which ports
 // and classes are active (unbounded demand); everything else is idle.
 func entitlements(t *testing.T, p *policy.Policy, host string, usable float64, active ...string) map[string]float64 {
-	pl, err := lab.NewPlan(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	trees, err := agent.Build(p, pl, host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := map[string]float64{}
+	u := entitle.Derive(p, entitle.Live{}).HostUplinks(host)[0]
+	u.UsableBps = usable
+	n := entitle.NewNet(&entitle.Desired{Uplinks: []entitle.UplinkSpec{u}})
+	on := map[string]bool{}
 	for _, a := range active {
-		d[a] = alloc.Inf
+		on[a] = true
 	}
-	root := trees[0].AllocTree(d)
-	alloc.Compute(root, usable)
-	return alloc.Allocs(root)
+	for _, pt := range n.Ports {
+		pt.Node.Demand = 0
+		if on[pt.Name] {
+			pt.Node.Demand = alloc.Inf
+		}
+	}
+	n.Compute()
+	out := map[string]float64{}
+	for _, pt := range n.Ports {
+		out[pt.Name] = pt.AllocBps()
+	}
+	return out
 }
 
 func mbps(v float64) string { return fmt.Sprintf("%.1f", v/1e6) }

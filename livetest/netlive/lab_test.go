@@ -115,7 +115,11 @@ func TestReconcileIdempotent(t *testing.T) {
 	}
 	defer k.Close()
 	for _, dynamic := range []bool{false, true} {
-		a, err := agent.New(agent.Config{Policy: l.p, Host: "h1", Kernel: k, Dynamic: dynamic})
+		inv, err := l.plan.Inventory("h1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := agent.New(agent.Config{Policy: l.p, Host: "h1", Kernel: k, Inventory: inv, Dynamic: dynamic})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sluice/agent"
+	"sluice/entitle"
 )
 
 // A flow meant to fill its share of a link must keep packets waiting in
@@ -102,7 +103,11 @@ func (q queueSeconds) short(n int) []bool {
 func (l *liveLab) watchQueues(host string, ports []string) func() queueSeconds {
 	t := l.t
 	t.Helper()
-	trees, err := agent.Build(l.p, l.plan, host)
+	inv, err := l.plan.Inventory(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trees, err := agent.Build(entitle.Derive(l.p, entitle.Live{}).HostUplinks(host), inv)
 	if err != nil {
 		t.Fatal(err)
 	}

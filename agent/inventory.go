@@ -1,0 +1,67 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Inventory tells the agent what runs on its host and how to find it: the
+// device of each uplink, which VMs run here, and how each vNIC's packets
+// are recognised. The lab's namespaces are one implementation
+// (lab.Plan.Inventory); a hypervisor's (libvirt) is another.
+type Inventory interface {
+	// VMs returns the names of the VMs that run on the host now.
+	VMs() ([]string, error)
+	// UplinkDevice returns the device that carries the egress of the
+	// host's uplink (the policy's uplink name).
+	UplinkDevice(uplink string) (string, error)
+	// VNIC returns how the packets of the vNIC port (VM/NIC) are
+	// recognised on the host's uplinks; ok is false when the host has no
+	// such vNIC.
+	VNIC(port string) (m VNICMatch, ok bool)
+	// HostAddr returns the host's own source address, which the system
+	// traffic classes match (with their ports and DSCP values); the zero
+	// Addr when host traffic is not classified.
+	HostAddr() netip.Addr
+}
+
+// VNICMatch is how the agent recognises a vNIC's packets.
+type VNICMatch struct {
+	// Index is stable for the vNIC while it runs (0..MaxVNICIndex): its
+	// class and filter handles follow it, so that other vNICs coming and
+	// going do not rewrite them.
+	Index int
+	// SrcIP is the vNIC's IPv4 source address.
+	SrcIP netip.Addr
+}
+
+// StaticInventory is an inventory written down once: the lab's namespace
+// VMs, and tests.
+type StaticInventory struct {
+	Running []string             // VMs on the host
+	Devices map[string]string    // uplink name → device
+	VNICs   map[string]VNICMatch // VM/NIC → match
+	Addr    netip.Addr           // the host's own address
+}
+
+var _ Inventory = (*StaticInventory)(nil)
+
+// VMs returns Running.
+func (s *StaticInventory) VMs() ([]string, error) { return s.Running, nil }
+
+// UplinkDevice returns Devices[uplink].
+func (s *StaticInventory) UplinkDevice(uplink string) (string, error) {
+	if d, ok := s.Devices[uplink]; ok {
+		return d, nil
+	}
+	return "", fmt.Errorf("no device for uplink %q in the inventory", uplink)
+}
+
+// VNIC returns VNICs[port].
+func (s *StaticInventory) VNIC(port string) (VNICMatch, bool) {
+	m, ok := s.VNICs[port]
+	return m, ok
+}
+
+// HostAddr returns Addr.
+func (s *StaticInventory) HostAddr() netip.Addr { return s.Addr }

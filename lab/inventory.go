@@ -1,0 +1,31 @@
+package lab
+
+import (
+	"fmt"
+
+	"sluice/agent"
+)
+
+// Inventory returns the static inventory of the named host for the agent:
+// the VMs the plan puts on the host, its uplink veths, and each of their
+// vNICs recognised by its lab address (its lab index keeps its handles).
+func (pl *Plan) Inventory(host string) (*agent.StaticInventory, error) {
+	hp := pl.Host(host)
+	if hp == nil {
+		return nil, fmt.Errorf("lab: no host %q", host)
+	}
+	inv := &agent.StaticInventory{Devices: map[string]string{}, VNICs: map[string]agent.VNICMatch{}, Addr: hp.IP}
+	for _, u := range hp.Uplinks {
+		inv.Devices[u.Name] = u.Dev
+	}
+	for _, vm := range pl.VMs {
+		if vm.Host != host {
+			continue
+		}
+		inv.Running = append(inv.Running, vm.VM)
+		for _, n := range vm.NICs {
+			inv.VNICs[n.Port] = agent.VNICMatch{Index: n.GlobalIdx, SrcIP: n.IP}
+		}
+	}
+	return inv, nil
+}
