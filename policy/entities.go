@@ -16,7 +16,7 @@ var (
 	poolFields      = []string{"name", "reservation", "portGroups", "hosts"}
 	portGroupFields = []string{"name", "vlan"}
 	dsFields        = []string{"name", "sioc", "array"}
-	siocFields      = []string{"enabled", "congestionThreshold", "controlPeriod"}
+	siocFields      = []string{"enabled", "congestionThreshold", "controlPeriod", "gamma", "shareTerm", "minWindow", "maxWindow"}
 	arrayFields     = []string{"slots", "serviceTime"}
 	vmFields        = []string{"name", "host", "cpu", "memory", "nics", "disks", "migratable"}
 	vmCPUFields     = []string{"vcpus", "shares", "reservationMHz", "limitMHz"}
@@ -26,12 +26,13 @@ var (
 
 // Upper bounds of small integers.
 const (
-	maxCores = 4096
-	maxMHz   = 100_000
-	maxVCPUs = 768
-	maxSlots = 65536
-	maxVMMHz = 1 << 30
-	maxVLAN  = 4094
+	maxCores  = 4096
+	maxMHz    = 100_000
+	maxVCPUs  = 768
+	maxSlots  = 65536
+	maxWindow = 65536 // I/Os outstanding per host on a datastore
+	maxVMMHz  = 1 << 30
+	maxVLAN   = 4094
 )
 
 func (d *decoder) policy(root *yaml.Node) *Policy {
@@ -214,7 +215,8 @@ func (d *decoder) portGroup(n *yaml.Node, path string) PortGroup {
 
 func (d *decoder) datastore(n *yaml.Node, path string) Datastore {
 	ds := Datastore{Pos: Pos{Line: n.Line}}
-	ds.SIOC = SIOC{CongestionThreshold: DefaultCongestionThreshold, ControlPeriod: DefaultControlPeriod}
+	ds.SIOC = SIOC{CongestionThreshold: DefaultCongestionThreshold, ControlPeriod: DefaultControlPeriod,
+		Gamma: DefaultSIOCGamma, ShareTerm: DefaultSIOCShareTerm, MinWindow: DefaultSIOCMinWindow, MaxWindow: DefaultSIOCMaxWindow}
 	ds.Array = Array{Slots: DefaultArraySlots, ServiceTime: DefaultArrayServiceTime}
 	m := d.mapping(n, path, &ds.Pos, "", dsFields...)
 	if m == nil {
@@ -226,6 +228,7 @@ func (d *decoder) datastore(n *yaml.Node, path string) Datastore {
 			d.boolean(s, "enabled", &ds.SIOC.Enabled)
 			d.duration(s, "congestionThreshold", &ds.SIOC.CongestionThreshold)
 			d.duration(s, "controlPeriod", &ds.SIOC.ControlPeriod)
+			d.siocGains(s, &ds.SIOC)
 		}
 	}
 	if v, ok := m.vals["array"]; ok {
@@ -235,6 +238,42 @@ func (d *decoder) datastore(n *yaml.Node, path string) Datastore {
 		}
 	}
 	return ds
+}
+
+// siocGains decodes the PARDA gains of a datastore's sioc mapping into s
+// (which holds the defaults).
+func (d *decoder) siocGains(m *mapping, s *SIOC) {
+	d.fraction(m, "gamma", true, &s.Gamma)
+	d.fraction(m, "shareTerm", false, &s.ShareTerm)
+	problems := len(d.errs) + d.dropped
+	d.integer(m, "minWindow", 1, maxWindow, &s.MinWindow)
+	d.integer(m, "maxWindow", 1, maxWindow, &s.MaxWindow)
+	if len(d.errs)+d.dropped > problems || s.MinWindow <= s.MaxWindow {
+		return // a bad bound is reported already
+	}
+	if _, given := m.vals["maxWindow"]; given {
+		d.add(m.pos.FieldLine(m.prefix+"maxWindow"), join(m.path, "maxWindow"), "%d is less than minWindow %d", s.MaxWindow, s.MinWindow)
+	} else {
+		d.add(m.pos.FieldLine(m.prefix+"minWindow"), join(m.path, "minWindow"), "%d is more than the default maxWindow %d", s.MinWindow, s.MaxWindow)
+	}
+}
+
+// fraction parses a number in (0, 1], or (0, 1) when one is excluded.
+func (d *decoder) fraction(m *mapping, key string, oneOK bool, dst *float64) {
+	s, line, ok := d.scalar(m, key)
+	if !ok {
+		return
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || !isPlainNumber(s) || f <= 0 || f > 1 || (f == 1 && !oneOK) {
+		interval := "(0, 1)"
+		if oneOK {
+			interval = "(0, 1]"
+		}
+		d.add(line, join(m.path, key), "must be a number in %s, got %q", interval, clip(s))
+		return
+	}
+	*dst = f
 }
 
 func (d *decoder) vm(n *yaml.Node, path string) VM {

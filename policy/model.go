@@ -123,12 +123,31 @@ type Datastore struct {
 	Pos   Pos
 }
 
-// SIOC configures storage I/O control on a datastore.
+// SIOC configures storage I/O control on a datastore. The PARDA gains
+// are those of parda.Config (the scaled law, parda.Controller.UpdateScaled);
+// the decoder fills in the defaults.
 type SIOC struct {
 	Enabled             bool
 	CongestionThreshold time.Duration // default 30ms
 	ControlPeriod       time.Duration // PARDA period, default 4s
+	// Gamma is PARDA's smoothing factor γ in (0, 1], default 0.8.
+	Gamma float64
+	// ShareTerm is the fraction b in (0, 1) of the datastore's total window
+	// that is split by shares every period, default 0.3.
+	ShareTerm float64
+	// MinWindow and MaxWindow bound each host's window (I/Os outstanding
+	// on the datastore), default 4 and 256.
+	MinWindow, MaxWindow int
 }
+
+// Defaults of the PARDA gains (parda.DefaultGamma, DefaultShareTerm,
+// DefaultMin, DefaultMax).
+const (
+	DefaultSIOCGamma     = 0.8
+	DefaultSIOCShareTerm = 0.3
+	DefaultSIOCMinWindow = 4
+	DefaultSIOCMaxWindow = 256
+)
 
 // Array models the datastore's device: Slots parallel servers, each taking
 // ServiceTime per 4 KiB I/O.
