@@ -56,7 +56,8 @@ type Params struct {
 	// Shares is the node's weight for what is left after reservations; > 0.
 	// Ignored for the root.
 	Shares float64
-	// LimitBps caps the node; 0, +Inf or ≥ 1e18 (policy.Unlimited) mean unlimited.
+	// LimitBps caps the node; +Inf means unlimited, and so does 0 (the zero
+	// value). Callers convert a policy limit with entitle.RateLimit.
 	LimitBps float64
 }
 
@@ -86,7 +87,7 @@ type Config struct {
 }
 
 func unlimited(bps float64) bool {
-	return bps <= 0 || math.IsInf(bps, 1) || bps >= 1e18
+	return bps <= 0 || math.IsInf(bps, 1)
 }
 
 // validate checks the tree and returns the root id and children lists.
