@@ -3,6 +3,7 @@ package placement
 import (
 	"math"
 
+	"sluice/entitle"
 	"sluice/policy"
 )
 
@@ -131,8 +132,8 @@ func newState(p *policy.Policy, cur Placement, d Demand, o *Options) *state {
 	}
 	var vmClassR, otherR float64
 	for _, c := range p.TrafficClasses {
-		if c.Name == "vmotion" && c.Limit > 0 && c.Limit != policy.Unlimited {
-			s.vmotionLimit = float64(c.Limit)
+		if c.Name == "vmotion" && c.Limit != policy.Unlimited {
+			s.vmotionLimit = entitle.RateLimit(c.Limit)
 		}
 		if c.Name == "vm" {
 			vmClassR = float64(c.Reservation)
@@ -217,10 +218,7 @@ func newState(p *policy.Policy, cur Placement, d Demand, o *Options) *state {
 			}
 			n.load = n.resv
 			if dn, ok := d.NetBps[policy.PortName(pv.Name, pn.Name)]; ok {
-				n.load = math.Max(n.resv, dn)
-				if pn.Limit != policy.Unlimited && pn.Limit > 0 {
-					n.load = math.Min(n.load, float64(pn.Limit))
-				}
+				n.load = math.Min(math.Max(n.resv, dn), entitle.RateLimit(pn.Limit))
 			}
 			v.netResv += n.resv
 			v.netLoad += n.load
