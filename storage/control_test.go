@@ -41,36 +41,6 @@ func TestDatastoreView(t *testing.T) {
 	}
 }
 
-// Two hosts with shares 2000 and 3000 on a datastore whose latency is
-// outstanding/capacity: the windows converge to 2:3 and the latency to the
-// threshold.
-func TestPardaFixedPoint(t *testing.T) {
-	const capIOPS, thNs = 1600.0, 12e6
-	h := []*windowControl{newWindowControl(thNs), newWindowControl(thNs)}
-	shares := []float64{2000, 3000}
-	var lat float64
-	for period := 0; period < 40; period++ {
-		W := h[0].w + h[1].w
-		lat = W / capIOPS * 1e9
-		for i := range h {
-			h[i].update(lat, shares[i], 5000, W)
-		}
-	}
-	if r := h[1].w / h[0].w; math.Abs(r-1.5) > 0.01 {
-		t.Errorf("window ratio %.3f, want 1.5", r)
-	}
-	if math.Abs(lat-thNs)/thNs > 0.01 {
-		t.Errorf("latency %.2f ms, want 12 ms", lat/1e6)
-	}
-	// Uncongested: windows grow to the maximum.
-	for i := 0; i < 20; i++ {
-		h[0].update(1e6, 2000, 2000, h[0].w)
-	}
-	if h[0].w != 256 {
-		t.Errorf("uncongested window %.1f, want 256", h[0].w)
-	}
-}
-
 func TestLayout(t *testing.T) {
 	p := &policy.Policy{
 		Hosts:      []policy.Host{{Name: "h1"}, {Name: "h2"}},

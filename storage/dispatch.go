@@ -33,12 +33,13 @@ func ioCost(n int) float64 {
 // datastoreGate is the gateway's part of one datastore: the disks of this
 // host on it, their mClock scheduler and the dispatcher under the window.
 type datastoreGate struct {
+	clk         Clock
 	name        string
 	ds          policy.Datastore
 	up          *upstream
 	exportBytes uint64
 	statsOff    uint64
-	parda       *windowControl // nil when SIOC is off
+	parda       *parda.Controller // nil when SIOC is off
 
 	mu          sync.Mutex
 	sched       *mclock.Scheduler
@@ -46,8 +47,8 @@ type datastoreGate struct {
 	nextHandle  uint64
 	disks       []*disk
 	window      float64
-	outstanding int // requests at the datastore
-	timer       *time.Timer
+	outstanding int         // requests at the datastore
+	stopTimer   func() bool // cancels the pending kick (nil: none)
 	timerAt     time.Time
 	closed      bool
 	period      dsPeriod // counters of the current period
@@ -63,7 +64,7 @@ type dsPeriod struct {
 // goroutine of the request carries it out itself once the scheduler picks
 // it (no hand-off when the datastore is not congested).
 func (g *datastoreGate) submit(o *op) error {
-	o.enqueue = time.Now()
+	o.enqueue = g.clk.Now()
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -108,17 +109,17 @@ func startAll(ops []*op) {
 // (appended to started); the caller starts them after unlocking. g.mu held.
 func (g *datastoreGate) dispatchLocked(started []*op) []*op {
 	for float64(g.outstanding) < g.window || g.outstanding == 0 {
-		now := time.Now()
+		now := g.clk.Now()
 		req, _, ok, waitNs := g.sched.Pull(now.UnixNano())
 		if !ok {
 			if waitNs != mclock.Never {
 				at := time.Unix(0, waitNs)
-				if g.timer == nil || at.Before(g.timerAt) || g.timerAt.Before(now) {
-					if g.timer != nil {
-						g.timer.Stop()
+				if g.stopTimer == nil || at.Before(g.timerAt) || g.timerAt.Before(now) {
+					if g.stopTimer != nil {
+						g.stopTimer()
 					}
 					g.timerAt = at
-					g.timer = time.AfterFunc(at.Sub(now), g.kick)
+					g.stopTimer = g.clk.AfterFunc(at.Sub(now), g.kick)
 				}
 			}
 			return started
@@ -146,7 +147,7 @@ func (g *datastoreGate) kick() {
 // issue performs o on the datastore, accounts for it and lets the next
 // requests go.
 func (g *datastoreGate) issue(o *op) error {
-	start := time.Now()
+	start := g.clk.Now()
 	err := g.up.do(func(c *nbd.Client) error {
 		switch o.kind {
 		case nbd.CmdRead:
@@ -160,7 +161,7 @@ func (g *datastoreGate) issue(o *op) error {
 		}
 		return &nbd.Error{Errno: nbd.EINVAL}
 	})
-	end := time.Now()
+	end := g.clk.Now()
 	devNs := float64(end.Sub(start).Nanoseconds())
 	g.mu.Lock()
 	g.outstanding--

@@ -35,6 +35,9 @@ type Options struct {
 	OnPeriod func(Status)
 	// Logf receives one line per notable event (nil: silent).
 	Logf func(format string, args ...any)
+	// Clock is the source of time for the control period, the schedulers'
+	// tags and latency measurement (nil: real time).
+	Clock Clock
 	// PollNs, if > 0, turns on bounded busy polling at queue depth 1: after
 	// a reply to a VM with nothing else in flight on that connection the
 	// gateway polls the VM's socket for up to PollNs for its next request,
@@ -49,6 +52,7 @@ type Options struct {
 // Gateway serves the disks of one host and controls their I/O.
 type Gateway struct {
 	opts    Options
+	clk     Clock
 	gates   []*datastoreGate
 	exports nbd.MapExports
 	srv     *nbd.Server
@@ -78,7 +82,10 @@ func New(opts Options) (*Gateway, error) {
 	if !found {
 		return nil, fmt.Errorf("gateway: host %q is not in the policy", opts.Host)
 	}
-	g := &Gateway{opts: opts, exports: nbd.MapExports{}, stop: make(chan struct{})}
+	g := &Gateway{opts: opts, clk: opts.Clock, exports: nbd.MapExports{}, stop: make(chan struct{})}
+	if g.clk == nil {
+		g.clk = realClock{}
+	}
 	if g.opts.Logf == nil {
 		g.opts.Logf = func(string, ...any) {}
 	}
@@ -107,7 +114,7 @@ func New(opts Options) (*Gateway, error) {
 			}
 			continue
 		}
-		gate, err := newGate(ds, uri, required, opts.Host, p, opts.PollNs)
+		gate, err := newGate(g.clk, ds, uri, required, opts.Host, p, opts.PollNs)
 		if err != nil {
 			g.closeGates()
 			return nil, err
@@ -130,7 +137,7 @@ func New(opts Options) (*Gateway, error) {
 		}
 	}
 	g.srv = &nbd.Server{Exports: g.exports, Logf: g.opts.Logf, PollNs: opts.PollNs}
-	g.status = g.snapshot(time.Now(), nil)
+	g.status = g.snapshot(g.clk.Now(), nil)
 	return g, nil
 }
 
@@ -155,8 +162,8 @@ func mclockParams(d policy.Disk) mclock.Params {
 	return m
 }
 
-func newGate(ds policy.Datastore, uri string, required uint64, host string, p *policy.Policy, pollNs int64) (*datastoreGate, error) {
-	up, err := newUpstream(uri, pollNs)
+func newGate(clk Clock, ds policy.Datastore, uri string, required uint64, host string, p *policy.Policy, pollNs int64) (*datastoreGate, error) {
+	up, err := newUpstream(clk, uri, pollNs)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: datastore %s: %w", ds.Name, err)
 	}
@@ -173,15 +180,11 @@ func newGate(ds policy.Datastore, uri string, required uint64, host string, p *p
 		up.close()
 		return nil, fmt.Errorf("gateway: datastore %s: %w", ds.Name, err)
 	}
-	g := &datastoreGate{name: ds.Name, ds: ds, up: up, exportBytes: size, statsOff: off, window: 256,
+	g := &datastoreGate{clk: clk, name: ds.Name, ds: ds, up: up, exportBytes: size, statsOff: off, window: uncontrolledWindow,
 		sched: mclock.New(mclock.Config{LimitBurstNs: limitBurstNs}), ops: map[uint64]*op{}}
 	if ds.SIOC.Enabled {
-		th := ds.SIOC.CongestionThreshold
-		if th <= 0 {
-			th = 30 * time.Millisecond
-		}
-		g.parda = newWindowControl(float64(th.Nanoseconds()))
-		g.window = g.parda.w
+		g.parda = pardaController(ds.SIOC)
+		g.window = initialWindow(g.parda)
 	}
 	return g, nil
 }
@@ -222,9 +225,11 @@ func (g *Gateway) Close() error {
 		// reconnect), not errors; requests already taken finish upstream.
 		srvClosed := make(chan error, 1)
 		go func() { srvClosed <- g.srv.Close() }()
+		graceOver := make(chan struct{})
+		stopGrace := g.clk.AfterFunc(closeGrace, func() { close(graceOver) })
 		select {
 		case g.closeErr = <-srvClosed:
-		case <-time.After(closeGrace):
+		case <-graceOver:
 			// A datastore that does not answer: fail what is still in
 			// flight upstream. Its clients saw their connection close
 			// without a reply, so nothing acknowledged is lost.
@@ -234,6 +239,7 @@ func (g *Gateway) Close() error {
 			}
 			g.closeErr = <-srvClosed
 		}
+		stopGrace()
 		for _, gt := range g.gates {
 			gt.mu.Lock()
 			gt.closed = true
@@ -267,15 +273,15 @@ func (g *Gateway) period() time.Duration {
 func (g *Gateway) controlLoop() {
 	defer g.wg.Done()
 	per := g.period()
-	t := time.NewTicker(per)
-	defer t.Stop()
-	last := time.Now()
+	tick, stopTicker := g.clk.NewTicker(per)
+	defer stopTicker()
+	last := g.clk.Now()
 	for {
 		select {
 		case <-g.stop:
 			return
-		case now := <-t.C:
-			st := g.controlStep(now, now.Sub(last))
+		case now := <-tick:
+			st := g.closePeriod(now, now.Sub(last))
 			last = now
 			g.mu.Lock()
 			g.status = st
@@ -292,7 +298,7 @@ func (g *Gateway) controlLoop() {
 	}
 }
 
-// periodResult is what one control step measured on one datastore.
+// periodResult is what one control period measured on one datastore.
 type periodResult struct {
 	dsLatNs, hostLatNs, hostIOPS, activeShares float64
 	hosts                                      int
@@ -300,10 +306,11 @@ type periodResult struct {
 	diskOutstanding                            []int
 }
 
-// controlStep closes the period: publish this host's datastore I/O to the
-// stats region, read every host's record, compute the datastore-wide
-// latency and the new window.
-func (g *Gateway) controlStep(now time.Time, elapsed time.Duration) Status {
+// closePeriod ends the period on every datastore: it takes the period's
+// counters, reads the other hosts' records from the stats region, lets
+// pardaStep decide the new window, publishes this host's record and
+// applies the window.
+func (g *Gateway) closePeriod(now time.Time, elapsed time.Duration) Status {
 	res := make([]periodResult, len(g.gates))
 	for i, gt := range g.gates {
 		gt.mu.Lock()
@@ -324,19 +331,19 @@ func (g *Gateway) controlStep(now time.Time, elapsed time.Duration) Status {
 			r.hostLatNs = per.normLatNs / float64(per.ios)
 		}
 		r.hostIOPS = float64(per.ios) / elapsed.Seconds()
-		rec := statsRecord{Host: g.opts.Host, PeriodEndNs: now.UnixNano(), PeriodNs: elapsed.Nanoseconds(),
-			IOs: per.ios, NormLatSumNs: per.normLatNs, Window: window, ActiveShares: r.activeShares}
-		recs, err := gt.exchangeStats(rec, len(g.opts.Policy.Hosts))
+		recs, err := gt.readStats(len(g.opts.Policy.Hosts))
 		if err != nil {
 			g.opts.Logf("gateway: datastore %s: stats region: %v", gt.name, err)
-			recs = []statsRecord{rec}
 		}
-		v := viewOf(recs, now.UnixNano())
-		r.dsLatNs, r.hosts = v.latNs, v.hosts
+		out := pardaStep(gt.parda, periodInput{Host: g.opts.Host, EndNs: now.UnixNano(), PeriodNs: elapsed.Nanoseconds(),
+			IOs: per.ios, NormLatSumNs: per.normLatNs, ActiveShares: r.activeShares, Window: window, Recs: recs})
+		if err := gt.writeStats(out.Publish); err != nil {
+			g.opts.Logf("gateway: datastore %s: stats region: %v", gt.name, err)
+		}
+		r.dsLatNs, r.hosts = out.View.latNs, out.View.hosts
 		if gt.parda != nil {
-			w := gt.parda.update(v.latNs, r.activeShares, v.totalShares, v.totalWindow)
 			gt.mu.Lock()
-			gt.window = w
+			gt.window = out.Window
 			gt.mu.Unlock()
 			gt.kick()
 		}
@@ -345,16 +352,13 @@ func (g *Gateway) controlStep(now time.Time, elapsed time.Duration) Status {
 	return g.buildStatus(now, elapsed, res)
 }
 
-// exchangeStats writes rec to this host's slot and reads the slots of all
-// hosts. Stats I/O goes straight to the datastore: it is control traffic
-// (one 4 KiB write and hosts×4 KiB read per period), outside the window and
+// readStats reads the records of all hosts' slots (those that decode).
+// Stats I/O goes straight to the datastore: it is control traffic (one
+// hosts×4 KiB read and one 4 KiB write per period), outside the window and
 // the disks' schedules.
-func (gt *datastoreGate) exchangeStats(rec statsRecord, hosts int) ([]statsRecord, error) {
+func (gt *datastoreGate) readStats(hosts int) ([]statsRecord, error) {
 	region := make([]byte, hosts*StatsSlotBytes)
 	err := gt.up.do(func(c *nbd.Client) error {
-		if err := c.WriteAt(rec.encode(), gt.statsOff, false); err != nil {
-			return err
-		}
 		return c.ReadAt(region, gt.exportBytes-StatsRegionBytes)
 	})
 	if err != nil {
@@ -367,6 +371,13 @@ func (gt *datastoreGate) exchangeStats(rec statsRecord, hosts int) ([]statsRecor
 		}
 	}
 	return out, nil
+}
+
+// writeStats writes rec to this host's slot of the stats region.
+func (gt *datastoreGate) writeStats(rec statsRecord) error {
+	return gt.up.do(func(c *nbd.Client) error {
+		return c.WriteAt(rec.encode(), gt.statsOff, false)
+	})
 }
 
 func (g *Gateway) snapshot(now time.Time, res []periodResult) Status {
@@ -388,7 +399,7 @@ func (g *Gateway) buildStatus(now time.Time, elapsed time.Duration, res []period
 			HostLatencyMs: r.hostLatNs / 1e6, HostIOPS: r.hostIOPS, ActiveShares: r.activeShares,
 			HostsSeen: r.hosts, Outstanding: gt.outstanding, SIOC: gt.parda != nil}
 		if gt.parda != nil {
-			ds.ThresholdMs = gt.parda.thresholdNs / 1e6
+			ds.ThresholdMs = gt.parda.Config().ThresholdNs / 1e6
 		}
 		for j, d := range gt.disks {
 			s := DiskStatus{Disk: d.ext.Name(), Datastore: gt.name, Shares: d.policy.Shares,

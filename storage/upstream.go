@@ -15,6 +15,7 @@ import (
 // datastore restart shows up as latency, not as errors, for up to
 // retryWindow.
 type upstream struct {
+	clk                   Clock
 	network, addr, export string
 	retryWindow           time.Duration
 	pollNs                int64 // nbd.DialPoll
@@ -24,12 +25,12 @@ type upstream struct {
 	closed bool
 }
 
-func newUpstream(uri string, pollNs int64) (*upstream, error) {
+func newUpstream(clk Clock, uri string, pollNs int64) (*upstream, error) {
 	network, addr, export, err := nbd.ParseURI(uri)
 	if err != nil {
 		return nil, err
 	}
-	return &upstream{network: network, addr: addr, export: export, retryWindow: 15 * time.Second, pollNs: pollNs}, nil
+	return &upstream{clk: clk, network: network, addr: addr, export: export, retryWindow: 15 * time.Second, pollNs: pollNs}, nil
 }
 
 // get returns a live client, dialling if needed.
@@ -61,7 +62,7 @@ func (u *upstream) get() (*nbd.Client, error) {
 // connection until retryWindow has passed. Error replies from the datastore
 // are returned as they are.
 func (u *upstream) do(fn func(c *nbd.Client) error) error {
-	deadline := time.Now().Add(u.retryWindow)
+	deadline := u.clk.Now().Add(u.retryWindow)
 	backoff := 20 * time.Millisecond
 	for {
 		c, err := u.get()
@@ -75,10 +76,10 @@ func (u *upstream) do(fn func(c *nbd.Client) error) error {
 		if errors.Is(err, nbd.ErrClosed) && u.isClosed() {
 			return err
 		}
-		if time.Now().After(deadline) {
+		if u.clk.Now().After(deadline) {
 			return err
 		}
-		time.Sleep(backoff) // reconnect back-off, not synchronisation
+		sleep(u.clk, backoff) // reconnect back-off
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
 }

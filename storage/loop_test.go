@@ -1,0 +1,98 @@
+package storage
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"sluice/storage/nbd"
+)
+
+const twoHostPolicy = `
+cluster: st2
+hosts:
+  - {name: h1, cpu: {cores: 4, mhz: 2000}, memory: 16GiB, uplinks: [{name: vmnic0, speed: 10Gbps}]}
+  - {name: h2, cpu: {cores: 4, mhz: 2000}, memory: 16GiB, uplinks: [{name: vmnic0, speed: 10Gbps}]}
+datastores:
+  - name: ds1
+    sioc: {enabled: true, congestionThreshold: 12ms, controlPeriod: 1s, gamma: 0.5, shareTerm: 0.2, minWindow: 2, maxWindow: 100}
+vms:
+  - {name: vm1, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: disk0, datastore: ds1, shares: 1000, size: 1MiB}]}
+  - {name: vm2, host: h2, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: disk0, datastore: ds1, shares: 1000, size: 1MiB}]}
+`
+
+// The control loop runs on the gateway's clock: a period ends when the
+// fake clock passes it, reads h2's record from the stats region, sets the
+// window from the policy's gains and publishes h1's record stamped with
+// the clock's time.
+func TestControlLoopFakeClock(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p := parsePolicy(t, twoHostPolicy)
+	_, req := Layout(p, "ds1")
+	ds := &memDatastore{data: make([]byte, req)}
+	clk := newFakeClock(time.Unix(1000, 0))
+	periods := make(chan Status, 1)
+	g, addr := serveGateway(t, p, serveDatastore(t, ds), Options{Clock: clk, OnPeriod: func(s Status) { periods <- s }})
+	clk.waitTickers(1)
+	h1Off, _ := statsSlot(p, "h1", req)
+	h2Off, _ := statsSlot(p, "h2", req)
+	ctl := pardaController(p.Datastores[0].SIOC)
+
+	// h1 reads through the gateway: with the clock standing still its I/Os
+	// count, at latency 0.
+	c, err := nbd.Dial(ctx, "tcp", addr, "vm1/disk0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 3 {
+		if err := c.ReadAt(make([]byte, 4096), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	window := initialWindow(ctl)
+	for period := 1; period <= 2; period++ {
+		end := clk.Now().Add(time.Second)
+		// h2 reports 1000 I/Os at 24 ms with window 40 and 1000 shares.
+		h2 := rec("h2", end.UnixNano(), 1000, 24*ms, 40, 1000)
+		_ = ds.WriteAt(h2.encode(), h2Off, false)
+		clk.Advance(time.Second)
+		var st Status
+		select {
+		case st = <-periods:
+		case <-ctx.Done():
+			t.Fatalf("period %d did not end", period)
+		}
+		h1IOs, h1Shares := uint64(0), 0.0
+		if period == 1 {
+			h1IOs, h1Shares = 3, 1000
+		}
+		// The datastore: (h1's I/Os at 0 + 1000 at 24 ms) / all.
+		lat := 1000 * 24 * ms / float64(1000+h1IOs)
+		totalWindow := 40.0
+		if h1Shares > 0 {
+			totalWindow += window
+		}
+		want := ctl.UpdateScaled(window, lat, h1Shares, 1000+h1Shares, totalWindow)
+		if want == window {
+			t.Fatalf("period %d: the window would not move (%v); the test shows nothing", period, want)
+		}
+		d := st.Datastores[0]
+		if st.TimeUnixNs != end.UnixNano() || st.PeriodS != 1 || d.HostsSeen != 2 || math.Abs(d.Window-want) > 1e-9 {
+			t.Errorf("period %d: status time %d period %vs hosts %d window %v; want %d, 1s, 2, %v", period, st.TimeUnixNs, st.PeriodS, d.HostsSeen, d.Window, end.UnixNano(), want)
+		}
+		ds.mu.RLock()
+		got, ok := decodeStatsRecord(ds.data[h1Off : h1Off+StatsSlotBytes])
+		ds.mu.RUnlock()
+		if !ok || got.PeriodEndNs != end.UnixNano() || got.PeriodNs != 1e9 || got.IOs != h1IOs || got.Window != window {
+			t.Errorf("period %d: h1's record %+v (ok %v), want end %d, 1 s, %d I/Os, window %v", period, got, ok, end.UnixNano(), h1IOs, window)
+		}
+		window = want
+	}
+	if g.Status().Datastores[0].Window != window {
+		t.Errorf("Status() window %v, want %v", g.Status().Datastores[0].Window, window)
+	}
+}
