@@ -1,11 +1,12 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 
+	"sluice/alloc"
 	"sluice/placement"
 	"sluice/policy"
 )
@@ -37,6 +38,20 @@ func (s *Sim) addWorkload(w WorkloadSpec) error {
 				return lineErr(s.file, w.Line, "think", "%v", err)
 			}
 			wl.rr = &rr{s: s, respBytes: resp, serverNs: srv, thinkNs: think, series: s.rec.Series(prefRR + w.Name)}
+			break
+		}
+		var err error
+		if wl.windowBytes, err = parseSize(w.Window, 64<<10); err != nil {
+			return lineErr(s.file, w.Line, "window", "%v", err)
+		}
+		if wl.rateBps, err = parseRate(w.Rate, 0); err != nil {
+			return lineErr(s.file, w.Line, "rate", "%v", err)
+		}
+		wl.totalBytes = -1
+		if w.Type == "transfer" {
+			if wl.totalBytes, err = parseSize(w.Bytes, 1<<30); err != nil {
+				return lineErr(s.file, w.Line, "bytes", "%v", err)
+			}
 		}
 	case "oltp", "iometer":
 		d := s.disks[w.Disk]
@@ -64,35 +79,22 @@ func (s *Sim) addWorkload(w WorkloadSpec) error {
 }
 
 // startLoad starts a workload (no-op when running).
-func (s *Sim) startLoad(wl *workload) error {
+func (s *Sim) startLoad(wl *workload) {
 	if wl.running {
-		return nil
+		return
 	}
 	w := wl.spec
 	wl.running = true
 	switch w.Type {
 	case "bulk", "transfer":
 		s.active[w.Port]++
-		s.syncPort(w.Port)
-		win, err := parseSize(w.Window, 64<<10)
-		if err != nil {
-			return err
-		}
-		rate, err := parseRate(w.Rate, 0)
-		if err != nil {
-			return err
-		}
-		total := int64(-1)
-		if w.Type == "transfer" {
-			if total, err = parseSize(w.Bytes, 1<<30); err != nil {
-				return err
-			}
-		}
+		total := wl.totalBytes
 		n := max(w.Streams, 1)
 		wl.streams = nil
 		left := n
 		for i := range n {
-			st := &stream{s: s, port: nil, cpu: s.vcpus[vmOf(w.Port)], window: max(win, s.net.SegmentBytes), remaining: total, rateBps: rate / float64(n)}
+			st := &stream{s: s, portName: w.Port, cpu: s.vcpus[vmOf(w.Port)], window: max(wl.windowBytes, s.net.SegmentBytes),
+				remaining: total, rateBps: wl.rateBps / float64(n)}
 			if total > 0 {
 				st.remaining = total / int64(n)
 				if i == 0 {
@@ -105,7 +107,6 @@ func (s *Sim) startLoad(wl *workload) error {
 					}
 				}
 			}
-			st.portName = w.Port
 			wl.streams = append(wl.streams, st)
 		}
 		for _, st := range wl.streams {
@@ -113,7 +114,6 @@ func (s *Sim) startLoad(wl *workload) error {
 		}
 	case "rr":
 		s.active[w.Port]++
-		s.syncPort(w.Port)
 		wl.rr.active = true
 		wl.rr.portName = w.Port
 		wl.rr.cpu = s.vcpus[vmOf(w.Port)]
@@ -125,7 +125,6 @@ func (s *Sim) startLoad(wl *workload) error {
 	case "iometer":
 		wl.iom.start()
 	}
-	return nil
 }
 
 func (s *Sim) stopLoad(wl *workload) {
@@ -139,11 +138,9 @@ func (s *Sim) stopLoad(wl *workload) {
 			st.active = false
 		}
 		s.active[wl.spec.Port]--
-		s.syncPort(wl.spec.Port)
 	case "rr":
 		wl.rr.active = false
 		s.active[wl.spec.Port]--
-		s.syncPort(wl.spec.Port)
 	case "oltp":
 		wl.oltp.active = false
 	case "iometer":
@@ -151,22 +148,40 @@ func (s *Sim) stopLoad(wl *workload) {
 	}
 }
 
-// schedule puts one timeline event on the engine.
+// A timelineEvent is one timeline event, checked and parsed once when a run is
+// set up: do carries it out with the values parsed then.
+type timelineEvent struct {
+	line int
+	atNs int64
+	do   func() error
+}
+
+// schedule parses a timeline event and puts it on the engine; what it
+// fails to do at its time is logged.
 func (s *Sim) schedule(e EventSpec) error {
-	at, err := durNs(e.At, 0)
+	ev, err := s.parseEvent(e)
 	if err != nil {
-		return lineErr(s.file, e.Line, "at", "%v", err)
+		return err
 	}
-	act, err := s.action(e)
-	if err != nil {
-		return lineErr(s.file, e.Line, "event", "%v", err)
-	}
-	s.eng.At(at, func() {
-		if err := act(); err != nil {
-			s.Log = append(s.Log, fmt.Sprintf("%.1fs: %v", float64(s.eng.NowNs())/1e9, err))
+	s.eng.At(ev.atNs, func() {
+		if err := ev.do(); err != nil {
+			s.logf("%s:%d: %v", s.file, ev.line, err)
 		}
 	})
 	return nil
+}
+
+// parseEvent checks an event and returns what it does.
+func (s *Sim) parseEvent(e EventSpec) (timelineEvent, error) {
+	ev := timelineEvent{line: e.Line}
+	var err error
+	if ev.atNs, err = durNs(e.At, 0); err != nil {
+		return ev, lineErr(s.file, e.Line, "at", "%v", err)
+	}
+	if ev.do, err = s.action(e); err != nil {
+		return ev, lineErr(s.file, e.Line, "event", "%v", err)
+	}
+	return ev, nil
 }
 
 // action checks an event and returns what it does.
@@ -179,7 +194,7 @@ func (s *Sim) action(e EventSpec) (func() error, error) {
 			return nil, fmt.Errorf("unknown workload %q", name)
 		}
 		if e.Start != "" {
-			return func() error { return s.startLoad(wl) }, nil
+			return func() error { s.startLoad(wl); return nil }, nil
 		}
 		return func() error { s.stopLoad(wl); return nil }, nil
 	case e.Set != "" && e.CPULimit != "":
@@ -208,39 +223,7 @@ func (s *Sim) action(e EventSpec) (func() error, error) {
 		if d := s.disks[e.Set]; d != nil {
 			return s.setDisk(d, e)
 		}
-		if _, ok := s.portRSL[e.Set]; !ok {
-			if _, err := s.portFor(e.Set); err != nil {
-				return nil, err
-			}
-		}
-		// Check the values now; apply them on top of the port's settings
-		// at the time of the event.
-		if _, err := parseRate(e.Reservation, 0); err != nil {
-			return nil, err
-		}
-		if _, err := parseRate(e.Limit, 0); err != nil {
-			return nil, err
-		}
-		if _, err := parseShares(e.Shares, 0, 1, 1, 1); err != nil {
-			return nil, err
-		}
-		name := e.Set
-		return func() error {
-			if err := s.admit(name, e); err != nil {
-				return err
-			}
-			r := *s.portRSL[name]
-			r.res, _ = parseRate(e.Reservation, r.res)
-			r.limit, _ = parseRate(e.Limit, r.limit)
-			r.shares, _ = parseShares(e.Shares, r.shares, policy.NetSharesLow, policy.NetSharesNormal, policy.NetSharesHigh)
-			old := s.portRSL[name].res
-			*s.portRSL[name] = r
-			if r.res > old {
-				s.changed = append(s.changed, vmOf(name))
-			}
-			s.syncPort(name)
-			return nil
-		}, nil
+		return s.setVNIC(e)
 	case e.Migrate != "":
 		if s.vmHost[e.Migrate] == "" || s.pol.Host(e.To) == nil {
 			return nil, fmt.Errorf("migrate needs a VM and a destination host (to)")
@@ -254,7 +237,7 @@ func (s *Sim) action(e EventSpec) (func() error, error) {
 		if up == nil {
 			return nil, fmt.Errorf("unknown uplink %q (HOST/UPLINK)", e.Fail)
 		}
-		return func() error { s.failUplink(up); return nil }, nil
+		return func() error { return s.failUplink(up) }, nil
 	case e.PowerOn != "":
 		vm := e.PowerOn
 		if s.vmHost[vm] == "" {
@@ -263,9 +246,7 @@ func (s *Sim) action(e EventSpec) (func() error, error) {
 		return func() error {
 			for _, wl := range s.loadList {
 				if vmOf(wl.spec.Port+wl.spec.Disk) == vm && wl.spec.Start == "never" {
-					if err := s.startLoad(wl); err != nil {
-						return err
-					}
+					s.startLoad(wl)
 				}
 			}
 			return nil
@@ -285,27 +266,113 @@ func (s *Sim) action(e EventSpec) (func() error, error) {
 	return nil, fmt.Errorf("no action (start, stop, set, migrate, drs, fail, powerOn, sioc)")
 }
 
-func (s *Sim) setDisk(d *diskState, e EventSpec) (func() error, error) {
-	c := d.params
-	var err error
-	if e.Shares != "" {
-		if c.Shares, err = parseShares(e.Shares, c.Shares, policy.StorageSharesLow, policy.StorageSharesNormal, policy.StorageSharesHigh); err != nil {
+// setVNIC parses a change of a vNIC's reservation, limit and shares into
+// package placement's changes. At its time the changes pass placement's
+// admission together (admit) and the uplinks follow the new policy
+// (resync).
+func (s *Sim) setVNIC(e EventSpec) (func() error, error) {
+	port := e.Set
+	vmName, nicName, _ := strings.Cut(port, "/")
+	vm := s.pol.VM(vmName)
+	if vm == nil || nicName == "" || !hasNIC(vm, nicName) {
+		return nil, fmt.Errorf("set: unknown %q (VM/NIC, VM/DISK, or VM with cpuLimit; the simulator changes no traffic class)", port)
+	}
+	var changes []placement.Change
+	for _, f := range []struct{ field, value string }{{"reservation", e.Reservation}, {"limit", e.Limit}, {"shares", e.Shares}} {
+		if f.value == "" {
+			continue
+		}
+		c, err := placement.ParseChange(port + "." + f.field + "=" + f.value)
+		if err != nil {
 			return nil, err
 		}
+		// A bad value is an error of the scenario; a refusal depends on
+		// the cluster at the time of the event.
+		var refused *placement.RefusedError
+		if _, _, err := c.Apply(s.pol, nil); err != nil && !errors.As(err, &refused) {
+			return nil, err
+		}
+		changes = append(changes, c)
+	}
+	if len(changes) == 0 {
+		return nil, fmt.Errorf("set %s: give reservation, limit or shares", port)
+	}
+	return func() error {
+		old := nicReservation(s.cur, port)
+		if err := s.admit(changes); err != nil {
+			return err
+		}
+		if nicReservation(s.cur, port) > old {
+			s.changed = append(s.changed, vmName)
+		}
+		return s.resync()
+	}, nil
+}
+
+func hasNIC(vm *policy.VM, name string) bool {
+	for _, n := range vm.NICs {
+		if n.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// nicReservation is the reservation of vNIC port (VM/NIC) in p.
+func nicReservation(p *policy.Policy, port string) policy.Bps {
+	vmName, nicName, _ := strings.Cut(port, "/")
+	if vm := p.VM(vmName); vm != nil {
+		for _, n := range vm.NICs {
+			if n.Name == nicName {
+				return n.Reservation
+			}
+		}
+	}
+	return 0
+}
+
+// setDisk parses a change of a disk's shares, reservation and limit
+// (IOPS); at its time the values given replace the disk's in mclock.
+// Package placement has no change of a disk's shares, so disk changes go
+// to the disk's scheduler directly, not through s.cur.
+func (s *Sim) setDisk(d *diskState, e EventSpec) (func() error, error) {
+	var shares, res, limit *float64
+	if e.Shares != "" {
+		v, err := parseShares(e.Shares, 0, policy.StorageSharesLow, policy.StorageSharesNormal, policy.StorageSharesHigh)
+		if err != nil {
+			return nil, err
+		}
+		shares = &v
 	}
 	if e.Reservation != "" {
-		if c.ReservationIOPS, err = strconv.ParseFloat(e.Reservation, 64); err != nil {
+		v, err := strconv.ParseFloat(e.Reservation, 64)
+		if err != nil || v < 0 {
 			return nil, fmt.Errorf("bad IOPS %q", e.Reservation)
 		}
+		res = &v
 	}
 	if e.Limit != "" {
-		if e.Limit == "unlimited" {
-			c.LimitIOPS = math.Inf(1)
-		} else if c.LimitIOPS, err = strconv.ParseFloat(e.Limit, 64); err != nil {
-			return nil, fmt.Errorf("bad IOPS %q", e.Limit)
+		v := alloc.Inf
+		if e.Limit != "unlimited" {
+			var err error
+			if v, err = strconv.ParseFloat(e.Limit, 64); err != nil || v < 0 {
+				return nil, fmt.Errorf("bad IOPS %q", e.Limit)
+			}
+			if v == 0 {
+				return nil, fmt.Errorf("limit: %s", policy.ZeroLimitMessage)
+			}
 		}
+		limit = &v
 	}
-	return func() error { d.setParams(c); return nil }, nil
+	return func() error {
+		c := d.params
+		for _, f := range []struct{ dst, v *float64 }{{&c.Shares, shares}, {&c.ReservationIOPS, res}, {&c.LimitIOPS, limit}} {
+			if f.v != nil {
+				*f.dst = *f.v
+			}
+		}
+		return d.setParams(c)
+	}, nil
 }
 
 func parseShares(v string, def float64, low, normal, high int) (float64, error) {
@@ -326,24 +393,15 @@ func parseShares(v string, def float64, low, normal, high int) (float64, error) 
 	return f, nil
 }
 
-// admit checks a change of a vNIC's settings with package placement's
-// admission rules (R ≤ L, pool quotas, a reservation that fits no uplink):
-// a refused change is logged and not made, as the controller would. A
-// change that only breaks its host is a fault for the next placement pass.
-func (s *Sim) admit(port string, e EventSpec) error {
-	vm := s.pol.VM(vmOf(port))
-	if vm == nil {
-		return nil // a system class: not a placement matter
-	}
+// admit makes changes to s.cur when package placement's admission rules
+// (R ≤ L, pool quotas, a reservation that fits no uplink) allow them all:
+// a refused change is returned and nothing is made, as the controller
+// would. A change that only breaks its host is a fault for the next
+// placement pass.
+func (s *Sim) admit(changes []placement.Change) error {
 	np := s.cur
-	for _, f := range []struct{ field, value string }{{"reservation", e.Reservation}, {"limit", e.Limit}, {"shares", e.Shares}} {
-		if f.value == "" {
-			continue
-		}
-		c, err := placement.ParseChange(port + "." + f.field + "=" + f.value)
-		if err != nil {
-			return err
-		}
+	for _, c := range changes {
+		var err error
 		if np, _, err = c.Apply(np, s.placementNow()); err != nil {
 			return err
 		}
@@ -357,7 +415,12 @@ func (s *Sim) admit(port string, e EventSpec) error {
 func (s *Sim) placementNow() placement.Placement {
 	cur := placement.Placement{}
 	for vm, h := range s.vmHost {
-		cur[vm] = strings.TrimPrefix(h, "→")
+		if to := s.moving[vm]; to != "" {
+			h = to
+		}
+		if h != "" {
+			cur[vm] = h
+		}
 	}
 	return cur
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"sluice/entitle"
 	"sluice/hclock"
 	"sluice/policy"
 )
@@ -56,7 +57,7 @@ type Port struct {
 	Name    string
 	id      int
 	up      *Uplink
-	class   int
+	class   string // the traffic class: "vm" for vNICs
 	queue   []segment
 	qhead   int
 	waiters []func() // senders blocked on a full queue
@@ -72,7 +73,6 @@ type Uplink struct {
 	Name     string
 	Host     string
 	LineBps  float64
-	UsableBp float64
 	p        NetParams
 	eng      *Engine
 	sched    TxScheduler
@@ -82,10 +82,11 @@ type Uplink struct {
 	busy     bool
 	wakeAtNs int64
 	failed   bool
-	schedCPU *Series // CPU the scheduler spends (hclock only)
-	series   *Series // payload bits sent
-	cpuHz    float64 // host core clock, to turn scheduler time into cycles
-	entAtNs  int64   // entitlements cached at this time
+	schedCPU *Series      // CPU the scheduler spends (hclock only)
+	series   *Series      // payload bits sent
+	cpuHz    float64      // host core clock, to turn scheduler time into cycles
+	tree     *entitle.Net // the uplink's tree in the last derivation (Sim.resync)
+	entAtNs  int64        // entitlements cached at this time
 	ent      map[string]float64
 }
 
@@ -105,10 +106,12 @@ func (a hclockSched) Dequeue(nowNs int64) (int, bool, int64) {
 }
 
 // newUplink builds an uplink. Under NetIOC the hclock tree is uplink →
-// every traffic class → one port per system class and one per vNIC of
-// the cluster (a VM can migrate here), so that the tree never changes.
-func newUplink(eng *Engine, host, name string, lineBps, usableBps float64, p NetParams, scheduler string, pol *policy.Policy) (*Uplink, error) {
-	u := &Uplink{Name: name, Host: host, LineBps: lineBps, UsableBp: usableBps, p: p, eng: eng, ids: map[string]int{}}
+// every traffic class → one port per system class and one per scheduled
+// (not passthrough) vNIC of the cluster (a VM can migrate here), so that
+// the tree never changes; Sim.resync sets the parameters the derivation
+// gives.
+func newUplink(eng *Engine, host, name string, lineBps float64, p NetParams, scheduler string, pol *policy.Policy) (*Uplink, error) {
+	u := &Uplink{Name: name, Host: host, LineBps: lineBps, p: p, eng: eng, ids: map[string]int{}}
 	if scheduler == "default" {
 		u.sched = &fifoSched{}
 		return u, nil
@@ -124,11 +127,13 @@ func newUplink(eng *Engine, host, name string, lineBps, usableBps float64, p Net
 		return id
 	}
 	for _, c := range pol.TrafficClasses {
-		cid := add(0, "class:"+c.Name, hclock.Params{ReservationBps: float64(c.Reservation), Shares: float64(c.Shares), LimitBps: limitOf(c.Limit)})
+		cid := add(0, "class:"+c.Name, hclock.Params{ReservationBps: float64(c.Reservation), Shares: float64(c.Shares), LimitBps: entitle.RateLimit(c.Limit)})
 		if c.Name == "vm" {
 			for _, vm := range pol.VMs {
 				for _, n := range vm.NICs {
-					add(cid, policy.PortName(vm.Name, n.Name), hclock.Params{ReservationBps: float64(n.Reservation), Shares: float64(n.Shares), LimitBps: limitOf(n.Limit)})
+					if !n.Passthrough {
+						add(cid, policy.PortName(vm.Name, n.Name), hclock.Params{ReservationBps: float64(n.Reservation), Shares: float64(n.Shares), LimitBps: entitle.RateLimit(n.Limit)})
+					}
 				}
 			}
 		} else {
@@ -164,15 +169,28 @@ func (u *Uplink) addPort(pt *Port) error {
 	return nil
 }
 
-// setParams changes the R/S/L of a port or of a class ("class:NAME").
-func (u *Uplink) setParams(name string, res, shares, limit float64) {
+// setParams makes the R/S/L of a port or of a class ("class:NAME") in
+// hclock what is given (bits/s; limit alloc.Inf when unlimited); it
+// changes nothing when they already are.
+func (u *Uplink) setParams(name string, res, shares, limit float64) error {
 	if u.hc == nil {
-		return
+		return nil
+	}
+	id, ok := u.ids[name]
+	if !ok {
+		return fmt.Errorf("uplink %s/%s: no scheduler node %s", u.Host, u.Name, name)
 	}
 	if shares <= 0 {
 		shares = 1
 	}
-	_ = u.hc.SetParams(u.ids[name], hclock.Params{ReservationBps: res, Shares: shares, LimitBps: limit}, u.eng.NowNs())
+	p := hclock.Params{ReservationBps: res, Shares: shares, LimitBps: limit}
+	if u.hc.Params(id) == p {
+		return nil
+	}
+	if err := u.hc.SetParams(id, p, u.eng.NowNs()); err != nil {
+		return fmt.Errorf("uplink %s/%s: SetParams %s: %w", u.Host, u.Name, name, err)
+	}
+	return nil
 }
 
 // enqueue queues a segment on pt; it returns false (and queues nothing)

@@ -89,7 +89,7 @@ func Run(sc *Scenario) (*Result, error) {
 				return nil, lineErr(sc.file, wl.spec.Line, "start", "%v", err)
 			}
 			w := wl
-			s.eng.At(at, func() { _ = s.startLoad(w) })
+			s.eng.At(at, func() { s.startLoad(w) })
 			if wl.spec.Stop != "" {
 				st, err := durNs(wl.spec.Stop, 0)
 				if err != nil {

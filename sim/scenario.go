@@ -10,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"sluice/alloc"
 	"sluice/policy"
 )
 
@@ -249,6 +250,11 @@ func ParseScenario(file string, data []byte) (*Scenario, error) {
 		}
 		return nil, fmt.Errorf("%s: policy: %s", file, err)
 	}
+	for _, vm := range sc.pol.VMs {
+		if vm.Host == "" {
+			return nil, fmt.Errorf("%s: vm %s: no host given (the simulator needs every VM placed)", file, vm.Name)
+		}
+	}
 	if len(sc.Runs) == 0 {
 		sc.Runs = []RunSpec{{Name: "main"}}
 	}
@@ -318,7 +324,7 @@ func parseRate(s string, def float64) (float64, error) {
 		return def, nil
 	}
 	if s == "unlimited" {
-		return inf, nil
+		return alloc.Inf, nil
 	}
 	r, err := policy.ParseRate(s)
 	if err != nil {

@@ -260,13 +260,18 @@ func (dk *diskState) submit(bytes int64, done func()) {
 	h.nextHandle++
 	h.reqs[h.nextHandle] = q
 	dk.queued++
-	_ = h.mc.Add(dk.id, mclock.Request{Bytes: bytes, Handle: h.nextHandle}, q.t0Ns)
+	if err := h.mc.Add(dk.id, mclock.Request{Bytes: bytes, Handle: h.nextHandle}, q.t0Ns); err != nil {
+		h.s.logf("disk %s: mclock Add: %v", dk.name, err)
+	}
 	h.dispatch()
 }
 
-func (dk *diskState) setParams(p mclock.Params) {
+func (dk *diskState) setParams(p mclock.Params) error {
+	if err := dk.host.mc.Update(dk.id, p); err != nil {
+		return fmt.Errorf("disk %s: mclock Update: %w", dk.name, err)
+	}
 	dk.params, dk.shares = p, p.Shares
-	_ = dk.host.mc.Update(dk.id, p)
+	return nil
 }
 
 func (dk *diskState) complete(q *ioReq, nowNs int64) {
