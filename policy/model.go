@@ -8,6 +8,8 @@ package policy
 import (
 	"math"
 	"time"
+
+	"sluice/parda"
 )
 
 // Bps is a rate in bits per second (decimal units: 1 Mbps = 1e6 bps).
@@ -140,13 +142,12 @@ type SIOC struct {
 	MinWindow, MaxWindow int
 }
 
-// Defaults of the PARDA gains (parda.DefaultGamma, DefaultShareTerm,
-// DefaultMin, DefaultMax).
+// Defaults of the PARDA gains: parda's own.
 const (
-	DefaultSIOCGamma     = 0.8
-	DefaultSIOCShareTerm = 0.3
-	DefaultSIOCMinWindow = 4
-	DefaultSIOCMaxWindow = 256
+	DefaultSIOCGamma     = parda.DefaultGamma
+	DefaultSIOCShareTerm = parda.DefaultShareTerm
+	DefaultSIOCMinWindow = parda.DefaultMin
+	DefaultSIOCMaxWindow = parda.DefaultMax
 )
 
 // Array models the datastore's device: Slots parallel servers, each taking
