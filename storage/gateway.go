@@ -263,11 +263,9 @@ func (g *Gateway) period() time.Duration {
 		return g.opts.Period
 	}
 	for _, gt := range g.gates {
-		if gt.ds.SIOC.ControlPeriod > 0 {
-			return gt.ds.SIOC.ControlPeriod
-		}
+		return gt.ds.SIOC.ControlPeriod // the policy's: its default is applied at load
 	}
-	return 4 * time.Second
+	return policy.DefaultControlPeriod
 }
 
 func (g *Gateway) controlLoop() {
