@@ -233,42 +233,6 @@ func (p *Policy) UplinkAssignment() map[string]string {
 	return all
 }
 
-// NICsOnUplink returns the ports (VM/NIC) that send through the uplink of
-// the host, in file order.
-func (p *Policy) NICsOnUplink(host, uplink string) []string {
-	h := p.Host(host)
-	if h == nil {
-		return nil
-	}
-	vms := p.VMsOn(host)
-	a := p.assign(h, vms)
-	var ports []string
-	for _, vm := range vms {
-		for _, nic := range vm.NICs {
-			if port := PortName(vm.Name, nic.Name); a.uplink[port] == uplink {
-				ports = append(ports, port)
-			}
-		}
-	}
-	return ports
-}
-
-// ClassReservation is the effective reservation of the traffic class on
-// the host's uplink, in bits/s. For the vm class without a reservation in
-// the file, it is the sum of the reservations of the vNICs that use the
-// uplink. It is 0 for an unknown host, uplink or class.
-func (p *Policy) ClassReservation(host, uplink, class string) Bps {
-	tc := p.TrafficClass(class)
-	h := p.Host(host)
-	if tc == nil || h == nil || h.Uplink(uplink) == nil {
-		return 0
-	}
-	if class != "vm" || tc.Reservation > 0 {
-		return tc.Reservation
-	}
-	return p.assign(h, p.VMsOn(host)).reserved[uplink]
-}
-
 // addSat adds two non-negative rates, saturating at Unlimited.
 func addSat(a, b Bps) Bps {
 	if a > Unlimited-b {

@@ -4,7 +4,8 @@ import "testing"
 
 // TestNICUplinkFirstFit: vNICs go to the first uplink with vm-class room,
 // in file order; a pinned vNIC stays where it is pinned; the vm class
-// reserves the sum of its vNICs per uplink.
+// reservations are summed per uplink (entitle.Derive turns them into the
+// vm class's reservation).
 func TestNICUplinkFirstFit(t *testing.T) {
 	p, err := Parse("two.yaml", []byte(`cluster: c
 hosts:
@@ -29,15 +30,13 @@ vms:
 			t.Errorf("NICUplink(%s) = %s, want %s", vm, got, u)
 		}
 	}
+	reserved := p.assign(p.Host("h"), p.VMsOn("h")).reserved
 	for u, want := range map[string]Bps{"u0": 6_000_000_000, "u1": 3_000_000_000} {
-		if got := p.ClassReservation("h", u, "vm"); got != want {
-			t.Errorf("vm class on %s = %d, want %d", u, got, want)
+		if got := reserved[u]; got != want {
+			t.Errorf("vNIC reservations on %s = %d, want %d", u, got, want)
 		}
 	}
-	if got := p.ClassReservation("h", "u1", "vmotion"); got != 1_500_000_000 {
-		t.Errorf("vmotion = %d", got)
-	}
-	if p.ClassReservation("h", "nope", "vm") != 0 || p.ClassReservation("x", "u0", "vm") != 0 || p.Host("x") != nil || p.VM("x") != nil || p.Datastore("x") != nil {
+	if p.Host("x") != nil || p.VM("x") != nil || p.Datastore("x") != nil {
 		t.Error("unknown names must give zero values")
 	}
 }

@@ -108,27 +108,29 @@ func checkInvariants(p *Policy) string {
 	}
 	assign := p.UplinkAssignment()
 	for _, h := range p.Hosts {
+		a := p.assign(&h, p.VMsOn(h.Name))
 		for _, u := range h.Uplinks {
-			var sum, nics Bps
-			for _, c := range TrafficClassNames {
-				sum += p.ClassReservation(h.Name, u.Name, c)
-			}
-			if sum > p.Reservable(&u) {
-				fmt.Fprintf(&b, "VIOLATION: %s/%s reserves %s > cap\n", h.Name, u.Name, FormatRate(sum))
-			}
-			for _, port := range p.NICsOnUplink(h.Name, u.Name) {
-				vm, nic, _ := strings.Cut(port, "/")
-				for _, n := range p.VM(vm).NICs {
-					if n.Name == nic {
+			var nics Bps
+			for _, vm := range p.VMsOn(h.Name) {
+				for _, n := range vm.NICs {
+					port := PortName(vm.Name, n.Name)
+					if assign[port] != a.uplink[port] {
+						fmt.Fprintf(&b, "VIOLATION: %s assigned inconsistently\n", port)
+					}
+					if a.uplink[port] == u.Name {
 						nics += n.Reservation
 					}
 				}
-				if assign[port] != u.Name {
-					fmt.Fprintf(&b, "VIOLATION: %s assigned inconsistently\n", port)
+			}
+			sum := nics + p.otherClassesReservation()
+			if vm := p.TrafficClass("vm"); vm.Reservation > 0 {
+				sum = vm.Reservation + p.otherClassesReservation()
+				if nics > vm.Reservation {
+					fmt.Fprintf(&b, "VIOLATION: %s/%s vNICs reserve %s > vm class\n", h.Name, u.Name, FormatRate(nics))
 				}
 			}
-			if nics > p.ClassReservation(h.Name, u.Name, "vm") {
-				fmt.Fprintf(&b, "VIOLATION: %s/%s vNICs reserve %s > vm class\n", h.Name, u.Name, FormatRate(nics))
+			if sum > p.Reservable(&u) {
+				fmt.Fprintf(&b, "VIOLATION: %s/%s reserves %s > cap\n", h.Name, u.Name, FormatRate(sum))
 			}
 			if u.Usable > u.Speed || u.Usable <= 0 {
 				fmt.Fprintf(&b, "VIOLATION: %s/%s usable\n", h.Name, u.Name)
@@ -163,15 +165,27 @@ func derived(p *Policy) string {
 		for _, u := range h.Uplinks {
 			fmt.Fprintf(&b, "%s/%s speed=%s usable=%s reservable=%s vm-budget=%s\n", h.Name, u.Name,
 				FormatRate(u.Speed), FormatRate(u.Usable), FormatRate(p.Reservable(&u)), FormatRate(p.VMClassBudget(&u)))
-			var classes []string
-			for _, c := range TrafficClassNames {
-				if r := p.ClassReservation(h.Name, u.Name, c); r > 0 {
-					classes = append(classes, c+"="+FormatRate(r))
+			a := p.assign(&h, p.VMsOn(h.Name))
+			var classes, ports []string
+			for _, tc := range p.TrafficClasses {
+				r := tc.Reservation
+				if tc.Name == "vm" && r == 0 {
+					r = a.reserved[u.Name]
+				}
+				if r > 0 {
+					classes = append(classes, tc.Name+"="+FormatRate(r))
+				}
+			}
+			for _, vm := range p.VMsOn(h.Name) {
+				for _, n := range vm.NICs {
+					if port := PortName(vm.Name, n.Name); a.uplink[port] == u.Name {
+						ports = append(ports, port)
+					}
 				}
 			}
 			sort.Strings(classes)
 			fmt.Fprintf(&b, "  reserved: %s\n", strings.Join(classes, " "))
-			fmt.Fprintf(&b, "  ports: %s\n", strings.Join(p.NICsOnUplink(h.Name, u.Name), " "))
+			fmt.Fprintf(&b, "  ports: %s\n", strings.Join(ports, " "))
 		}
 	}
 	for _, vm := range p.VMs {
