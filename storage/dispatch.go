@@ -70,10 +70,15 @@ func (g *datastoreGate) submit(o *op) error {
 		g.mu.Unlock()
 		return &nbd.Error{Errno: nbd.ESHUTDOWN}
 	}
-	g.disks[o.disk].queued++
 	g.nextHandle++
+	if err := g.sched.Add(o.disk, mclock.Request{Bytes: int64(max(len(o.buf), 1)), Handle: g.nextHandle}, o.enqueue.UnixNano()); err != nil {
+		// The disk is not the scheduler's: a gateway bug, refused
+		// rather than left waiting forever.
+		g.mu.Unlock()
+		return &nbd.Error{Errno: nbd.EIO}
+	}
+	g.disks[o.disk].queued++
 	g.ops[g.nextHandle] = o
-	_ = g.sched.Add(o.disk, mclock.Request{Bytes: int64(max(len(o.buf), 1)), Handle: g.nextHandle}, o.enqueue.UnixNano())
 	var buf [4]*op
 	started := g.dispatchLocked(buf[:0])
 	self := false
