@@ -69,11 +69,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, pos *Pos, prefix string, kn
 			continue
 		}
 		if !contains(known, key) {
-			if d.full() {
-				d.dropped++ // skip the costly suggestion
-				continue
-			}
-			d.add(k.Line, join(path, clip(key)), "unknown field%s", suggestOrList(key, known))
+			d.addHint(func() string { return suggestOrList(key, known) }, k.Line, join(path, clip(key)), "unknown field")
 			continue
 		}
 		m.vals[key] = v
@@ -246,6 +242,10 @@ func (d *decoder) integer(m *mapping, key string, lo, hi int, dst *int) {
 	if !ok {
 		return
 	}
+	if len(s) > MaxQuantityLen {
+		d.add(line, join(m.path, key), "%s", tooLong(s, "an integer"))
+		return
+	}
 	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 	if err != nil || n < int64(lo) || n > int64(hi) {
 		if err != nil && strings.Trim(s, "-+0123456789") != "" {
@@ -273,7 +273,8 @@ func (d *decoder) boolean(m *mapping, key string, dst *bool) {
 	}
 }
 
-// list returns the items of the list field key (nil when absent or empty).
+// list returns the items of the list field key (nil when absent or empty,
+// or when longer than maxItems allows).
 func (d *decoder) list(m *mapping, key string) []*yaml.Node {
 	v, ok := m.vals[key]
 	if !ok || (v.Kind == yaml.ScalarNode && v.Tag == "!!null") {
@@ -281,6 +282,14 @@ func (d *decoder) list(m *mapping, key string) []*yaml.Node {
 	}
 	if v.Kind != yaml.SequenceNode {
 		d.add(v.Line, join(m.path, key), "expected a list, got %s", kindName(v))
+		return nil
+	}
+	max, ok := maxItems[key]
+	if !ok {
+		max = defaultMaxItems
+	}
+	if len(v.Content) > max {
+		d.add(v.Line, join(m.path, key), "%d items, more than the %d a policy may have", len(v.Content), max)
 		return nil
 	}
 	return v.Content

@@ -45,7 +45,9 @@ func (d *decoder) policy(root *yaml.Node) *Policy {
 	p.Cluster = d.name(m, "cluster", true)
 	if s, line, ok := d.scalar(m, "reservationCap"); ok {
 		f, err := strconv.ParseFloat(s, 64)
-		if err != nil || !isPlainNumber(s) || f <= 0 || f > 1 {
+		if len(s) > MaxQuantityLen {
+			d.add(line, "reservationCap", "%s", tooLong(s, "a number"))
+		} else if err != nil || !isPlainNumber(s) || f <= 0 || f > 1 {
 			d.add(line, "reservationCap", "must be a fraction in (0, 1], got %q", clip(s))
 		} else {
 			p.ReservationCap = f
@@ -56,7 +58,7 @@ func (d *decoder) policy(root *yaml.Node) *Policy {
 	}
 	if v, ok := m.vals["hosts"]; !ok {
 		d.add(m.line, "hosts", "missing (required): at least one host")
-	} else if len(p.Hosts) == 0 && (v.Kind == yaml.SequenceNode || v.Tag == "!!null") {
+	} else if len(p.Hosts) == 0 && (v.Kind == yaml.SequenceNode && len(v.Content) == 0 || v.Tag == "!!null") {
 		d.add(v.Line, "hosts", "at least one host is required")
 	}
 	p.TrafficClasses = d.classes(m)
@@ -262,6 +264,10 @@ func (d *decoder) siocGains(m *mapping, s *SIOC) {
 func (d *decoder) fraction(m *mapping, key string, oneOK bool, dst *float64) {
 	s, line, ok := d.scalar(m, key)
 	if !ok {
+		return
+	}
+	if len(s) > MaxQuantityLen {
+		d.add(line, join(m.path, key), "%s", tooLong(s, "a number"))
 		return
 	}
 	f, err := strconv.ParseFloat(s, 64)

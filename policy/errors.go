@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode/utf8"
 )
 
 // Error is one problem found in a policy file, reported as
@@ -43,32 +44,18 @@ func (es Errors) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// sortByLine orders the problems by line, keeping the order of discovery
-// among problems of the same line.
-func (es Errors) sortByLine() {
-	sort.SliceStable(es, func(i, j int) bool { return es[i].Line < es[j].Line })
-}
-
 // MaxErrors is how many problems one run reports at most; the last line
 // then says how many more there are.
 const MaxErrors = 100
 
-// capped keeps the first MaxErrors problems and a last line counting the
-// rest of them plus dropped (problems counted but not recorded).
-func (es Errors) capped(dropped int) Errors {
-	if len(es) <= MaxErrors {
-		return es
-	}
-	rest := es[MaxErrors]
-	out := append(Errors(nil), es[:MaxErrors]...)
-	return append(out, Error{File: rest.File, Line: rest.Line, Msg: fmt.Sprintf("%d more problems not shown", len(es)-MaxErrors+dropped)})
-}
-
 // errorList collects problems for one file. Past 10 × MaxErrors it only
-// counts them, so that a file of a million typos costs no more than reading it.
+// counts them, so that a file of a million typos costs no more than reading
+// it. A problem's hint ("did you mean") is computed only if the problem is
+// among the MaxErrors reported.
 type errorList struct {
 	file    string
 	errs    Errors
+	hints   []func() string // hints[i] completes errs[i].Msg; nil: none
 	dropped int
 }
 
@@ -76,35 +63,78 @@ type errorList struct {
 func (l *errorList) full() bool { return len(l.errs) >= 10*MaxErrors }
 
 func (l *errorList) add(line int, field, format string, args ...any) {
+	l.addHint(nil, line, field, format, args...)
+}
+
+// addHint records a problem whose message is completed by hint() when it
+// is reported.
+func (l *errorList) addHint(hint func() string, line int, field, format string, args ...any) {
 	if l.full() {
 		l.dropped++
 		return
 	}
 	l.errs = append(l.errs, Error{File: l.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
+	l.hints = append(l.hints, hint)
 }
 
-// result is the collected problems in line order, capped at MaxErrors.
+// result is the collected problems in line order (order of discovery
+// within a line), at most MaxErrors of them and then a line counting the
+// rest.
 func (l *errorList) result() Errors {
-	l.errs.sortByLine()
-	return l.errs.capped(l.dropped)
+	idx := make([]int, len(l.errs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return l.errs[idx[a]].Line < l.errs[idx[b]].Line })
+	n := min(len(idx), MaxErrors)
+	out := make(Errors, 0, n+1)
+	for _, i := range idx[:n] {
+		e := l.errs[i]
+		if h := l.hints[i]; h != nil {
+			e.Msg += h()
+		}
+		out = append(out, e)
+	}
+	if more := len(idx) - n + l.dropped; more > 0 {
+		rest := l.file
+		line := 0
+		if n < len(idx) {
+			line = l.errs[idx[n]].Line
+		}
+		out = append(out, Error{File: rest, Line: line, Msg: fmt.Sprintf("%d more problems not shown", more)})
+	}
+	return out
 }
+
+// Bounds on the work of one suggestion: candidates beyond the first
+// maxSuggestCandidates are not considered, nor strings longer than 64 bytes.
+const maxSuggestCandidates = 1000
 
 // suggest returns ` (did you mean "x"?)` for the candidate nearest to s, or
 // "" when none is near enough to be a likely typo.
 func suggest(s string, candidates []string) string {
-	best, bestD := "", 1<<30
-	ls := strings.ToLower(s)
-	for _, c := range candidates {
-		d := editDistance(ls, strings.ToLower(c))
-		if d < bestD {
-			best, bestD = c, d
-		}
+	if len(s) > 64 {
+		return ""
 	}
 	limit := 2
 	if len(s) >= 9 {
 		limit = 3
 	}
-	if best == "" || bestD > limit || bestD >= len(s) {
+	n := utf8.RuneCountInString(s)
+	ls := strings.ToLower(s)
+	best, bestD := "", limit+1
+	for i, c := range candidates {
+		if i == maxSuggestCandidates {
+			break
+		}
+		if m := utf8.RuneCountInString(c); m > n+limit || m < n-limit {
+			continue // the distance is at least the difference in length
+		}
+		if d := editDistance(ls, strings.ToLower(c)); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	if best == "" || bestD >= len(s) {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %q?)", best)

@@ -5,19 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"strconv"
 	"time"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
-)
 
-// Limits on input, so that no file can exhaust memory or time.
-const (
-	MaxFileBytes = 8 << 20 // larger files are refused
-	MaxDepth     = 32      // deepest nesting of lists and mappings accepted
+	"sluice/internal/inputfile"
 )
 
 // Defaults applied when the file does not say (docs/policy.md).
@@ -30,16 +25,12 @@ const (
 
 // Load reads, decodes and validates the policy file at path. On a problem
 // in the file it returns Errors (every problem, one per line); when the
-// file cannot be read, a plain error.
+// file cannot be read (missing, not a regular file, larger than
+// MaxFileBytes), an *inputfile.Error: one line `PATH: message`.
 func Load(path string) (*Policy, error) {
-	f, err := os.Open(path)
+	data, err := inputfile.Read(path, MaxFileBytes)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return Parse(path, data)
 }
@@ -87,7 +78,7 @@ var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 // nil after recording why there is none.
 func (d *decoder) parseYAML(data []byte) *yaml.Node {
 	if len(data) > MaxFileBytes {
-		d.add(1, "", "file is larger than %d bytes", MaxFileBytes)
+		d.add(1, "", "larger than %d MiB", MaxFileBytes>>20)
 		return nil
 	}
 	if i := bytes.IndexByte(data, 0); i >= 0 || !utf8.Valid(data) {
@@ -105,6 +96,10 @@ func (d *decoder) parseYAML(data []byte) *yaml.Node {
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		d.add(1, "", "empty policy file")
+		return nil
+	}
+	if line, msg := prescan(data); msg != "" {
+		d.add(line, "", "%s", msg)
 		return nil
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -161,7 +156,8 @@ func trimYAMLPrefix(s string) string {
 }
 
 // checkTree refuses aliases (they could expand into huge trees and are
-// never needed in a policy), anchors and too-deep nesting. It walks the
+// never needed in a policy), anchors, too-deep nesting and more than
+// MaxNodes values. It walks the
 // tree without recursion.
 func (d *decoder) checkTree(root *yaml.Node) bool {
 	type item struct {
@@ -170,12 +166,17 @@ func (d *decoder) checkTree(root *yaml.Node) bool {
 	}
 	stack := []item{{root, 1}}
 	ok := true
+	nodes := 0
 	for len(stack) > 0 {
 		it := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		n := it.n
 		if n.Kind == yaml.AliasNode || n.Anchor != "" {
 			d.add(n.Line, "", "YAML anchors and aliases (&, *) are not supported in policy files")
+			return false
+		}
+		if nodes++; nodes > MaxNodes {
+			d.add(n.Line, "", "more than %d values (lists and fields): far beyond any cluster", MaxNodes)
 			return false
 		}
 		if it.depth > MaxDepth {

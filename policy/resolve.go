@@ -77,7 +77,7 @@ func (p *Policy) resolve(l *errorList) {
 		for j, pg := range np.PortGroups {
 			field := path + ".portGroups[" + strconv.Itoa(j) + "]"
 			if !pgKnown(pg) {
-				l.add(np.Pos.FieldLine("portGroups"), field, "unknown port group %q%s", pg, suggest(pg, pgNames()))
+				l.addHint(func() string { return suggest(pg, pgNames()) }, np.Pos.FieldLine("portGroups"), field, "unknown port group %q", pg)
 			}
 			if other, taken := pgPool[pg]; taken && other != np.Name {
 				l.add(np.Pos.FieldLine("portGroups"), field, "port group %q is already in pool %q (a port group belongs to at most one pool)", pg, other)
@@ -87,7 +87,7 @@ func (p *Policy) resolve(l *errorList) {
 		}
 		for j, hn := range np.Hosts {
 			if _, ok := hosts[hn]; !ok {
-				l.add(np.Pos.FieldLine("hosts"), path+".hosts["+strconv.Itoa(j)+"]", "unknown host %q%s", hn, suggest(hn, p.hostNames()))
+				l.addHint(func() string { return suggest(hn, p.hostNames()) }, np.Pos.FieldLine("hosts"), path+".hosts["+strconv.Itoa(j)+"]", "unknown host %q", hn)
 			}
 		}
 		if len(np.Hosts) == 0 {
@@ -124,7 +124,7 @@ func (p *Policy) resolve(l *errorList) {
 		if vm.Host != "" {
 			host = hosts[vm.Host]
 			if host == nil {
-				l.add(vm.Pos.FieldLine("host"), path+".host", "unknown host %q%s", vm.Host, suggest(vm.Host, p.hostNames()))
+				l.addHint(func() string { return suggest(vm.Host, p.hostNames()) }, vm.Pos.FieldLine("host"), path+".host", "unknown host %q", vm.Host)
 			}
 		}
 		nics := map[string]int{}
@@ -138,14 +138,14 @@ func (p *Policy) resolve(l *errorList) {
 				}
 			}
 			if nic.PortGroup != "" && !pgKnown(nic.PortGroup) {
-				l.add(nic.Pos.FieldLine("portGroup"), npath+".portGroup", "unknown port group %q%s", nic.PortGroup, suggest(nic.PortGroup, pgNames()))
+				l.addHint(func() string { return suggest(nic.PortGroup, pgNames()) }, nic.Pos.FieldLine("portGroup"), npath+".portGroup", "unknown port group %q", nic.PortGroup)
 			}
 			if nic.Uplink != "" {
 				switch {
 				case vm.Host == "":
 					l.add(nic.Pos.FieldLine("uplink"), npath+".uplink", "pinning to an uplink needs the VM's host")
 				case host != nil && host.Uplink(nic.Uplink) == nil:
-					l.add(nic.Pos.FieldLine("uplink"), npath+".uplink", "host %s has no uplink %q%s", host.Name, nic.Uplink, suggest(nic.Uplink, host.uplinkNames()))
+					l.addHint(func() string { return suggest(nic.Uplink, host.uplinkNames()) }, nic.Pos.FieldLine("uplink"), npath+".uplink", "host %s has no uplink %q", host.Name, nic.Uplink)
 				}
 			}
 		}
@@ -161,7 +161,7 @@ func (p *Policy) resolve(l *errorList) {
 			}
 			if dk.Datastore != "" {
 				if _, ok := datastores[dk.Datastore]; !ok {
-					l.add(dk.Pos.FieldLine("datastore"), dpath+".datastore", "unknown datastore %q%s", dk.Datastore, suggest(dk.Datastore, dsNames))
+					l.addHint(func() string { return suggest(dk.Datastore, dsNames) }, dk.Pos.FieldLine("datastore"), dpath+".datastore", "unknown datastore %q", dk.Datastore)
 				}
 			}
 		}

@@ -39,6 +39,9 @@ func parseQuantity(s string, units map[string]int64, names []string, max int64, 
 	if s == "" {
 		return 0, fmt.Sprintf("empty %s (want e.g. 10%s)", what, names[len(names)-2])
 	}
+	if len(s) > MaxQuantityLen {
+		return 0, tooLong(s, "a "+what)
+	}
 	if strings.HasPrefix(s, "-") {
 		return 0, "must not be negative"
 	}
@@ -154,6 +157,9 @@ var shareKeywords = map[string]map[string]int{
 // "storage", "cpu") or a positive integer.
 func parseShares(s, resource string) (int, string) {
 	s = strings.TrimSpace(s)
+	if len(s) > MaxQuantityLen {
+		return 0, tooLong(s, "shares")
+	}
 	if v, ok := shareKeywords[resource][s]; ok {
 		return v, ""
 	}
@@ -173,6 +179,9 @@ func parseShares(s, resource string) (int, string) {
 // optionally followed by "IOPS".
 func parseIOPS(s string) (IOPS, string) {
 	t := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), "IOPS"))
+	if len(t) > MaxQuantityLen {
+		return 0, tooLong(s, "IOPS")
+	}
 	if strings.HasPrefix(t, "-") {
 		return 0, "must not be negative"
 	}
@@ -189,9 +198,17 @@ func parseIOPS(s string) (IOPS, string) {
 	return IOPS(n), ""
 }
 
+// tooLong is the message for a number longer than MaxQuantityLen.
+func tooLong(s, what string) string {
+	return fmt.Sprintf("%q is too long for %s (%d characters, at most %d)", clip(s), what, len(s), MaxQuantityLen)
+}
+
 // clip shortens s for inclusion in a one-line message.
 func clip(s string) string {
 	const max = 40
+	if len(s) > 4*max {
+		s = s[:4*max] // work and memory bounded by the message, not the input
+	}
 	s = strings.Map(func(r rune) rune {
 		if r < ' ' || r == 0x7f {
 			return '?'

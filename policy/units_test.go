@@ -112,7 +112,7 @@ vms: [{name: v, cpu: {vcpus: 4, shares: high}, nics: [{name: n}], disks: [{name:
 func TestSizeCap(t *testing.T) {
 	data := []byte("cluster: c\n" + strings.Repeat("# padding\n", MaxFileBytes/10+1))
 	_, err := Parse("big.yaml", data)
-	if err == nil || err.Error() != "big.yaml:1: file is larger than 8388608 bytes" {
+	if err == nil || err.Error() != "big.yaml:1: larger than 8 MiB" {
 		t.Fatalf("got %v", err)
 	}
 }
