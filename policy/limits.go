@@ -125,3 +125,17 @@ func prescan(data []byte) (int, string) {
 func isFlowIndicator(c byte) bool {
 	return c == '[' || c == '{' || c == ','
 }
+
+// ScanLimits checks data, the text of a YAML file, against MaxFileBytes
+// and the limits of the text scan (values, flow nesting) without parsing
+// it. Files that embed a policy (scenarios) call it before decoding; it
+// returns nil or Errors of one problem.
+func ScanLimits(file string, data []byte) error {
+	if len(data) > MaxFileBytes {
+		return Errors{{File: file, Line: 1, Msg: "larger than " + strconv.Itoa(MaxFileBytes>>20) + " MiB"}}
+	}
+	if line, msg := prescan(data); msg != "" {
+		return Errors{{File: file, Line: line, Msg: msg}}
+	}
+	return nil
+}

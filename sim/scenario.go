@@ -1,8 +1,8 @@
 package sim
 
 import (
+	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"sluice/alloc"
+	"sluice/internal/inputfile"
 	"sluice/policy"
 )
 
@@ -198,9 +199,22 @@ func lineErr(file string, line int, field, format string, a ...any) error {
 	return fmt.Errorf("%s:%d: %s: %s", file, line, field, fmt.Sprintf(format, a...))
 }
 
-// LoadScenario reads and checks a scenario file.
+// Limits of a scenario, far beyond the seeds' (20 minutes, 100 VMs), so
+// that no file can make a run take hours or exhaust memory.
+const (
+	MaxScenarioDurationNs = 2 * 3600 * Second // simulated time
+	MaxScenarioSamples    = 100_000           // duration / sample
+)
+
+// maxScenarioItems caps the lists of a scenario file.
+var maxScenarioItems = map[string]int{
+	"workloads": 10_000, "timeline": 10_000, "runs": 100, "expect": 1_000, "plots": 1_000, "record": 1_000,
+}
+
+// LoadScenario reads and checks a scenario file (at most
+// policy.MaxFileBytes, a regular file).
 func LoadScenario(path string) (*Scenario, error) {
-	data, err := os.ReadFile(path)
+	data, err := inputfile.Read(path, policy.MaxFileBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -210,8 +224,14 @@ func LoadScenario(path string) (*Scenario, error) {
 // ParseScenario parses scenario text; file names it in messages and is the
 // base of a relative policy file name.
 func ParseScenario(file string, data []byte) (*Scenario, error) {
+	if err := policy.ScanLimits(file, data); err != nil {
+		return nil, err
+	}
+	if err := checkScenarioLists(file, data); err != nil {
+		return nil, err
+	}
 	sc := &Scenario{file: file}
-	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(sc); err != nil {
 		msg := err.Error()
@@ -231,6 +251,12 @@ func ParseScenario(file string, data []byte) (*Scenario, error) {
 	}
 	if sc.sampleNs, err = durNs(sc.Sample, Second); err != nil || sc.sampleNs <= 0 {
 		return nil, lineErr(file, 1, "sample", "must be a positive time")
+	}
+	if sc.durNs <= 0 || sc.durNs > MaxScenarioDurationNs {
+		return nil, lineErr(file, keyLine(data, "duration"), "duration", "%s: must be positive and at most %s", clipText(sc.Duration), time.Duration(MaxScenarioDurationNs))
+	}
+	if sc.durNs/sc.sampleNs > MaxScenarioSamples {
+		return nil, lineErr(file, keyLine(data, "sample"), "sample", "%s: more than %d samples in %s", clipText(sc.Sample), MaxScenarioSamples, time.Duration(sc.durNs))
 	}
 	switch sc.Policy.Kind {
 	case yaml.ScalarNode:
@@ -281,6 +307,31 @@ func ParseScenario(file string, data []byte) (*Scenario, error) {
 		}
 	}
 	return sc, nil
+}
+
+// checkScenarioLists refuses a list longer than maxScenarioItems allows,
+// before the scenario is decoded.
+func checkScenarioLists(file string, data []byte) error {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil // the decoder says what is wrong
+	}
+	root := doc.Content[0]
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		if max, ok := maxScenarioItems[k.Value]; ok && v.Kind == yaml.SequenceNode && len(v.Content) > max {
+			return lineErr(file, v.Line, k.Value, "%d items, more than the %d a scenario may have", len(v.Content), max)
+		}
+	}
+	return nil
+}
+
+// clipText shortens s for a one-line message.
+func clipText(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
 }
 
 // keyLine is the line of the value at the path of mapping keys in the YAML
