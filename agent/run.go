@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"sluice/internal/inputfile"
 )
 
 // Clock gives the agent its time: a ticker of nanosecond timestamps. nil
@@ -100,16 +102,13 @@ func ReadStats(dir, cluster, host string) (*Stats, error) {
 		}
 		p = m[0]
 	}
-	b, err := os.ReadFile(p)
+	var s Stats
+	err := inputfile.ReadJSON(p, inputfile.MaxStateBytes, &s)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("no agent statistics for host %s (%s): is the agent running?", host, p)
 	}
 	if err != nil {
-		return nil, err
-	}
-	var s Stats
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("%s: %w", p, err)
+		return nil, err // PATH[:LINE]: message
 	}
 	return &s, nil
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"sluice/internal/inputfile"
 	"sluice/mclock"
 	"sluice/policy"
 	"sluice/storage/nbd"
@@ -443,12 +444,6 @@ func writeStatusFile(path string, st Status) error {
 // ReadStatusFile reads a status file written by a gateway.
 func ReadStatusFile(path string) (Status, error) {
 	var st Status
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return st, err
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		return st, fmt.Errorf("%s: %w", path, err)
-	}
-	return st, nil
+	err := inputfile.ReadJSON(path, inputfile.MaxStateBytes, &st) // PATH[:LINE]: message
+	return st, err
 }
