@@ -49,9 +49,9 @@ type Disk struct {
 }
 
 type domainXML struct {
-	Name     string `xml:"name"`
-	UUID     string `xml:"uuid"`
-	VCPU     struct {
+	Name string `xml:"name"`
+	UUID string `xml:"uuid"`
+	VCPU struct {
 		Current string `xml:"current,attr"`
 		Value   string `xml:",chardata"`
 	} `xml:"vcpu"`

@@ -80,10 +80,7 @@ func (inv *Inventory) notify() {
 func (inv *Inventory) SetPolicyVMs(names []string) {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
-	inv.policy = append([]string{}, names...)
-	if inv.policy == nil {
-		inv.policy = []string{}
-	}
+	inv.policy = append([]string{}, names...) // never nil once set
 }
 
 // Refresh reads every running domain anew (at start and after a lost
@@ -137,25 +134,11 @@ func (inv *Inventory) update(name string) error {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	old := inv.doms[name]
-	inv.doms[name] = &d
-	// Indexes: kept for interfaces seen before, the lowest free one for new
-	// ones, released for interfaces that went away (hot unplug).
+	// Indexes: kept for interfaces seen before, released for interfaces
+	// that went away (hot unplug), the lowest free one for new ones.
 	keep := map[string]bool{}
 	for _, i := range d.Interfaces {
-		k := name + "|" + i.MAC
-		keep[k] = true
-		if _, ok := inv.index[k]; ok {
-			continue
-		}
-		idx := 0
-		for inv.used[idx] {
-			idx++
-		}
-		if idx > agent.MaxVNICIndex {
-			return fmt.Errorf("domain %s: more than %d vNICs on the host", name, agent.MaxVNICIndex+1)
-		}
-		inv.index[k] = idx
-		inv.used[idx] = true
+		keep[name+"|"+i.MAC] = true
 	}
 	if old != nil {
 		for _, i := range old.Interfaces {
@@ -165,10 +148,28 @@ func (inv *Inventory) update(name string) error {
 			}
 		}
 	}
+	var full error
+	for _, i := range d.Interfaces {
+		k := name + "|" + i.MAC
+		if _, ok := inv.index[k]; ok {
+			continue
+		}
+		idx := 0
+		for inv.used[idx] {
+			idx++
+		}
+		if idx > agent.MaxVNICIndex {
+			full = fmt.Errorf("domain %s: more than %d vNICs on the host; %s has none", name, agent.MaxVNICIndex+1, i.MAC)
+			continue
+		}
+		inv.index[k] = idx
+		inv.used[idx] = true
+	}
+	inv.doms[name] = &d
 	if old == nil || !sameDomain(*old, d) {
 		inv.notify()
 	}
-	return nil
+	return full
 }
 
 func sameDomain(a, b Domain) bool {
@@ -367,7 +368,11 @@ func (inv *Inventory) Port(port string) (VNIC, bool) {
 		return VNIC{}, false
 	}
 	iface := d.Interfaces[i]
-	return VNIC{Port: port, Index: inv.index[d.Name+"|"+iface.MAC], Interface: iface}, true
+	idx, ok := inv.index[d.Name+"|"+iface.MAC]
+	if !ok {
+		return VNIC{}, false // no index left for it
+	}
+	return VNIC{Port: port, Index: idx, Interface: iface}, true
 }
 
 func matchNIC(ifs []Interface, nic string) (int, bool) {
