@@ -24,11 +24,15 @@ func init() {
 func agentUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: sluice agent --host NAME --policy FILE [--interval 100ms] [--dynamic=true|false] [--once] [--netns NS]")
 	fmt.Fprintln(w, "       sluice agent status --host NAME [--policy FILE] [-o table|json]")
+	fmt.Fprintln(w, "       sluice agent uninstall --host NAME --policy FILE [--netns NS]")
 }
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "status" {
 		return runAgentStatus(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "uninstall" {
+		return runAgentUninstall(args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -46,22 +50,15 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		agentUsage(stderr)
 		return exitUsage
 	}
-	p, err := policy.Load(*file)
-	if err != nil {
-		fmt.Fprintln(stderr, labOneLine(err))
-		return exitBad
+	p, code := loadPolicy(*file, stderr)
+	if p == nil {
+		return code
 	}
 	if p.Host(*host) == nil {
 		fmt.Fprintf(stderr, "sluice agent: host %q is not in %s\n", *host, *file)
 		return exitBad
 	}
-	ns := *nsName
-	if ns == "" {
-		cand := lab.NamespacePrefix(p.Cluster) + *host
-		if _, err := os.Stat("/run/netns/" + cand); err == nil {
-			ns = cand
-		}
-	}
+	ns := agentNetns(*nsName, p.Cluster, *host)
 	k, err := agent.NewNetlinkKernel(ns)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
@@ -79,7 +76,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 		return exitBad
 	}
-	a, err := agent.New(agent.Config{Policy: p, Host: *host, Kernel: k, Inventory: inv, Dynamic: *dynamic})
+	a, err := agent.New(agent.Config{Policy: p, Host: *host, Kernel: k, Inventory: inv, Dynamic: *dynamic,
+		RecordPath: agent.RecordPath(*stateDir, p.Cluster, *host)})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 		return exitBad
@@ -139,10 +137,9 @@ func runAgentStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	cluster := ""
 	if *file != "" {
-		p, err := policy.Load(*file)
-		if err != nil {
-			fmt.Fprintln(stderr, labOneLine(err))
-			return exitBad
+		p, code := loadPolicy(*file, stderr)
+		if p == nil {
+			return code
 		}
 		cluster = p.Cluster
 	}
@@ -167,6 +164,88 @@ func runAgentStatus(args []string, stdout, stderr io.Writer) int {
 				pt.RateBps/1e6, pt.EntitlementBps/1e6, float64(pt.GuaranteeBps)/1e6, float64(pt.CeilBps)/1e6)
 		}
 		tw.Flush()
+	}
+	return exitOK
+}
+
+// agentNetns is the network namespace the agent works in: --netns, else
+// the host's lab namespace when it exists, else the current one ("").
+func agentNetns(flagNS, cluster, host string) string {
+	if flagNS != "" {
+		return flagNS
+	}
+	cand := lab.NamespacePrefix(cluster) + host
+	if _, err := os.Stat("/run/netns/" + cand); err == nil {
+		return cand
+	}
+	return ""
+}
+
+// runAgentUninstall gives the host back what the agent took: the recorded
+// root qdisc of every uplink, and no sluice classifier (nor the clsact it
+// added) on the vNICs. Running it twice is harmless.
+func runAgentUninstall(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("agent uninstall", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	host := fs.String("host", "", "host name of the policy")
+	file := fs.String("policy", "", "policy file")
+	nsName := fs.String("netns", "", "network namespace of the host (default: sl-<cluster>-<host> when it exists, else the current one)")
+	stateDir := fs.String("state-dir", lab.DefaultStateDir, "directory of the agent's state file")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || *file == "" {
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice agent uninstall: %v\n", err)
+		}
+		agentUsage(stderr)
+		return exitUsage
+	}
+	p, err := policy.Load(*file)
+	if err != nil {
+		fmt.Fprintln(stderr, labOneLine(err))
+		return exitBad
+	}
+	if p.Host(*host) == nil {
+		fmt.Fprintf(stderr, "sluice agent uninstall: host %q is not in %s\n", *host, *file)
+		return exitBad
+	}
+	k, err := agent.NewNetlinkKernel(agentNetns(*nsName, p.Cluster, *host))
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice agent uninstall: %s\n", labOneLine(err))
+		return exitBad
+	}
+	defer k.Close()
+	// The devices of the lab host's inventory are cleaned too when the
+	// state file is lost.
+	var uplinks, vnics []string
+	if pl, err := lab.NewPlan(p); err == nil {
+		if inv, err := pl.Inventory(*host); err == nil {
+			for _, d := range inv.Devices {
+				uplinks = append(uplinks, d)
+			}
+			for _, m := range inv.VNICs {
+				vnics = append(vnics, m.HostDev)
+			}
+		}
+	}
+	path := agent.RecordPath(*stateDir, p.Cluster, *host)
+	rec, err := agent.ReadRecord(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice agent uninstall: %s\n", labOneLine(err))
+		return exitBad
+	}
+	done, err := agent.Uninstall(k, rec, uplinks, vnics)
+	for _, d := range done {
+		fmt.Fprintln(stdout, d)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice agent uninstall: %s\n", labOneLine(err))
+		return exitBad
+	}
+	if len(done) == 0 {
+		fmt.Fprintf(stdout, "host %s: nothing of sluice's left to remove\n", *host)
+	}
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		fmt.Fprintf(stderr, "sluice agent uninstall: %v\n", err)
+		return exitBad
 	}
 	return exitOK
 }

@@ -34,12 +34,14 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
+const gatewayUsage = "usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT [--listen ADDR:PORT|unix:PATH] [--period 4s]"
+
 func runGateway(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "status" {
 		return runGatewayStatus(args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	host := fs.String("host", "", "policy host this gateway serves (required)")
 	pol := fs.String("policy", "", "policy file (required)")
 	listen := fs.String("listen", ":10809", "NBD listen address: ADDR:PORT (TCP) or unix:PATH (Unix socket)")
@@ -55,6 +57,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	var dss multiFlag
 	fs.Var(&dss, "datastore", "DS=nbd://IP:PORT[/export] (repeatable)")
 	if err := fs.Parse(args); err != nil {
+		fmt.Fprintf(stderr, "sluice gateway: %v; %s\n", err, gatewayUsage)
 		return exitUsage
 	}
 	if *poll < 0 {
@@ -69,7 +72,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		runtime.GOMAXPROCS(*cpus)
 	}
 	if *host == "" || *pol == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT [--listen ADDR:PORT|unix:PATH] [--period 4s]")
+		fmt.Fprintln(stderr, gatewayUsage)
 		return exitUsage
 	}
 	uris := map[string]string{}
@@ -116,12 +119,15 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 
 func runGatewayStatus(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gateway status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	host := fs.String("host", "", "only this host")
 	out := fs.String("o", "table", "output: table or json")
 	dir := fs.String("dir", statusDir, "directory of the gateways' status files")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || (*out != "table" && *out != "json") {
-		fmt.Fprintln(stderr, "usage: sluice gateway status [--host H] [-o table|json]")
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice gateway status: %v\n", err)
+		}
+		fmt.Fprintln(stderr, "usage: sluice gateway status [--host H] [-o table|json] [--dir DIR]")
 		return exitUsage
 	}
 	files, _ := filepath.Glob(filepath.Join(*dir, "gateway-*.json"))

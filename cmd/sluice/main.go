@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 )
 
 // Exit codes (DESIGN.md §5).
@@ -37,7 +38,7 @@ func register(c command) {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: sluice COMMAND [ARGS]")
+	fmt.Fprintln(w, "usage: sluice COMMAND [ARGS]   (sluice COMMAND --help: its usage and an example)")
 	fmt.Fprintln(w, "\ncommands:")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
@@ -51,20 +52,44 @@ func usage(w io.Writer) {
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-func run(args []string, stdout, stderr io.Writer) int {
+// run runs the command line args and returns the exit code. A panic
+// (a bug: every input is meant to get a message of its own) becomes one
+// line and exit 1, never a stack trace.
+func run(args []string, stdout, stderr io.Writer) (code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg := strings.Join(strings.Fields(fmt.Sprint(r)), " ")
+			if len(msg) > 200 {
+				msg = msg[:200] + "…"
+			}
+			fmt.Fprintf(stderr, "sluice: internal error: %s\n", msg)
+			code = exitBad
+		}
+	}()
 	if len(args) == 0 {
 		usage(stderr)
 		return exitUsage
 	}
 	switch args[0] {
-	case "-h", "--help", "help":
+	case "-h", "--help", "-help":
 		usage(stdout)
 		return exitOK
+	case "help":
+		if len(args) > 1 && printHelp(stdout, args[1], args[2:]) {
+			return exitOK
+		}
+		usage(stdout)
+		return exitOK
+	case "--version", "-version":
+		args = []string{"version"}
 	}
 	c, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "sluice: unknown command %q (run 'sluice help')\n", args[0])
 		return exitUsage
+	}
+	if wantsHelp(args[1:]) && printHelp(stdout, args[0], args[1:]) {
+		return exitOK
 	}
 	return c.run(args[1:], stdout, stderr)
 }

@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 
+	"sluice/internal/inputfile"
 	"sluice/placement"
 	"sluice/policy"
 )
@@ -104,10 +104,10 @@ func runPlace(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if a.help {
-		fmt.Fprintln(stdout, placeUsage)
+		fmt.Fprintln(stdout, helps["place"])
 		return exitOK
 	}
-	data, err := os.ReadFile(a.file)
+	data, err := inputfile.Read(a.file, policy.MaxFileBytes)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return exitBad

@@ -16,12 +16,13 @@ func init() {
 // or an expectation fails, 2 on usage errors.
 func runSim(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	out := fs.String("o", "", "directory for CSV series, summary.{json,txt} and plots (default: out/sim/NAME)")
 	quiet := fs.Bool("q", false, "do not print the summary table")
 	var pos []string
 	for len(args) > 0 {
 		if err := fs.Parse(args); err != nil {
+			fmt.Fprintf(stderr, "sluice sim: %v; usage: sluice sim SCENARIO [-o DIR] [-q]\n", err)
 			return exitUsage
 		}
 		args = fs.Args()

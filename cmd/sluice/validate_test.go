@@ -27,7 +27,7 @@ func TestValidateCommand(t *testing.T) {
 		{[]string{"validate", bad}, exitBad, "",
 			bad + ":4: hosts[h].uplinks[u].speed: unknown unit \"Gbs\" in \"10Gbs\" (want one of bps, Kbps, Mbps, Gbps, Tbps) (did you mean \"Gbps\"?)\n" +
 				bad + ":8: vms[v].nics[n].reservaton: unknown field (did you mean \"reservation\"?)\n"},
-		{[]string{"validate", filepath.Join(dir, "missing.yaml")}, exitBad, "", "sluice: open " + filepath.Join(dir, "missing.yaml") + ": no such file or directory\n"},
+		{[]string{"validate", filepath.Join(dir, "missing.yaml")}, exitBad, "", "sluice: " + filepath.Join(dir, "missing.yaml") + ": no such file or directory\n"},
 		{[]string{"validate"}, exitUsage, "", "usage: sluice validate FILE\n"},
 		{[]string{"validate", "a", "b"}, exitUsage, "", "usage: sluice validate FILE\n"},
 		{[]string{"validate", "--bogus"}, exitUsage, "", "usage: sluice validate FILE\n"},

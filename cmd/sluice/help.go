@@ -1,0 +1,194 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime/debug"
+	"strings"
+)
+
+// helps is the text `sluice CMD --help` prints to stdout (exit 0): the
+// usage, what the command does and one example. A key "CMD VERB" is the
+// help of a verb (`agent status`).
+var helps = map[string]string{
+	"validate": `usage: sluice validate FILE
+
+Check a policy file: exit 0 and a one-line summary if it is valid, else
+exit 1 and one line per problem: FILE:LINE: field: message.
+
+example:
+  sluice validate examples/netioc-fig2.yaml`,
+
+	"alloc": `usage: sluice alloc FILE [--demand PORT=RATE ...] [-o table|json]
+
+The entitlement of every port and traffic class on every uplink. A demand
+is a rate (2Gbps) or unlimited (the default); PORT is VM/NIC or HOST/CLASS.
+
+example:
+  sluice alloc examples/netioc-fig2.yaml --demand vm2/nic0=1Gbps -o json`,
+
+	"explain": `usage: sluice explain FILE PORT [--demand PORT=RATE ...]
+
+Why a port (VM/NIC, HOST/CLASS) or a disk (VM/DISK) gets what it gets,
+level by level.
+
+example:
+  sluice explain examples/netioc-fig2.yaml vm1/nic0`,
+
+	"place": `usage: sluice place FILE [--change SPEC ...] [--batch] [--threshold 1-5] [--max-moves N]
+
+Admission, placement, fault repair and rebalancing decisions, with reasons:
+a pass over FILE as written, then one pass after each --change (after all
+of them with --batch). --threshold is how eager rebalancing is, 1
+(conservative) to 5 (aggressive); --max-moves caps migrations per pass
+(0: no cap).
+
+A change SPEC is TARGET.FIELD[=VALUE]:
+  VM.host=HOST                 migrate VM to HOST by hand ("VM.host=": placement chooses)
+  VM.memory=SIZE               e.g. 8GiB
+  VM.vcpus=N
+  VM.cpu.reservation=MHZ       e.g. 2000MHz or 2000
+  VM.cpu.limit=MHZ             0 or "unlimited" for none
+  VM.migratable=true|false
+  VM/NIC.reservation=RATE      e.g. 4.5Gbps
+  VM/NIC.limit=RATE|unlimited
+  VM/NIC.shares=low|normal|high|N
+  VM/NIC.uplink=UPLINK         pin to an uplink ("" unpins)
+  VM/DISK.reservation=IOPS     e.g. 500
+  VM/DISK.limit=IOPS|unlimited
+  HOST/UPLINK.down             the uplink is lost
+  HOST.memory=SIZE, HOST.cores=N, HOST.mhz=N
+
+example:
+  sluice place examples/netioc-fig2.yaml --change vm2/nic0.reservation=4.5Gbps`,
+
+	"sim": `usage: sluice sim SCENARIO [-o DIR] [-q]
+
+Run a simulation scenario: CSV time series, a summary (JSON and text:
+measured vs expected) and plots into DIR (default out/sim/NAME); -q leaves
+out the summary table. Exit 1 when the scenario is bad or an expectation
+fails.
+
+example:
+  sluice sim scenarios/seeds/netioc-fig2.yaml -o out/fig2`,
+
+	"lab": `usage: sluice lab up|down|status FILE [-o table|json] [--state-dir DIR]
+       sluice lab down --cluster NAME   (when the policy file is gone)
+
+Build, remove or show a lab of network namespaces (fabric, hosts, VMs,
+datastore) from a policy file (root).
+
+example:
+  sluice lab up examples/lab-1g.yaml`,
+
+	"agent": `usage: sluice agent --host NAME --policy FILE [--interval 100ms] [--dynamic=true|false] [--once] [--netns NS] [--state-dir DIR]
+       sluice agent status --host NAME [--policy FILE] [-o table|json] [--state-dir DIR]
+
+The host agent: an HTB tree per uplink from the policy, dynamic
+enforcement every interval, statistics in the state directory.
+
+example:
+  sluice agent --host h1 --policy examples/lab-1g.yaml`,
+
+	"agent status": `usage: sluice agent status --host NAME [--policy FILE] [-o table|json] [--state-dir DIR]
+
+Show a running agent's statistics: every port's bytes, rate, entitlement
+and HTB rates per uplink.
+
+example:
+  sluice agent status --host h1 --policy examples/lab-1g.yaml -o json`,
+
+	"gateway": `usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT[/export] [--listen ADDR:PORT|unix:PATH] [--period 4s] [--status-file FILE] [--cpus N] [--poll DUR]
+       sluice gateway status [--host H] [-o table|json] [--dir DIR]
+
+The storage gateway of a host: NBD exports per VM disk with mClock and
+PARDA against each datastore (--datastore is repeatable).
+
+example:
+  sluice gateway --host h1 --policy examples/lab-1g.yaml --datastore ds1=nbd://198.18.0.2:10809`,
+
+	"gateway status": `usage: sluice gateway status [--host H] [-o table|json] [--dir DIR]
+
+Show the status the gateways publish (one file per host in /run/sluice):
+windows, latencies and every disk's IOPS.
+
+example:
+  sluice gateway status --host h1 -o json`,
+
+	"version": `usage: sluice version
+
+Print the version of sluice (module version and VCS revision when built
+from a checkout) and of Go.
+
+example:
+  sluice version`,
+}
+
+// wantsHelp reports whether args ask for help (-h, -help, --help) before
+// a "--".
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
+}
+
+// printHelp writes the help of command name (with its verb, if it has
+// help of its own) and reports whether there is one.
+func printHelp(w io.Writer, name string, args []string) bool {
+	if len(args) > 0 {
+		if h, ok := helps[name+" "+args[0]]; ok {
+			fmt.Fprintln(w, h)
+			return true
+		}
+	}
+	h, ok := helps[name]
+	if ok {
+		fmt.Fprintln(w, h)
+	}
+	return ok
+}
+
+func init() {
+	register(command{name: "version", summary: "print the version of sluice", run: runVersion})
+}
+
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintln(stderr, "usage: sluice version")
+		return exitUsage
+	}
+	fmt.Fprintln(stdout, versionText())
+	return exitOK
+}
+
+// versionText is "sluice VERSION (REVISION[, modified]) GOVERSION".
+func versionText() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "sluice (unknown version)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev []string
+	for _, s := range bi.Settings {
+		switch {
+		case s.Key == "vcs.revision" && len(s.Value) >= 12:
+			rev = append([]string{s.Value[:12]}, rev...)
+		case s.Key == "vcs.modified" && s.Value == "true":
+			rev = append(rev, "modified")
+		}
+	}
+	out := "sluice " + v
+	if len(rev) > 0 {
+		out += " (" + strings.Join(rev, ", ") + ")"
+	}
+	return out + " " + bi.GoVersion
+}
