@@ -79,7 +79,8 @@ func moduleOrder(modDir string, want []string) ([]string, error) {
 
 // guestInit is the guest's /init: load the modules, mount the host's
 // filesystem (9p, read-only) with a tmpfs on /tmp, switch to it and say so
-// on the serial console, then idle.
+// on the serial console, then idle; it powers off after 3 minutes, so that
+// a test killed before its cleanup leaves no guest running for long.
 const guestInit = `#!/bin/busybox sh
 B=/bin/busybox
 $B mkdir -p /dev /proc /sys /root
@@ -92,7 +93,7 @@ $B mount -t tmpfs tmp /root/tmp
 $B mount -t tmpfs run /root/run
 $B mount --move /dev /root/dev
 $B mount --move /proc /root/proc
-exec $B switch_root /root /bin/sh -c 'echo "sl-virtlive: root up, uptime $(cut -d" " -f1 /proc/uptime) s"; exec sleep 86400'
+exec $B switch_root /root /bin/sh -c 'echo "sl-virtlive: root up, uptime $(cut -d" " -f1 /proc/uptime) s"; sleep 180; exec /bin/busybox poweroff -f'
 `
 
 // writeInitramfs writes a newc cpio archive: busybox-static, the modules,

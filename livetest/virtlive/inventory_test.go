@@ -1,8 +1,9 @@
 // Package virtlive tests the libvirt inventory against a real libvirtd with
 // real QEMU (TCG) guests. It needs root and what scripts/deps.sh installs;
-// a missing piece fails the test with its reason. Everything it creates is
-// named sl-virtlive-… (domains, files) or sl-vl… (bridges) and removed when
-// the test ends, also when it fails.
+// a missing piece fails the test with its reason. Everything a run creates
+// carries its ID: the domain sl-virtlive-ID, the bridge sl-vlbrID, the files
+// in $TMPDIR/sl-virtlive-ID-…; all are removed when the test ends, also
+// when it fails, and a guest powers itself off after 3 minutes.
 package virtlive
 
 import (
@@ -49,23 +50,23 @@ func run(t *testing.T, name string, args ...string) {
 	}
 }
 
-// sweep removes what an earlier run that was killed left behind.
+// sweep removes what an earlier run that was killed left behind: each run
+// keeps its files in sl-virtlive-ID-*, created before its domain
+// sl-virtlive-ID and bridge sl-vlbrID; a directory older than a run can
+// last marks leftovers (a younger one may be another run's, left alone).
 func sweep(t *testing.T, c *libvirt.Libvirt) {
-	doms, _, err := c.ConnectListAllDomains(1, libvirt.ConnectListDomainsActive)
-	if err == nil {
-		for _, d := range doms {
-			if strings.HasPrefix(d.Name, "sl-virtlive-") {
-				t.Logf("sweep: destroying leftover domain %s", d.Name)
-				c.DomainDestroy(d)
-			}
-		}
-	}
-	links, _ := filepath.Glob("/sys/class/net/sl-vl*")
-	for _, l := range links {
-		exec.Command("ip", "link", "del", filepath.Base(l)).Run()
-	}
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "sl-virtlive-*"))
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "sl-virtlive-*-*"))
 	for _, d := range dirs {
+		fi, err := os.Stat(d)
+		if err != nil || time.Since(fi.ModTime()) < 5*time.Minute {
+			continue
+		}
+		id := strings.Split(strings.TrimPrefix(filepath.Base(d), "sl-virtlive-"), "-")[0]
+		if dom, err := c.DomainLookupByName("sl-virtlive-" + id); err == nil {
+			t.Logf("sweep: destroying leftover domain sl-virtlive-%s", id)
+			c.DomainDestroy(dom)
+		}
+		exec.Command("ip", "link", "del", "sl-vlbr"+id).Run()
 		os.RemoveAll(d)
 	}
 }
@@ -124,7 +125,7 @@ func TestInventoryFollowsDomain(t *testing.T) {
 	id := randHex(2)
 	name, bridge := "sl-virtlive-"+id, "sl-vlbr"+id
 	mac := "52:54:00:5e:" + id[:2] + ":" + id[2:]
-	dir, err := os.MkdirTemp("", "sl-virtlive-")
+	dir, err := os.MkdirTemp("", "sl-virtlive-"+id+"-")
 	if err != nil {
 		t.Fatal(err)
 	}
