@@ -240,6 +240,9 @@ func ParseScenario(file string, data []byte) (*Scenario, error) {
 			fmt.Sscanf(msg[i+5:], "%d", &line)
 		}
 		msg = strings.TrimPrefix(msg, "yaml: ")
+		if rest, ok := strings.CutPrefix(msg, fmt.Sprintf("line %d: ", line)); ok {
+			msg = rest
+		}
 		if j := strings.Index(msg, "\n"); j >= 0 {
 			msg = strings.TrimSpace(msg[j:])
 		}
