@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -235,17 +236,22 @@ func ParseScenario(file string, data []byte) (*Scenario, error) {
 	dec.KnownFields(true)
 	if err := dec.Decode(sc); err != nil {
 		msg := err.Error()
+		var te *yaml.TypeError
+		if errors.As(err, &te) && len(te.Errors) > 0 {
+			msg = te.Errors[0] // "line N: ..."; the first problem, counting the rest
+			if n := len(te.Errors) - 1; n > 0 {
+				msg += fmt.Sprintf(" (and %d more)", n)
+			}
+		}
+		msg = strings.TrimSpace(strings.TrimPrefix(msg, "yaml: "))
 		line := 1
 		if i := strings.Index(msg, "line "); i >= 0 {
 			fmt.Sscanf(msg[i+5:], "%d", &line)
 		}
-		msg = strings.TrimPrefix(msg, "yaml: ")
 		if rest, ok := strings.CutPrefix(msg, fmt.Sprintf("line %d: ", line)); ok {
 			msg = rest
 		}
-		if j := strings.Index(msg, "\n"); j >= 0 {
-			msg = strings.TrimSpace(msg[j:])
-		}
+		msg = strings.Join(strings.Fields(msg), " ") // one line
 		return nil, lineErr(file, line, "scenario", "%s", msg)
 	}
 	var err error
