@@ -17,6 +17,7 @@ func FuzzParseScenario(f *testing.F) {
 			f.Add(b)
 		}
 	}
+	f.Add([]byte("{0,1}")) // a type error of several lines (sim/testdata holds datadriven files only, so seeds live here)
 	f.Add([]byte("name: x\nduration: 10s\npolicy:\n  cluster: c\n  hosts: [{name: h, uplinks: [{name: u, speed: 1Gbps}]}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sc, err := ParseScenario("f.yaml", data)
