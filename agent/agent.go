@@ -22,6 +22,13 @@ type Config struct {
 	// Dynamic turns on dynamic enforcement: each Step sets guaranteed
 	// rates from alloc's entitlements on measured demand. Off: static HTB.
 	Dynamic bool
+	// ClassPorts are the destination ports of host-level traffic by
+	// traffic class; nil: DefaultClassPorts.
+	ClassPorts map[string][]PortRange
+	// RecordPath is the state file in which the agent records what it
+	// changes on the host before changing it (RecordPath()); "": the
+	// record is kept in memory only (tests).
+	RecordPath string
 }
 
 // Demand estimation: a port that used at least SaturatedFraction of its
@@ -48,6 +55,8 @@ type Agent struct {
 	lastNs  int64
 	startNs int64 // time of the first step
 	stats   Stats
+	rec     *Record         // what the agent changed on the host
+	taken   map[string]bool // uplinks checked and recorded by this agent
 }
 
 type portState struct {
@@ -114,11 +123,22 @@ func New(cfg Config) (*Agent, error) {
 	for _, vm := range vms {
 		live.Hosts[vm] = cfg.Host
 	}
-	trees, err := Build(entitle.Derive(cfg.Policy, live).HostUplinks(cfg.Host), cfg.Inventory)
+	ports := cfg.ClassPorts
+	if ports == nil {
+		ports = DefaultClassPorts
+	}
+	trees, err := build(entitle.Derive(cfg.Policy, live).HostUplinks(cfg.Host), cfg.Inventory, ports)
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, trees: trees, ports: map[string]*portState{}}, nil
+	rec := &Record{Uplinks: map[string]Qdisc{}}
+	if cfg.RecordPath != "" {
+		if rec, err = ReadRecord(cfg.RecordPath); err != nil {
+			return nil, err
+		}
+	}
+	rec.Cluster, rec.Host = cfg.Policy.Cluster, cfg.Host
+	return &Agent{cfg: cfg, trees: trees, ports: map[string]*portState{}, rec: rec, taken: map[string]bool{}}, nil
 }
 
 // Trees returns the derived trees.
@@ -178,19 +198,31 @@ func (a *Agent) Measure(nowNs int64) Measurement {
 	return m
 }
 
-// Apply reconciles every uplink to the decision, collecting independent
-// failures, and keeps the decision's statistics.
+// Record returns what the agent recorded of the host before changing it.
+func (a *Agent) Record() Record { return *a.rec }
+
+// Apply reconciles every uplink to the decision and then the classifiers
+// at the vNICs, collecting independent failures, and keeps the decision's
+// statistics. Before its first change to an uplink it records the
+// uplink's root qdisc (and refuses an Open vSwitch port).
 func (a *Agent) Apply(d Decision) (Changes, error) {
 	var total Changes
 	var errs []error
+	ready := map[string]bool{} // uplinks reconciled without error
 	for _, u := range d.Uplinks {
 		if u.Err != nil {
 			errs = append(errs, u.Err)
 			continue
 		}
+		if err := a.takeUplink(u.Dev); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		ch, err := Reconcile(a.cfg.Kernel, u.Dev, u.Default, u.Classes, u.Filters, u.have)
 		if err != nil {
 			errs = append(errs, err)
+		} else {
+			ready[u.Dev] = true
 		}
 		total.Qdisc += ch.Qdisc
 		total.ClassesSet += ch.ClassesSet
@@ -198,6 +230,9 @@ func (a *Agent) Apply(d Decision) (Changes, error) {
 		total.FiltersSet += ch.FiltersSet
 		total.FiltersDeleted += ch.FiltersDeleted
 	}
+	// A vNIC's classifier points at its class on its uplink: it is set
+	// once that uplink is in place.
+	errs = append(errs, a.reconcileVNICs(ready, &total))
 	a.stats = d.Stats
 	return total, errors.Join(errs...)
 }

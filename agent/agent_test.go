@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,9 +35,10 @@ func TestAgent(t *testing.T) {
 		var host string
 		var dynamic bool
 		var lastMs int64
+		record := t.TempDir() + "/state.json"
 		newAgent := func() error {
 			var err error
-			a, err = New(Config{Policy: p, Host: host, Kernel: k, Inventory: testInventory(p, host), Dynamic: dynamic})
+			a, err = New(Config{Policy: p, Host: host, Kernel: k, Inventory: testInventory(p, host), Dynamic: dynamic, RecordPath: record})
 			return err
 		}
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
@@ -55,11 +57,15 @@ func TestAgent(t *testing.T) {
 					d.ScanArgs(t, "dynamic", &dynamic)
 				}
 				k = NewFakeKernel()
+				_ = os.Remove(record)
 				if err := newAgent(); err != nil {
 					return "error: " + err.Error() + "\n"
 				}
 				for _, tr := range a.Trees() {
 					k.Devs[tr.Dev] = &FakeDev{}
+					for _, v := range tr.VNICs {
+						k.Devs[v.Dev] = &FakeDev{}
+					}
 				}
 				lastMs = 0
 				return "ok\n"
@@ -148,6 +154,11 @@ func checkInvariants(a *Agent, k *FakeKernel) string {
 		if err != nil || ch.Total() != 0 || k.Writes != before {
 			out = append(out, fmt.Sprintf("reconciling the same state again wrote %s (err %v)", ch, err))
 		}
+		for _, v := range tr.VNICs {
+			if c, ok, err := k.VNICClass(v.Dev); err != nil || !ok || c != v.Class {
+				out = append(out, fmt.Sprintf("vNIC device %s classifies into %s (ok %v, err %v), want %s", v.Dev, c, ok, err, v.Class))
+			}
+		}
 		if a.cfg.Dynamic {
 			var sum WireBps
 			for _, c := range cs {
@@ -177,7 +188,8 @@ func nodeByID(t *Tree, id Handle) *Node {
 }
 
 // testInventory lays out host as the lab does: uplink k is sl-upK, the host
-// is 198.18.1.(i+1), vNIC k of the policy (file order) 198.18.16.(k+1).
+// is 198.18.1.(i+1), NIC j of VM i has host device sl-viNj, vNIC k of the
+// policy (file order) 198.18.16.(k+1).
 func testInventory(p *policy.Policy, host string) *StaticInventory {
 	inv := &StaticInventory{Devices: map[string]string{}, VNICs: map[string]VNICMatch{}}
 	for i, h := range p.Hosts {
@@ -190,13 +202,14 @@ func testInventory(p *policy.Policy, host string) *StaticInventory {
 		}
 	}
 	k := 0
-	for _, vm := range p.VMs {
+	for vi, vm := range p.VMs {
 		if vm.Host == host {
 			inv.Running = append(inv.Running, vm.Name)
 		}
-		for _, n := range vm.NICs {
+		for ni, n := range vm.NICs {
 			if vm.Host == host {
-				inv.VNICs[policy.PortName(vm.Name, n.Name)] = VNICMatch{Index: k, SrcIP: netip.AddrFrom4([4]byte{198, 18, 16, byte(k + 1)})}
+				inv.VNICs[policy.PortName(vm.Name, n.Name)] = VNICMatch{Index: k, HostDev: fmt.Sprintf("sl-v%dn%d", vi, ni),
+					SrcIP: netip.AddrFrom4([4]byte{198, 18, 16, byte(k + 1)})}
 			}
 			k++
 		}

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -20,6 +22,17 @@ type FakeDev struct {
 	Default uint16
 	Classes map[Handle]*ClassState
 	Filters map[uint32]Filter
+	// Root is the root qdisc when it is not sluice's HTB (zero: the
+	// kernel's default, noqueue).
+	Root Qdisc
+	// Master is the kind of the device it is enslaved to ("" for none).
+	Master string
+	// Clsact tells whether the device has a clsact qdisc; VNICClass is
+	// the class of sluice's classifier on it (0: none); OtherFilters
+	// counts filters of others on the clsact.
+	Clsact       bool
+	VNICClass    Handle
+	OtherFilters int
 }
 
 // NewFakeKernel returns a kernel whose devices have the default qdisc.
@@ -59,7 +72,77 @@ func (k *FakeKernel) ReplaceRootHTB(dev string, def uint16) error {
 		d.Classes = map[Handle]*ClassState{}
 		d.Filters = map[uint32]Filter{}
 	}
-	d.HTB, d.Default = true, def
+	d.HTB, d.Default, d.Root = true, def, Qdisc{}
+	return nil
+}
+
+// RootQdisc implements Kernel.
+func (k *FakeKernel) RootQdisc(dev string) (Qdisc, error) {
+	d, err := k.dev(dev)
+	if err != nil {
+		return Qdisc{}, err
+	}
+	switch {
+	case d.HTB:
+		return Qdisc{Kind: "htb", Handle: MakeHandle(rootQdiscMajor, 0).String()}, nil
+	case d.Root.Kind == "":
+		return Qdisc{Kind: "noqueue", Handle: "0:0", Default: true}, nil
+	}
+	return d.Root, nil
+}
+
+// RestoreRoot implements Kernel.
+func (k *FakeKernel) RestoreRoot(dev string, q Qdisc) error {
+	d, err := k.dev(dev)
+	if err != nil {
+		return err
+	}
+	if _, err := restorable(q); err != nil {
+		return err
+	}
+	k.Writes++
+	d.HTB, d.Default, d.Classes, d.Filters, d.Root = false, 0, nil, nil, q
+	return nil
+}
+
+// MasterKind implements Kernel.
+func (k *FakeKernel) MasterKind(dev string) (string, error) {
+	d, err := k.dev(dev)
+	if err != nil {
+		return "", err
+	}
+	return d.Master, nil
+}
+
+// VNICClass implements Kernel.
+func (k *FakeKernel) VNICClass(dev string) (Handle, bool, error) {
+	d, err := k.dev(dev)
+	if err != nil {
+		return 0, false, err
+	}
+	return d.VNICClass, d.VNICClass != 0, nil
+}
+
+// SetVNICClass implements Kernel.
+func (k *FakeKernel) SetVNICClass(dev string, class Handle) error {
+	d, err := k.dev(dev)
+	if err != nil {
+		return err
+	}
+	k.Writes++
+	d.Clsact, d.VNICClass = true, class
+	return nil
+}
+
+// ClearVNICClass implements Kernel.
+func (k *FakeKernel) ClearVNICClass(dev string) error {
+	d, ok := k.Devs[dev]
+	if !ok || !d.Clsact || d.VNICClass == 0 {
+		return nil
+	}
+	k.Writes++
+	d.VNICClass = 0
+	d.Clsact = d.OtherFilters > 0
 	return nil
 }
 
@@ -186,8 +269,25 @@ func (k *FakeKernel) String() string {
 	sort.Strings(names)
 	for _, n := range names {
 		d := k.Devs[n]
+		if d.Clsact {
+			fmt.Fprintf(&b, "%s: clsact", n)
+			if d.VNICClass != 0 {
+				fmt.Fprintf(&b, ", ingress bpf sets priority %s", d.VNICClass)
+			}
+			if d.OtherFilters > 0 {
+				fmt.Fprintf(&b, ", %d other filters", d.OtherFilters)
+			}
+			b.WriteString("\n")
+		}
 		if !d.HTB {
-			fmt.Fprintf(&b, "%s: default qdisc\n", n)
+			q, _ := k.RootQdisc(n)
+			if q.Default && !d.Clsact {
+				fmt.Fprintf(&b, "%s: default qdisc\n", n)
+			} else if !q.Default {
+				var opts bytes.Buffer
+				_ = json.Compact(&opts, q.Options)
+				fmt.Fprintf(&b, "%s: root %s %s %s\n", n, q.Kind, q.Handle, opts.String())
+			}
 			continue
 		}
 		fmt.Fprintf(&b, "%s: htb 1: default %x\n", n, d.Default)

@@ -16,7 +16,7 @@ type Inventory interface {
 	// host's uplink (the policy's uplink name).
 	UplinkDevice(uplink string) (string, error)
 	// VNIC returns how the packets of the vNIC port (VM/NIC) are
-	// recognised on the host's uplinks; ok is false when the host has no
+	// recognised (its host-side device); ok is false when the host has no
 	// such vNIC.
 	VNIC(port string) (m VNICMatch, ok bool)
 	// HostAddr returns the host's own source address, which the system
@@ -31,7 +31,14 @@ type VNICMatch struct {
 	// class and filter handles follow it, so that other vNICs coming and
 	// going do not rewrite them.
 	Index int
-	// SrcIP is the vNIC's IPv4 source address.
+	// HostDev is the vNIC's host-side device in the host's namespace (a
+	// tap such as vnet3, the host end of a lab veth): the agent classifies
+	// the vNIC's packets there, whatever their protocol (VNICClassifier).
+	// Empty: the vNIC has no classifier and its packets fall into the
+	// default class.
+	HostDev string
+	// SrcIP is the vNIC's IPv4 address, for diagnostics; classification
+	// does not use it.
 	SrcIP netip.Addr
 }
 

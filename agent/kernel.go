@@ -12,6 +12,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 )
@@ -26,6 +27,15 @@ func MakeHandle(major, minor uint16) Handle { return Handle(uint32(major)<<16 | 
 func (h Handle) Minor() uint16 { return uint16(h) }
 
 func (h Handle) String() string { return fmt.Sprintf("%x:%x", uint32(h)>>16, uint16(h)) }
+
+// ParseHandle reads a handle as String writes it ("1:100").
+func ParseHandle(s string) (Handle, error) {
+	var major, minor uint16
+	if _, err := fmt.Sscanf(s, "%x:%x", &major, &minor); err != nil {
+		return 0, fmt.Errorf("handle %q: %w", s, err)
+	}
+	return MakeHandle(major, minor), nil
+}
 
 // WireBps is a rate on the wire in bits/s: L2 frames from the Ethernet
 // header on, as HTB counts them.
@@ -91,6 +101,50 @@ type Kernel interface {
 	Filters(dev string) ([]Filter, error)
 	ReplaceFilter(dev string, f Filter) error
 	DeleteFilter(dev string, handle uint32) error
+
+	// RootQdisc reports dev's root qdisc as the kernel has it: what the
+	// agent records before it replaces it (uninstall gives it back).
+	RootQdisc(dev string) (Qdisc, error)
+	// RestoreRoot puts q back as dev's root qdisc in place of sluice's
+	// HTB: a kernel default (q.Default) by deleting the root, so that the
+	// kernel attaches its default again; any other by replacing the root
+	// with q's kind and options.
+	RestoreRoot(dev string, q Qdisc) error
+	// MasterKind returns the kind of the device dev is enslaved to
+	// ("bridge", "bond", "openvswitch", …), "" when it has none.
+	MasterKind(dev string) (string, error)
+
+	// VNICClass reports the class sluice's classifier on the clsact
+	// ingress of dev (a vNIC's host-side device) puts the vNIC's packets
+	// in; ok is false when dev has no sluice classifier (or one whose
+	// program is not sluice's current one).
+	VNICClass(dev string) (class Handle, ok bool, err error)
+	// SetVNICClass attaches (or replaces) on dev's clsact ingress, adding
+	// clsact when missing, the eBPF program that sets every packet's
+	// skb->priority to class (VNICProgram), so that HTB on the uplink
+	// classifies it there.
+	SetVNICClass(dev string, class Handle) error
+	// ClearVNICClass removes sluice's classifier from dev, and dev's
+	// clsact qdisc when no other filter is left on it. A device that is
+	// gone or has no classifier is not an error.
+	ClearVNICClass(dev string) error
+}
+
+// Qdisc is a root qdisc as netlink reports it: its kind, handle and
+// options (netlink's struct of that kind as JSON). Default marks a root the
+// kernel attached by itself (handle 0:, e.g. noqueue on a veth, mq on a
+// multi-queue NIC, pfifo_fast or fq_codel on a single-queue one): it is
+// given back by deleting whatever replaced it.
+type Qdisc struct {
+	Kind    string          `json:"kind"`
+	Handle  string          `json:"handle"`
+	Default bool            `json:"default"`
+	Options json.RawMessage `json:"options,omitempty"`
+}
+
+// IsSluice tells whether q is the root sluice installs: HTB with handle 1:.
+func (q Qdisc) IsSluice() bool {
+	return q.Kind == "htb" && q.Handle == MakeHandle(rootQdiscMajor, 0).String()
 }
 
 // MinQuantumBytes is the smallest HTB quantum sluice sets: one full GSO
@@ -115,17 +169,25 @@ func BurstFor(rate WireBps) uint32 {
 	return uint32(b)
 }
 
-// Well-known ports and DSCP values of host-level traffic classes: a packet
-// from the host's own address goes to the class when its destination port
-// (TCP or UDP) or its DSCP matches.
-var classPorts = map[string][]uint16{
-	"nfs":         {2049},
-	"vmotion":     {8000},
-	"iscsi":       {3260},
-	"vsan":        {2233},
-	"replication": {31031, 44046},
-	"ft":          {8100, 8200},
-	"backup":      {902},
+// PortRange is a range of TCP/UDP destination ports, First..Last
+// inclusive (First == Last for one port).
+type PortRange struct{ First, Last uint16 }
+
+// DefaultClassPorts are the destination ports of host-level traffic
+// classes on a KVM/libvirt host: a packet from the host's own address goes
+// to the class when its destination port (TCP or UDP) is in one of the
+// class's ranges, or its DSCP is the class's. vmotion is libvirt/QEMU live
+// migration (49152–49215), vsan stands for Ceph (monitors 3300 and 6789,
+// OSDs 6800–7300); replication, ft and backup keep vSphere's ports, which
+// have no KVM standard. Config.ClassPorts replaces them.
+var DefaultClassPorts = map[string][]PortRange{
+	"nfs":         {{2049, 2049}},
+	"vmotion":     {{49152, 49215}},
+	"iscsi":       {{3260, 3260}},
+	"vsan":        {{3300, 3300}, {6789, 6789}, {6800, 7300}},
+	"replication": {{31031, 31031}, {44046, 44046}},
+	"ft":          {{8100, 8100}, {8200, 8200}},
+	"backup":      {{902, 902}},
 }
 
 var classDSCP = map[string]uint8{
@@ -138,8 +200,22 @@ func srcIPKey(a netip.Addr) U32Key {
 	return U32Key{Mask: 0xffffffff, Val: uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]), Off: 12}
 }
 
-// dstPortKey matches a TCP/UDP destination port (assumes no IP options).
-func dstPortKey(port uint16) U32Key { return U32Key{Mask: 0x0000ffff, Val: uint32(port), Off: 20} }
+// dstPortKeys matches the TCP/UDP destination ports of r (assumes no IP
+// options). u32 compares a masked word, so a range is cut into aligned
+// blocks of a power of two ports, one key (one filter) each: 49152–49215
+// is one block, Ceph's 6800–7300 seven.
+func dstPortKeys(r PortRange) []U32Key {
+	var out []U32Key
+	for lo := uint32(r.First); lo <= uint32(r.Last); {
+		size := uint32(1)
+		for lo%(size*2) == 0 && lo+size*2-1 <= uint32(r.Last) && size < 1<<16 {
+			size *= 2
+		}
+		out = append(out, U32Key{Mask: 0x0000ffff &^ (size - 1), Val: lo, Off: 20})
+		lo += size
+	}
+	return out
+}
 
 // dscpKey matches the DSCP field of the TOS byte.
 func dscpKey(dscp uint8) U32Key {

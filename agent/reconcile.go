@@ -10,15 +10,19 @@ import (
 // Changes counts what one reconcile wrote.
 type Changes struct {
 	Qdisc, ClassesSet, ClassesDeleted, FiltersSet, FiltersDeleted int
+	// VNICsSet counts classifiers attached or replaced at vNICs,
+	// VNICsCleared those removed.
+	VNICsSet, VNICsCleared int
 }
 
 // Total is the number of kernel writes.
 func (c Changes) Total() int {
-	return c.Qdisc + c.ClassesSet + c.ClassesDeleted + c.FiltersSet + c.FiltersDeleted
+	return c.Qdisc + c.ClassesSet + c.ClassesDeleted + c.FiltersSet + c.FiltersDeleted + c.VNICsSet + c.VNICsCleared
 }
 
 func (c Changes) String() string {
-	return fmt.Sprintf("qdisc=%d classes=%d/-%d filters=%d/-%d", c.Qdisc, c.ClassesSet, c.ClassesDeleted, c.FiltersSet, c.FiltersDeleted)
+	return fmt.Sprintf("qdisc=%d classes=%d/-%d filters=%d/-%d vnics=%d/-%d", c.Qdisc, c.ClassesSet, c.ClassesDeleted, c.FiltersSet, c.FiltersDeleted,
+		c.VNICsSet, c.VNICsCleared)
 }
 
 // Reconcile makes dev's traffic control state equal to the wanted classes

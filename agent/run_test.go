@@ -22,7 +22,7 @@ vms: [{name: vm1, host: h1, nics: [{name: nic0}]}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := NewFakeKernel("sl-up0")
+	k := NewFakeKernel("sl-up0", "sl-v0n0")
 	a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: testInventory(p, "h1"), Dynamic: true})
 	if err != nil {
 		t.Fatal(err)

@@ -19,9 +19,14 @@ const (
 	nicMinorBase   = 0x100
 )
 
-// hostFilterBase is the first u32 filter handle of host-level traffic; class
-// i has handles hostFilterBase+8i…+7. vNIC k has handle 1+k (k < 3072).
-const hostFilterBase = 0xc00
+// hostFilterBase is the first u32 filter handle of host-level traffic;
+// class i has handles hostFilterBase+hostFiltersPerClass·i and up (its port
+// blocks, then its DSCP). vNICs have no filter: their eBPF classifier at
+// the vNIC sets the packet's priority to their class.
+const (
+	hostFilterBase      = 0xc00
+	hostFiltersPerClass = 32
+)
 
 // MaxVNICIndex is the largest inventory index a vNIC may have.
 const MaxVNICIndex = hostFilterBase - 2
@@ -37,7 +42,8 @@ type Node struct {
 	ID       Handle
 	Parent   Handle
 	IsNIC    bool
-	Declared bool // a traffic class the policy file names
+	HostDev  string // a vNIC's host-side device ("" when the inventory has none)
+	Declared bool   // a traffic class the policy file names
 	Leaf     bool
 	R        PayloadBps // reservation
 	L        PayloadBps // limit, +Inf when unlimited
@@ -57,6 +63,9 @@ type Tree struct {
 	Nodes     []*Node    // every node, parents before children
 	Filters   []Filter
 	Default   uint16 // minor of the default class
+	// VNICs are the classifiers at the vNICs of the uplink: each vNIC's
+	// host-side device and the class its packets are put in.
+	VNICs []VNICClassifier
 
 	net *entitle.Net // alloc trees of the uplink, reused every step
 }
@@ -66,6 +75,18 @@ type Tree struct {
 // spec that inv does not know has no class of its own (its packets fall
 // into the default class) but keeps its place in the entitlements.
 func Build(specs []entitle.UplinkSpec, inv Inventory) ([]*Tree, error) {
+	return build(specs, inv, DefaultClassPorts)
+}
+
+// VNICClassifier is the classifier of one vNIC: on its host-side device
+// Dev, every packet the VM sends gets skb->priority = Class, which HTB on
+// the uplink takes as the packet's class.
+type VNICClassifier struct {
+	Dev   string
+	Class Handle
+}
+
+func build(specs []entitle.UplinkSpec, inv Inventory, ports map[string][]PortRange) ([]*Tree, error) {
 	var trees []*Tree
 	for _, u := range specs {
 		dev, err := inv.UplinkDevice(u.Uplink)
@@ -93,28 +114,40 @@ func Build(specs []entitle.UplinkSpec, inv Inventory) ([]*Tree, error) {
 					return nil, fmt.Errorf("vNIC %s: inventory index %d out of range 0..%d", v.Port, m.Index, MaxVNICIndex)
 				}
 				vn := &Node{Name: v.Port, Class: c.Class, ID: MakeHandle(rootQdiscMajor, uint16(nicMinorBase+m.Index)),
-					Parent: n.ID, IsNIC: true, Leaf: true, R: PayloadBps(v.ReservationBps), L: PayloadBps(v.LimitBps), Shares: v.Shares}
+					Parent: n.ID, IsNIC: true, HostDev: m.HostDev, Leaf: true, R: PayloadBps(v.ReservationBps), L: PayloadBps(v.LimitBps), Shares: v.Shares}
 				n.Leaf = false
 				n.Children = append(n.Children, vn)
 				t.Nodes = append(t.Nodes, vn)
-				// A vNIC's filter handle follows its inventory index, so
-				// that other vNICs coming and going do not rewrite it.
-				t.Filters = append(t.Filters, Filter{Handle: uint32(1 + m.Index), ClassID: vn.ID, Keys: []U32Key{srcIPKey(m.SrcIP)}})
+				if m.HostDev != "" {
+					t.VNICs = append(t.VNICs, VNICClassifier{Dev: m.HostDev, Class: vn.ID})
+				}
 			}
 		}
 		if t.Default == 0 && len(t.Classes) > 0 {
 			t.Default = t.Classes[0].ID.Minor()
 		}
 		if a := inv.HostAddr(); a.IsValid() {
-			for ci, c := range t.Classes {
-				fh := uint32(hostFilterBase + 8*ci)
-				for _, port := range classPorts[c.Class] {
-					t.Filters = append(t.Filters, Filter{Handle: fh, ClassID: c.ID, Keys: []U32Key{srcIPKey(a), dstPortKey(port)}})
-					fh++
+			for _, c := range t.Classes {
+				ci := int(c.ID.Minor()) - classMinorBase
+				var fs []Filter
+				for _, r := range ports[c.Class] {
+					if r.First > r.Last {
+						return nil, fmt.Errorf("class %s: port range %d-%d is empty", c.Class, r.First, r.Last)
+					}
+					for _, k := range dstPortKeys(r) {
+						fs = append(fs, Filter{ClassID: c.ID, Keys: []U32Key{srcIPKey(a), k}})
+					}
 				}
 				if d, ok := classDSCP[c.Class]; ok {
-					t.Filters = append(t.Filters, Filter{Handle: fh, ClassID: c.ID, Keys: []U32Key{srcIPKey(a), dscpKey(d)}})
+					fs = append(fs, Filter{ClassID: c.ID, Keys: []U32Key{srcIPKey(a), dscpKey(d)}})
 				}
+				if len(fs) > hostFiltersPerClass {
+					return nil, fmt.Errorf("class %s: its ports need %d u32 filters, at most %d", c.Class, len(fs), hostFiltersPerClass)
+				}
+				for j := range fs {
+					fs[j].Handle = uint32(hostFilterBase + hostFiltersPerClass*ci + j)
+				}
+				t.Filters = append(t.Filters, fs...)
 			}
 		}
 		trees = append(trees, t)

@@ -8,7 +8,7 @@ import (
 
 // Inventory returns the static inventory of the named host for the agent:
 // the VMs the plan puts on the host, its uplink veths, and each of their
-// vNICs recognised by its lab address (its lab index keeps its handles).
+// vNICs recognised at its host-side veth (its lab index keeps its handles).
 func (pl *Plan) Inventory(host string) (*agent.StaticInventory, error) {
 	hp := pl.Host(host)
 	if hp == nil {
@@ -24,7 +24,7 @@ func (pl *Plan) Inventory(host string) (*agent.StaticInventory, error) {
 		}
 		inv.Running = append(inv.Running, vm.VM)
 		for _, n := range vm.NICs {
-			inv.VNICs[n.Port] = agent.VNICMatch{Index: n.GlobalIdx, SrcIP: n.IP}
+			inv.VNICs[n.Port] = agent.VNICMatch{Index: n.GlobalIdx, HostDev: n.HostDev, SrcIP: n.IP}
 		}
 	}
 	return inv, nil

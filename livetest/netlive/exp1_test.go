@@ -29,7 +29,7 @@ vms:
 }
 
 // TestExp1: 12 VMs send with 4 TCP streams each; an NFS-like flow (to port
-// 2049) and a vMotion-like flow (to port 8000) start from the host itself
+// 2049) and a vMotion-like flow (to port 49152, libvirt migration) start from the host itself
 // mid-run. Every VM keeps at least 40 Mbps (480/12) over every two
 // consecutive seconds after warm-up. Two seconds, not one: a VM's four
 // CUBIC streams share one tail-drop queue, so one loss event backs them off
@@ -45,7 +45,7 @@ func TestExp1(t *testing.T) {
 	_, stop := l.runAgent(nil, "h1", true)
 	defer stop()
 	l.startServer(2049)
-	l.startServer(8000)
+	l.startServer(49152)
 	hostNS := l.plan.Host("h1").Name
 	const durS, nfsAtS, vmotionAtS = 20, 6, 12
 	var fl []flow
@@ -53,7 +53,7 @@ func TestExp1(t *testing.T) {
 		fl = append(fl, l.nicFlow(fmt.Sprintf("vm%d/nic0", i), 4))
 	}
 	fl = append(fl, flow{Name: "h1/nfs", NS: hostNS, Port: 2049, Streams: 1, DelayS: nfsAtS},
-		flow{Name: "h1/vmotion", NS: hostNS, Port: 8000, Streams: 1, DelayS: vmotionAtS})
+		flow{Name: "h1/vmotion", NS: hostNS, Port: 49152, Streams: 1, DelayS: vmotionAtS})
 	var vms []string
 	for _, f := range fl[:12] {
 		vms = append(vms, f.Name)

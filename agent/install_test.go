@@ -1,0 +1,173 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"sluice/policy"
+)
+
+func TestDstPortKeys(t *testing.T) {
+	for _, c := range []struct {
+		r    PortRange
+		want string
+	}{
+		{PortRange{2049, 2049}, "0801/ffff"},
+		{PortRange{49152, 49215}, "c000/ffc0"},
+		{PortRange{6800, 7300}, "1a90/fff0 1aa0/ffe0 1ac0/ffc0 1b00/ff00 1c00/ff80 1c80/fffc 1c84/ffff"},
+		{PortRange{0, 65535}, "0000/0000"},
+	} {
+		var got []string
+		covered := map[uint32]bool{}
+		for _, k := range dstPortKeys(c.r) {
+			got = append(got, fmt.Sprintf("%04x/%04x", k.Val, k.Mask))
+			for p := uint32(0); p < 1<<16; p++ {
+				if p&k.Mask == k.Val {
+					covered[p] = true
+				}
+			}
+		}
+		if s := strings.Join(got, " "); s != c.want {
+			t.Errorf("%v: %s, want %s", c.r, s, c.want)
+		}
+		// The blocks cover the range and nothing else.
+		for p := uint32(0); p < 1<<16; p++ {
+			if in := p >= uint32(c.r.First) && p <= uint32(c.r.Last); covered[p] != in {
+				t.Errorf("%v: port %d covered %v", c.r, p, covered[p])
+			}
+		}
+	}
+}
+
+const installPolicy = `cluster: t
+hosts: [{name: h1, uplinks: [{name: up0, speed: 1Gbps}]}]
+trafficClasses: {vm: {shares: normal}, vmotion: {shares: normal}}
+vms:
+  - {name: vm1, host: h1, nics: [{name: nic0}]}
+  - {name: vm2, host: h1, nics: [{name: nic0}]}
+`
+
+func installAgent(t *testing.T, k *FakeKernel, record string, ports map[string][]PortRange) *Agent {
+	t.Helper()
+	p, err := policy.Parse("t.yaml", []byte(installPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: testInventory(p, "h1"), Dynamic: true, RecordPath: record, ClassPorts: ports})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestInstallUninstall: the agent records the uplink's root before its
+// first change; Uninstall gives it back exactly and removes the
+// classifiers (clsact too, unless others' filters are on it); a second
+// Uninstall does nothing; without the record the inventory's devices are
+// still cleaned.
+func TestInstallUninstall(t *testing.T) {
+	tbf := Qdisc{Kind: "tbf", Handle: "8001:0", Options: json.RawMessage(`{"Rate":125000}`)}
+	for _, root := range []Qdisc{{}, tbf, {Kind: "mq", Handle: "0:0", Default: true}} {
+		k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0")
+		k.Devs["sl-up0"].Root = root
+		k.Devs["sl-v1n0"].Clsact, k.Devs["sl-v1n0"].OtherFilters = true, 1
+		before := k.String()
+		record := t.TempDir() + "/state.json"
+		a := installAgent(t, k, record, nil)
+		if _, err := a.Step(1e9); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := ReadRecord(record)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Uplinks["sl-up0"].Kind != map[bool]string{true: "noqueue", false: root.Kind}[root.Kind == ""] || strings.Join(rec.VNICs, " ") != "sl-v0n0 sl-v1n0" {
+			t.Errorf("root %v: record %+v", root, rec)
+		}
+		done, err := Uninstall(k, rec, []string{"sl-up0"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("root %s: %s", root.Kind, strings.Join(done, "; "))
+		if got := k.String(); got != before {
+			t.Errorf("root %v: after uninstall\n%s\nwant\n%s", root, got, before)
+		}
+		w := k.Writes
+		if done, err := Uninstall(k, rec, []string{"sl-up0"}, []string{"sl-v0n0"}); err != nil || len(done) != 0 || k.Writes != w {
+			t.Errorf("second uninstall: %v %v, %d writes", done, err, k.Writes-w)
+		}
+	}
+	// A lost record: the inventory's devices are cleaned.
+	k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0")
+	if _, err := installAgent(t, k, "", nil).Step(1e9); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Uninstall(k, nil, []string{"sl-up0"}, []string{"sl-v0n0", "sl-v1n0"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.String(); got != "sl-up0: default qdisc\nsl-v0n0: default qdisc\nsl-v1n0: default qdisc\n" {
+		t.Errorf("uninstall without a record left:\n%s", got)
+	}
+}
+
+// TestInstallRefusals: an Open vSwitch port and a root sluice could not
+// give back are refused before any change.
+func TestInstallRefusals(t *testing.T) {
+	k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0")
+	k.Devs["sl-up0"].Master = "openvswitch"
+	ch, err := installAgent(t, k, "", nil).Step(1e9)
+	if err == nil || !strings.Contains(err.Error(), "Open vSwitch") || ch.Total() != 0 || k.Writes != 0 {
+		t.Errorf("OVS port: %v, %s", err, ch)
+	}
+	k = NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0")
+	k.Devs["sl-up0"].Root = Qdisc{Kind: "pfifo", Handle: "5:0"}
+	ch, err = installAgent(t, k, "", nil).Step(1e9)
+	if err == nil || !strings.Contains(err.Error(), "cannot record its options") || ch.Total() != 0 || k.Writes != 0 {
+		t.Errorf("pfifo root: %v, %s", err, ch)
+	}
+}
+
+// TestClassPorts: the host-level port filters follow Config.ClassPorts;
+// too many blocks for one class is an error.
+func TestClassPorts(t *testing.T) {
+	k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0")
+	a := installAgent(t, k, "", map[string][]PortRange{"vmotion": {{8000, 8000}}})
+	var got []string
+	for _, f := range a.Trees()[0].Filters {
+		if len(f.Keys) == 2 && f.Keys[1].Off == 20 {
+			got = append(got, fmt.Sprintf("%s:%d", f.ClassID, f.Keys[1].Val))
+		}
+	}
+	if s := strings.Join(got, " "); s != "1:15:8000" {
+		t.Errorf("port filters %s, want 1:15:8000 only", s)
+	}
+	p, _ := policy.Parse("t.yaml", []byte(installPolicy))
+	var many []PortRange
+	for i := range 40 {
+		many = append(many, PortRange{uint16(1000 + 2*i), uint16(1000 + 2*i)})
+	}
+	if _, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: testInventory(p, "h1"), ClassPorts: map[string][]PortRange{"vmotion": many}}); err == nil || !strings.Contains(err.Error(), "at most 32") {
+		t.Errorf("40 ports: %v", err)
+	}
+}
+
+// TestRecordWrittenFirst: the state file names the uplink's original root
+// before the root is replaced (a crash between the two loses nothing).
+func TestRecordWrittenFirst(t *testing.T) {
+	k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0")
+	record := t.TempDir() + "/state.json"
+	a := installAgent(t, k, record, nil)
+	if err := a.takeUplink("sl-up0"); err != nil {
+		t.Fatal(err)
+	}
+	if k.Writes != 0 {
+		t.Fatal("takeUplink wrote to the kernel")
+	}
+	b, err := os.ReadFile(record)
+	if err != nil || !strings.Contains(string(b), `"noqueue"`) {
+		t.Errorf("state file before the first change: %s %v", b, err)
+	}
+}
