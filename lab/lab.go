@@ -153,7 +153,8 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 	var ports []int
 	for _, v := range pl.VMs {
 		for _, n := range v.NICs {
-			if err := start(fmt.Sprintf("iperf3:%d", n.IperfPort), fab, "", "iperf3", "-s", "-J", "-B", FabricIP.String(), "-p", strconv.Itoa(n.IperfPort)); err != nil {
+			// Not bound to an address: the server takes IPv4 and IPv6.
+			if err := start(fmt.Sprintf("iperf3:%d", n.IperfPort), fab, "", "iperf3", "-s", "-J", "-p", strconv.Itoa(n.IperfPort)); err != nil {
 				return nil, err
 			}
 			ports = append(ports, n.IperfPort)
@@ -303,6 +304,7 @@ func buildLinks(pl *Plan) error {
 	l = []string{
 		"-n " + f + " link add " + FabricBridge + " type bridge",
 		"-n " + f + " addr add " + cidr(FabricIP) + " dev " + FabricBridge,
+		fmt.Sprintf("-n %s addr add %s/%d dev %s nodad", f, FabricIP6, PrefixLen6, FabricBridge),
 		"-n " + f + " link set " + FabricBridge + " up",
 	}
 	veth := func(ns, dev, peerNS, peer string) []string {
@@ -336,6 +338,7 @@ func buildLinks(pl *Plan) error {
 			l = append(l, veth(v.Name, n.Dev, hostNS, n.HostDev)...)
 			l = append(l,
 				fmt.Sprintf("-n %s addr add %s dev %s", v.Name, cidr(n.IP), n.Dev),
+				fmt.Sprintf("-n %s addr add %s/%d dev %s nodad", v.Name, n.IP6, PrefixLen6, n.Dev),
 				fmt.Sprintf("-n %s link set %s up", v.Name, n.Dev),
 				fmt.Sprintf("-n %s link set %s master %s up", hostNS, n.HostDev, n.Bridge))
 		}

@@ -114,7 +114,8 @@ type NICPlan struct {
 	Bridge    string
 	Uplink    string // the policy's uplink name it sends through
 	IP        netip.Addr
-	IperfPort int // the iperf3 server for this vNIC in the fabric
+	IP6       netip.Addr // ULA, on the same device (PrefixLen6)
+	IperfPort int        // the iperf3 server for this vNIC in the fabric (IPv4 and IPv6)
 	GlobalIdx int
 }
 
@@ -136,6 +137,21 @@ var FabricIP = netip.AddrFrom4([4]byte{198, 18, 0, 1})
 // PrefixLen is the prefix length of every lab address (198.18.0.0/15: one
 // L2 segment through the bridges).
 const PrefixLen = 15
+
+// FabricIP6 is the fabric bridge's IPv6 address. The lab's IPv6 addresses
+// are unique local ones in fd00:198:18::/64 (PrefixLen6), on the fabric
+// bridge and the VMs' vNICs, inside the lab's namespaces only: vNIC k has
+// fd00:198:18::1:(k+1).
+var FabricIP6 = netip.MustParseAddr("fd00:198:18::1")
+
+// PrefixLen6 is the prefix length of the lab's IPv6 addresses.
+const PrefixLen6 = 64
+
+func nicIP6(k int) netip.Addr {
+	b := FabricIP6.As16()
+	b[13], b[14], b[15] = 1, byte((k+1)>>8), byte(k+1)
+	return netip.AddrFrom16(b)
+}
 
 // NamespacePrefix is the prefix of every namespace of a cluster's lab.
 func NamespacePrefix(cluster string) string { return "sl-" + cluster + "-" }
@@ -210,7 +226,7 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 			ip := netip.AddrFrom4([4]byte{198, byte(18 + (16+k/250)/256), byte((16 + k/250) % 256), byte(k%250 + 1)})
 			np := NICPlan{Name: n.Name, Port: policy.PortName(vm.Name, n.Name),
 				Dev: fmt.Sprintf("sl-eth%d", ni), HostDev: fmt.Sprintf("sl-v%dn%d", vi, ni),
-				Bridge: up.Bridge, Uplink: up.Name, IP: ip, IperfPort: IperfBasePort + k, GlobalIdx: k}
+				Bridge: up.Bridge, Uplink: up.Name, IP: ip, IP6: nicIP6(k), IperfPort: IperfBasePort + k, GlobalIdx: k}
 			vp.NICs = append(vp.NICs, np)
 			vp.Addrs = append(vp.Addrs, Addr{Dev: np.Dev, IP: ip.String()})
 			k++

@@ -51,6 +51,7 @@ type liveLab struct {
 	plan     *lab.Plan
 	stateDir string
 	file     string
+	ipv6     map[string]bool // ports whose VM sends over IPv6 only
 }
 
 // upLab writes the policy text, brings its lab up and registers its removal.
@@ -229,6 +230,7 @@ type flow struct {
 	DelayS  int    // start after this many seconds
 	TOS     int    // IP TOS byte (DSCP<<2), 0 for none
 	Bind    string // source address, "" for any
+	Dst     string // server address, "" for lab.FabricIP
 }
 
 // result is the receiver's per-second rates of one flow, in bits/s.
@@ -285,7 +287,11 @@ func (l *liveLab) runFlows(durS int, flows ...flow) []result {
 			if f.DelayS > 0 {
 				time.Sleep(time.Duration(f.DelayS) * time.Second) // a traffic schedule, not synchronization
 			}
-			args := []string{"iperf3", "-c", lab.FabricIP.String(), "-p", strconv.Itoa(f.Port), "-t", strconv.Itoa(durS - f.DelayS),
+			dst := f.Dst
+			if dst == "" {
+				dst = lab.FabricIP.String()
+			}
+			args := []string{"iperf3", "-c", dst, "-p", strconv.Itoa(f.Port), "-t", strconv.Itoa(durS - f.DelayS),
 				"-J", "--get-server-output", "-C", GuestTCP}
 			if f.Streams > 1 {
 				args = append(args, "-P", strconv.Itoa(f.Streams))
@@ -375,7 +381,25 @@ func (l *liveLab) nicFlow(port string, streams int) flow {
 		l.t.Fatalf("no vNIC %s", port)
 	}
 	vm := strings.SplitN(port, "/", 2)[0]
-	return flow{Name: port, NS: l.plan.VM(vm).Name, Port: n.IperfPort, Streams: streams}
+	f := flow{Name: port, NS: l.plan.VM(vm).Name, Port: n.IperfPort, Streams: streams}
+	if l.ipv6[port] {
+		f.Dst = lab.FabricIP6.String()
+	}
+	return f
+}
+
+// onlyIPv6 takes the IPv4 address off the vNIC's device in its VM: the VM
+// then sends IPv6 only (nicFlow goes to the fabric's IPv6 address).
+func (l *liveLab) onlyIPv6(port string) {
+	n := l.plan.NIC(port)
+	vm := strings.SplitN(port, "/", 2)[0]
+	if out, err := exec.Command("ip", "-n", l.plan.VM(vm).Name, "-4", "addr", "flush", "dev", n.Dev).CombinedOutput(); err != nil {
+		l.t.Fatalf("removing %s's IPv4 address: %v %s", port, err, out)
+	}
+	if l.ipv6 == nil {
+		l.ipv6 = map[string]bool{}
+	}
+	l.ipv6[port] = true
 }
 
 // startServer runs an extra iperf3 server in the fabric (for host-level

@@ -164,7 +164,9 @@ func (l *liveLab) watchQueues(host string, ports []string) func() queueSeconds {
 				if sec.samples > 1 {
 					continue // the receivers are read once a second, at its start
 				}
-				socks, err := fabric.SocketDiagTCP(unix.AF_INET)
+				// The servers listen on IPv4 and IPv6: their connections are
+				// IPv6 sockets (IPv4 ones with mapped addresses).
+				socks, err := fabric.SocketDiagTCP(unix.AF_INET6)
 				if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
 					readErr = err
 					return
