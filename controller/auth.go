@@ -1,0 +1,169 @@
+package controller
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Files the controller writes into its data directory at first start.
+const (
+	TokenFile = "token"        // the generated bearer token, mode 0600
+	CertFile  = "tls/cert.pem" // the generated self-signed certificate
+	KeyFile   = "tls/key.pem"  // its ECDSA key, mode 0600
+)
+
+// Tokens is the set of bearer tokens the API accepts. Only their SHA-256
+// digests are kept; a check compares against every one in constant time.
+type Tokens struct {
+	digests [][sha256.Size]byte
+}
+
+// ParseTokens reads tokens one per line; blank lines and lines starting
+// with # are ignored. A token has at least 16 characters and no spaces.
+func ParseTokens(data []byte) (*Tokens, error) {
+	t := &Tokens{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if len(line) < 16 || strings.ContainsAny(line, " \t") {
+			return nil, fmt.Errorf("line %d: a token has at least 16 characters and no spaces", n)
+		}
+		t.digests = append(t.digests, sha256.Sum256([]byte(line)))
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(t.digests) == 0 {
+		return nil, errors.New("no token")
+	}
+	return t, nil
+}
+
+// Valid reports whether tok is one of the tokens. Its time does not depend
+// on which token matches or on how much of one does.
+func (t *Tokens) Valid(tok string) bool {
+	d := sha256.Sum256([]byte(tok))
+	ok := 0
+	for i := range t.digests {
+		ok |= subtle.ConstantTimeCompare(d[:], t.digests[i][:])
+	}
+	return ok == 1 && tok != ""
+}
+
+// LoadTokens reads the tokens of path; path "" means the token of the data
+// directory, generated (32 random bytes, hex, mode 0600) when absent.
+func LoadTokens(path, dataDir string) (*Tokens, error) {
+	if path == "" {
+		path = filepath.Join(dataDir, TokenFile)
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			b := make([]byte, 32)
+			if _, err := rand.Read(b); err != nil {
+				return nil, err
+			}
+			if err := writeNew(path, []byte(hex.EncodeToString(b)+"\n"), 0o600); err != nil {
+				return nil, err
+			}
+		}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	t, err := ParseTokens(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	return t, nil
+}
+
+// EnsureCert returns the paths of the certificate and key to serve: those
+// given, else the ones in the data directory, generated at first start (a
+// self-signed ECDSA P-256 certificate for 127.0.0.1, ::1 and localhost,
+// valid ten years).
+func EnsureCert(certPath, keyPath, dataDir string) (string, string, error) {
+	if certPath != "" || keyPath != "" {
+		if certPath == "" || keyPath == "" {
+			return "", "", errors.New("--tls-cert and --tls-key go together")
+		}
+		return certPath, keyPath, nil
+	}
+	certPath, keyPath = filepath.Join(dataDir, CertFile), filepath.Join(dataDir, KeyFile)
+	if _, err := os.Stat(certPath); err == nil {
+		return certPath, keyPath, nil
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return "", "", err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "sluice controller"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.AddDate(10, 0, 0),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		DNSNames:              []string{"localhost"},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return "", "", err
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return "", "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(certPath), 0o700); err != nil {
+		return "", "", err
+	}
+	if err := writeNew(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		return "", "", err
+	}
+	if err := writeNew(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		return "", "", err
+	}
+	return certPath, keyPath, nil
+}
+
+// writeNew writes a file through a temporary name and a rename, so that a
+// crash never leaves half a key or token.
+func writeNew(path string, data []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

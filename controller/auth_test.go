@@ -1,0 +1,148 @@
+package controller
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// routes is every route of the API, with a body that would change the
+// state if it were accepted.
+var routes = []struct{ method, path, body string }{
+	{"GET", "/v1/policy", ""},
+	{"POST", "/v1/policy", `{"file":"x.yaml","document":"cluster: x\n"}`},
+	{"GET", "/v1/hosts", ""},
+	{"GET", "/v1/vms", ""},
+	{"GET", "/v1/events", ""},
+	{"GET", "/v1/decisions", ""},
+	{"POST", "/v1/set", `{"changes":["vm1/nic0.reservation=1Gbps"]}`},
+	{"GET", "/v1/explain?port=vm1/nic0", ""},
+	{"POST", "/v1/vms/vm3/power-on", `{}`},
+	{"POST", "/v1/vms/vm2/migrate", `{"to":"h2"}`},
+	{"POST", "/v1/hosts/h1/register", `{"vms":["vm1"],"uplinks":["vmnic0"]}`},
+	{"POST", "/v1/hosts/h1/heartbeat", `{"lease_id":1}`},
+	{"POST", "/v1/hosts/h1/report", `{"lease_id":1,"report":{"vms":[]}}`},
+	{"GET", "/v1/hosts/h1/desired?wait=1s", ""},
+	{"GET", "/v1/no-such-route", ""},
+}
+
+// TestUnauthorized sends every route without a token, with a wrong one,
+// with a token that is a prefix of the right one and with another scheme:
+// each gets 401 and the state is unchanged.
+func TestUnauthorized(t *testing.T) {
+	f := newFixture(t, true)
+	f.apply(offDoc(t))
+	before := f.dump()
+	for _, r := range routes {
+		for _, auth := range []string{"", "Bearer ", "Bearer wrong-token-0123456789", "Bearer " + testToken[:len(testToken)-1], "Bearer " + testToken + "x", "Basic " + testToken, "bearer " + testToken} {
+			req, err := http.NewRequest(r.method, f.srv.URL+r.path, strings.NewReader(r.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			resp, err := f.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("%s %s with %q: %d, want 401", r.method, r.path, auth, resp.StatusCode)
+			}
+		}
+	}
+	if after := f.dump(); after != before {
+		t.Errorf("state changed:\n%s\n%s", before, after)
+	}
+	// The same routes with the token are served (not 401).
+	for _, r := range routes {
+		req, _ := http.NewRequest(r.method, f.srv.URL+r.path, strings.NewReader(r.body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := f.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusUnauthorized {
+			t.Errorf("%s %s with the token: 401", r.method, r.path)
+		}
+	}
+}
+
+func TestTokens(t *testing.T) {
+	if _, err := ParseTokens([]byte("short\n")); err == nil {
+		t.Error("a short token was accepted")
+	}
+	if _, err := ParseTokens([]byte("# only a comment\n\n")); err == nil {
+		t.Error("a file without a token was accepted")
+	}
+	toks, err := ParseTokens([]byte("aaaaaaaaaaaaaaaa\nbbbbbbbbbbbbbbbb\n"))
+	if err != nil || !toks.Valid("bbbbbbbbbbbbbbbb") || toks.Valid("") || toks.Valid("cccccccccccccccc") {
+		t.Fatalf("tokens: %v", err)
+	}
+	dir := t.TempDir()
+	if _, err := LoadTokens("", dir); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, TokenFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file: %v %v", fi.Mode(), err)
+	}
+	tok, _ := ReadToken(filepath.Join(dir, TokenFile))
+	again, err := LoadTokens("", dir) // the second start keeps it
+	if err != nil || !again.Valid(tok) || len(tok) != 64 {
+		t.Fatalf("token %q: %v", tok, err)
+	}
+}
+
+// TestTLS serves the API with the generated certificate on 127.0.0.1 and
+// talks to it with NewClient trusting that certificate only.
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	cert, key, err := EnsureCert("", "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(key); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v", err)
+	}
+	if _, _, err := EnsureCert("x.pem", "", dir); err == nil {
+		t.Error("a certificate without a key was accepted")
+	}
+	c := New(Config{Client: testEtcd.Client, Prefix: "/test/" + t.Name() + "/"})
+	toks, _ := ParseTokens([]byte(testToken))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewHTTPServer("", Handler(c, toks, nil))
+	go srv.ServeTLS(l, cert, key)
+	t.Cleanup(func() { srv.Close() })
+	for _, host := range []string{"127.0.0.1", "localhost"} {
+		cl, err := NewClient("https://"+host+":"+portOf(l), testToken, cert)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := cl.Hosts(context.Background()); err != nil {
+			t.Fatalf("%s: %v", host, err)
+		}
+		t.Logf("first request to %s (TLS handshake): %v", host, time.Since(start))
+	}
+	// A client that does not trust the certificate fails.
+	cl, _ := NewClient("https://127.0.0.1:"+portOf(l), testToken, "")
+	if _, err := cl.Hosts(context.Background()); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("untrusted certificate: %v", err)
+	}
+}
+
+func portOf(l net.Listener) string {
+	_, p, _ := net.SplitHostPort(l.Addr().String())
+	return p
+}

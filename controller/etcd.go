@@ -1,0 +1,130 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+	"go.uber.org/zap"
+)
+
+// Default ports of the embedded etcd member: next to, never on, etcd's own
+// 2379/2380, so that a controller can run beside a standalone etcd.
+const (
+	DefaultEtcdClientPort = 23790
+	DefaultEtcdPeerPort   = 23800
+)
+
+// EtcdConfig says where the cluster state lives: an etcd member embedded
+// in the controller (Endpoints empty) or an external etcd cluster.
+type EtcdConfig struct {
+	// Endpoints of an external etcd cluster (http://H:P or https://H:P).
+	// Empty: embed one member whose data is in Dir.
+	Endpoints []string
+	// Dir is the embedded member's data directory.
+	Dir string
+	// ClientPort and PeerPort are the embedded member's ports on
+	// 127.0.0.1; 0 means the defaults above.
+	ClientPort, PeerPort int
+	// UnsafeNoFsync turns fsync off in the embedded member (tests only:
+	// a crash of the machine may lose acknowledged writes).
+	UnsafeNoFsync bool
+	// StartTimeout bounds the start of the embedded member or the first
+	// contact with an external cluster; 0 means 60 s.
+	StartTimeout time.Duration
+}
+
+// Etcd is an open connection to the state store, with the embedded member
+// when there is one.
+type Etcd struct {
+	Client *clientv3.Client
+	// Embedded is the in-process member, nil with an external cluster.
+	Embedded *embed.Etcd
+	// StartTime is how long the start (or first contact) took.
+	StartTime time.Duration
+}
+
+// OpenEtcd starts the embedded member or connects to the external cluster
+// and returns when it can serve requests.
+func OpenEtcd(cfg EtcdConfig) (*Etcd, error) {
+	timeout := cfg.StartTimeout
+	if timeout <= 0 {
+		timeout = 60 * time.Second
+	}
+	start := time.Now()
+	if len(cfg.Endpoints) > 0 {
+		c, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: timeout, Logger: quietLogger()})
+		if err != nil {
+			return nil, fmt.Errorf("etcd %v: %w", cfg.Endpoints, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if _, err := c.Get(ctx, "sluice-ping"); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("etcd %v: %w", cfg.Endpoints, err)
+		}
+		return &Etcd{Client: c, StartTime: time.Since(start)}, nil
+	}
+	if cfg.Dir == "" {
+		return nil, errors.New("etcd: no data directory")
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	cp, pp := cfg.ClientPort, cfg.PeerPort
+	if cp == 0 {
+		cp = DefaultEtcdClientPort
+	}
+	if pp == 0 {
+		pp = DefaultEtcdPeerPort
+	}
+	ec := embed.NewConfig()
+	ec.Name = "sluice"
+	ec.Dir = filepath.Join(cfg.Dir, "member-data")
+	cu := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", cp)}
+	pu := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", pp)}
+	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	ec.LogLevel = "warn"
+	ec.LogOutputs = []string{filepath.Join(cfg.Dir, "etcd.log")}
+	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd: %w", err)
+	case <-time.After(timeout):
+		e.Server.Stop()
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd: not ready after %v (see %s)", timeout, ec.LogOutputs[0])
+	}
+	return &Etcd{Client: v3client.New(e.Server), Embedded: e, StartTime: time.Since(start)}, nil
+}
+
+// Close closes the client and stops the embedded member.
+func (e *Etcd) Close() error {
+	err := e.Client.Close()
+	if e.Embedded != nil {
+		// The in-process client reports its own cancellation on Close.
+		e.Embedded.Close()
+		return nil
+	}
+	return err
+}
+
+type mvccKV = mvccpb.KeyValue
+
+func quietLogger() *zap.Logger { return zap.NewNop() }

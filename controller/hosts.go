@@ -1,0 +1,238 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"sluice/entitle"
+)
+
+// Hosts lists the hosts of the policy (and registered hosts it does not
+// name) with their VMs and their agents' last reports.
+func (c *Controller) Hosts(ctx context.Context) ([]HostInfo, error) {
+	st, err := c.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.cfg.Client.Get(ctx, c.key(dirHosts), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("etcd get: %w", err)
+	}
+	reports := map[string]*Report{}
+	for _, kv := range resp.Kvs {
+		var r Report
+		if json.Unmarshal(kv.Value, &r) == nil {
+			reports[strings.TrimPrefix(string(kv.Key), c.key(dirHosts))] = &r
+		}
+	}
+	out := []HostInfo{}
+	seen := map[string]bool{}
+	if st.p != nil {
+		d := entitle.Derive(st.p, entitle.Live{Hosts: st.place})
+		for _, h := range st.p.Hosts {
+			hi := HostInfo{Name: h.Name, VMs: []string{}, Uplinks: []string{}, Report: reports[h.Name], Registered: reports[h.Name] != nil}
+			for _, v := range st.p.VMs {
+				if st.place[v.Name] == h.Name {
+					hi.VMs = append(hi.VMs, v.Name)
+				}
+			}
+			for _, u := range d.HostUplinks(h.Name) {
+				hi.Uplinks = append(hi.Uplinks, u.Uplink)
+				for _, cl := range u.Classes {
+					for _, v := range cl.VNICs {
+						hi.ReservedBps += v.ReservationBps
+					}
+				}
+			}
+			seen[h.Name] = true
+			out = append(out, hi)
+		}
+	}
+	for _, name := range sortedKeys(reports) {
+		if !seen[name] {
+			out = append(out, HostInfo{Name: name, Registered: true, VMs: []string{}, Uplinks: []string{}, Report: reports[name]})
+		}
+	}
+	return out, nil
+}
+
+// Events returns the events numbered after after, oldest first, at most limit (0: 1000).
+func (c *Controller) Events(ctx context.Context, after int64, limit int64) ([]Event, error) {
+	out := []Event{}
+	return out, c.list(ctx, dirEvents, after, limit, func(b []byte) error {
+		var e Event
+		if err := json.Unmarshal(b, &e); err != nil {
+			return err
+		}
+		out = append(out, e)
+		return nil
+	})
+}
+
+// Decisions returns the recorded migrations, oldest first.
+func (c *Controller) Decisions(ctx context.Context, after int64, limit int64) ([]Decision, error) {
+	out := []Decision{}
+	return out, c.list(ctx, dirDecisions, after, limit, func(b []byte) error {
+		var d Decision
+		if err := json.Unmarshal(b, &d); err != nil {
+			return err
+		}
+		out = append(out, d)
+		return nil
+	})
+}
+
+func (c *Controller) list(ctx context.Context, dir string, after, limit int64, each func([]byte) error) error {
+	if limit <= 0 || limit > 1000 {
+		limit = 1000
+	}
+	from := c.key(fmt.Sprintf("%s%020d", dir, after+1))
+	end := clientv3.GetPrefixRangeEnd(c.key(dir))
+	resp, err := c.cfg.Client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(limit))
+	if err != nil {
+		return fmt.Errorf("etcd get: %w", err)
+	}
+	for _, kv := range resp.Kvs {
+		if err := each(kv.Value); err != nil {
+			return fmt.Errorf("%s: %w", kv.Key, err)
+		}
+	}
+	return nil
+}
+
+// Register records an agent's host under a new lease of HostTTLSeconds.
+// The host must be in the policy once one is applied.
+func (c *Controller) Register(ctx context.Context, host string, r Report) (Lease, error) {
+	st, err := c.load(ctx)
+	if err != nil {
+		return Lease{}, err
+	}
+	if st.p != nil && st.p.Host(host) == nil {
+		return Lease{}, apiErr(http.StatusNotFound, "no host %q in the policy", host)
+	}
+	g, err := c.cfg.Client.Grant(ctx, c.cfg.HostTTLSeconds)
+	if err != nil {
+		return Lease{}, fmt.Errorf("etcd lease grant: %w", err)
+	}
+	if err := c.putReport(ctx, host, int64(g.ID), r); err != nil {
+		return Lease{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, err := c.load(ctx); err == nil {
+		ev := Event{Kind: "register", Subject: host, Message: fmt.Sprintf("agent of %s registered: %d VMs, uplinks %s", host, len(r.VMs), strings.Join(r.Uplinks, ",")),
+			Reason: fmt.Sprintf("lease %x, %d s", g.ID, c.cfg.HostTTLSeconds)}
+		_, _ = c.commit(ctx, old, &state{doc: old.doc, p: old.p, place: old.place}, []Event{ev}, nil)
+	}
+	return Lease{ID: int64(g.ID), TTLSeconds: c.cfg.HostTTLSeconds}, nil
+}
+
+func (c *Controller) putReport(ctx context.Context, host string, lease int64, r Report) error {
+	if r.Time.IsZero() {
+		r.Time = c.cfg.Now().UTC()
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return apiErr(http.StatusBadRequest, "report: %v", err)
+	}
+	if _, err := c.cfg.Client.Put(ctx, c.key(dirHosts+host), string(b), clientv3.WithLease(clientv3.LeaseID(lease))); err != nil {
+		return fmt.Errorf("etcd put: %w", err)
+	}
+	return nil
+}
+
+// checkLease fails with 404 when host is not registered under lease (the
+// lease expired: the agent registers again).
+func (c *Controller) checkLease(ctx context.Context, host string, lease int64) error {
+	resp, err := c.cfg.Client.Get(ctx, c.key(dirHosts+host))
+	if err != nil {
+		return fmt.Errorf("etcd get: %w", err)
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease != lease {
+		return apiErr(http.StatusNotFound, "host %s holds no lease %x: register again", host, lease)
+	}
+	return nil
+}
+
+// Heartbeat renews a host's lease.
+func (c *Controller) Heartbeat(ctx context.Context, host string, lease int64) error {
+	if err := c.checkLease(ctx, host, lease); err != nil {
+		return err
+	}
+	if _, err := c.cfg.Client.KeepAliveOnce(ctx, clientv3.LeaseID(lease)); err != nil {
+		return apiErr(http.StatusNotFound, "lease %x: %v: register again", lease, err)
+	}
+	return nil
+}
+
+// Report replaces a host's report and renews its lease.
+func (c *Controller) Report(ctx context.Context, host string, lease int64, r Report) error {
+	if err := c.Heartbeat(ctx, host, lease); err != nil {
+		return err
+	}
+	return c.putReport(ctx, host, lease, r)
+}
+
+// MaxWatch bounds the wait of one WatchDesired.
+const MaxWatch = 60 * time.Second
+
+// WatchDesired returns host's desired state as soon as its revision is
+// larger than after, or when wait has passed (then with the revision
+// unchanged). Revision 0: nothing is published for the host yet.
+func (c *Controller) WatchDesired(ctx context.Context, host string, after int64, wait time.Duration) (DesiredHost, error) {
+	wait = min(max(wait, 0), MaxWatch)
+	key := c.key(dirDesired + host)
+	resp, err := c.cfg.Client.Get(ctx, key)
+	if err != nil {
+		return DesiredHost{}, fmt.Errorf("etcd get: %w", err)
+	}
+	if len(resp.Kvs) > 0 && resp.Kvs[0].ModRevision > after || wait == 0 {
+		return c.desiredFrom(ctx, host, resp.Kvs)
+	}
+	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), wait)
+	defer cancel()
+	for wr := range c.cfg.Client.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
+		if err := wr.Err(); err != nil {
+			break
+		}
+		for _, ev := range wr.Events {
+			if ev.Kv.ModRevision > after {
+				cancel()
+				break
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return DesiredHost{}, ctx.Err()
+	}
+	resp, err = c.cfg.Client.Get(ctx, key)
+	if err != nil {
+		return DesiredHost{}, fmt.Errorf("etcd get: %w", err)
+	}
+	return c.desiredFrom(ctx, host, resp.Kvs)
+}
+
+func (c *Controller) desiredFrom(ctx context.Context, host string, kvs []*mvccKV) (DesiredHost, error) {
+	if len(kvs) == 0 {
+		st, err := c.load(ctx)
+		if err != nil {
+			return DesiredHost{}, err
+		}
+		if st.p != nil && st.p.Host(host) == nil {
+			return DesiredHost{}, apiErr(http.StatusNotFound, "no host %q in the policy", host)
+		}
+		return DesiredHost{Host: host, Uplinks: []WireUplink{}, Disks: []WireDisk{}}, nil
+	}
+	var d DesiredHost
+	if err := json.Unmarshal(kvs[0].Value, &d); err != nil {
+		return DesiredHost{}, fmt.Errorf("%s: %w", kvs[0].Key, err)
+	}
+	d.Revision = kvs[0].ModRevision
+	return d, nil
+}

@@ -1,0 +1,270 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxBody bounds a request body: a policy document of policy.MaxFileBytes
+// escaped in JSON.
+const maxBody = 20 << 20
+
+// Handler returns the API (api/openapi.yaml) of c. Every request needs a
+// bearer token of tokens: without a valid one it gets 401 before any route
+// is looked at, so nothing changes. errLog gets the internal errors (nil:
+// discarded).
+func Handler(c *Controller, tokens *Tokens, errLog *log.Logger) http.Handler {
+	s := &server{c: c, log: errLog}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/policy", s.getPolicy)
+	mux.HandleFunc("POST /v1/policy", s.apply)
+	mux.HandleFunc("GET /v1/hosts", s.getHosts)
+	mux.HandleFunc("GET /v1/vms", s.getVMs)
+	mux.HandleFunc("GET /v1/events", s.getEvents)
+	mux.HandleFunc("GET /v1/decisions", s.getDecisions)
+	mux.HandleFunc("POST /v1/set", s.set)
+	mux.HandleFunc("GET /v1/explain", s.explain)
+	mux.HandleFunc("POST /v1/vms/{vm}/power-on", s.powerOn)
+	mux.HandleFunc("POST /v1/vms/{vm}/migrate", s.migrate)
+	mux.HandleFunc("POST /v1/hosts/{host}/register", s.register)
+	mux.HandleFunc("POST /v1/hosts/{host}/heartbeat", s.heartbeat)
+	mux.HandleFunc("POST /v1/hosts/{host}/report", s.report)
+	mux.HandleFunc("GET /v1/hosts/{host}/desired", s.desired)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || !tokens.Valid(strings.TrimSpace(tok)) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+			writeJSON(w, http.StatusUnauthorized, ErrorBody{Error: "a valid bearer token is required"})
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		mux.ServeHTTP(w, r)
+	})
+}
+
+type server struct {
+	c   *Controller
+	log *log.Logger
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// reply writes v, or err as an ErrorBody with its status (500 for an
+// error that is not an *Error, logged).
+func (s *server) reply(w http.ResponseWriter, v any, err error) {
+	if err == nil {
+		writeJSON(w, http.StatusOK, v)
+		return
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		writeJSON(w, e.Status, e.Body)
+		return
+	}
+	status := http.StatusInternalServerError
+	if errors.Is(err, errConflict) {
+		status = http.StatusConflict
+	} else if errors.Is(err, context.DeadlineExceeded) {
+		status = http.StatusServiceUnavailable
+	}
+	if s.log != nil {
+		s.log.Printf("%v", err)
+	}
+	writeJSON(w, status, ErrorBody{Error: firstLine(err.Error())})
+}
+
+// decode reads a JSON body into v; unknown fields are errors.
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return apiErr(http.StatusBadRequest, "empty body: want JSON")
+		}
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return apiErr(http.StatusRequestEntityTooLarge, "body larger than %d bytes", mbe.Limit)
+		}
+		return apiErr(http.StatusBadRequest, "body: %v", err)
+	}
+	return nil
+}
+
+func (s *server) getPolicy(w http.ResponseWriter, r *http.Request) {
+	p, err := s.c.Policy(r.Context())
+	s.reply(w, p, err)
+}
+
+func (s *server) apply(w http.ResponseWriter, r *http.Request) {
+	var req ApplyRequest
+	if err := decode(r, &req); err != nil {
+		s.reply(w, nil, err)
+		return
+	}
+	res, err := s.c.Apply(r.Context(), req)
+	s.reply(w, res, err)
+}
+
+func (s *server) getHosts(w http.ResponseWriter, r *http.Request) {
+	hs, err := s.c.Hosts(r.Context())
+	s.reply(w, hs, err)
+}
+
+func (s *server) getVMs(w http.ResponseWriter, r *http.Request) {
+	vs, err := s.c.VMs(r.Context())
+	s.reply(w, vs, err)
+}
+
+// queryInt reads an integer query parameter (default 0).
+func queryInt(r *http.Request, name string) (int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, apiErr(http.StatusBadRequest, "%s=%q: want an integer ≥ 0", name, v)
+	}
+	return n, nil
+}
+
+func (s *server) getEvents(w http.ResponseWriter, r *http.Request) {
+	after, err := queryInt(r, "after")
+	if err != nil {
+		s.reply(w, nil, err)
+		return
+	}
+	limit, err := queryInt(r, "limit")
+	if err != nil {
+		s.reply(w, nil, err)
+		return
+	}
+	evs, err := s.c.Events(r.Context(), after, limit)
+	s.reply(w, evs, err)
+}
+
+func (s *server) getDecisions(w http.ResponseWriter, r *http.Request) {
+	after, err := queryInt(r, "after")
+	if err != nil {
+		s.reply(w, nil, err)
+		return
+	}
+	ds, err := s.c.Decisions(r.Context(), after, 0)
+	s.reply(w, ds, err)
+}
+
+func (s *server) set(w http.ResponseWriter, r *http.Request) {
+	var req SetRequest
+	if err := decode(r, &req); err != nil {
+		s.reply(w, nil, err)
+		return
+	}
+	res, err := s.c.Set(r.Context(), req)
+	s.reply(w, res, err)
+}
+
+func (s *server) explain(w http.ResponseWriter, r *http.Request) {
+	port := r.URL.Query().Get("port")
+	if port == "" {
+		s.reply(w, nil, apiErr(http.StatusBadRequest, "missing ?port=VM/NIC"))
+		return
+	}
+	e, err := s.c.Explain(r.Context(), port)
+	s.reply(w, e, err)
+}
+
+func (s *server) powerOn(w http.ResponseWriter, r *http.Request) {
+	var req PowerOnRequest
+	if r.ContentLength != 0 {
+		if err := decode(r, &req); err != nil {
+			s.reply(w, nil, err)
+			return
+		}
+	}
+	res, err := s.c.PowerOn(r.Context(), r.PathValue("vm"), req)
+	s.reply(w, res, err)
+}
+
+func (s *server) migrate(w http.ResponseWriter, r *http.Request) {
+	var req MigrateRequest
+	if err := decode(r, &req); err != nil {
+		s.reply(w, nil, err)
+		return
+	}
+	res, err := s.c.Migrate(r.Context(), r.PathValue("vm"), req)
+	s.reply(w, res, err)
+}
+
+func (s *server) register(w http.ResponseWriter, r *http.Request) {
+	var req RegisterRequest
+	if err := decode(r, &req); err != nil {
+		s.reply(w, nil, err)
+		return
+	}
+	l, err := s.c.Register(r.Context(), r.PathValue("host"), req.Report)
+	s.reply(w, l, err)
+}
+
+func (s *server) heartbeat(w http.ResponseWriter, r *http.Request) {
+	var req HeartbeatRequest
+	if err := decode(r, &req); err != nil {
+		s.reply(w, nil, err)
+		return
+	}
+	err := s.c.Heartbeat(r.Context(), r.PathValue("host"), req.LeaseID)
+	s.reply(w, struct{}{}, err)
+}
+
+func (s *server) report(w http.ResponseWriter, r *http.Request) {
+	var req ReportRequest
+	if err := decode(r, &req); err != nil {
+		s.reply(w, nil, err)
+		return
+	}
+	err := s.c.Report(r.Context(), r.PathValue("host"), req.LeaseID, req.Report)
+	s.reply(w, struct{}{}, err)
+}
+
+func (s *server) desired(w http.ResponseWriter, r *http.Request) {
+	after, err := queryInt(r, "after")
+	if err != nil {
+		s.reply(w, nil, err)
+		return
+	}
+	wait := time.Duration(0)
+	if v := r.URL.Query().Get("wait"); v != "" {
+		if wait, err = time.ParseDuration(v); err != nil || wait < 0 {
+			s.reply(w, nil, apiErr(http.StatusBadRequest, "wait=%q: want a duration such as 30s", v))
+			return
+		}
+	}
+	d, err := s.c.WatchDesired(r.Context(), r.PathValue("host"), after, wait)
+	s.reply(w, d, err)
+}
+
+// NewHTTPServer returns the HTTPS server of h on addr, with timeouts that
+// let a watch of MaxWatch finish.
+func NewHTTPServer(addr string, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      MaxWatch + 30*time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+}

@@ -1,0 +1,241 @@
+// Package controller keeps a sluice cluster's state in etcd and serves the
+// API that `sluice ctl` and the agents speak (api/openapi.yaml): the policy
+// and every change made to it, where VMs run, the hosts that registered,
+// each host's desired state, decisions and events. It decides with the
+// pure packages (policy, placement, entitle) and records each decision with
+// its reason; it does not touch the hosts itself. See docs/controller.md.
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"sluice/entitle"
+	"sluice/placement"
+	"sluice/policy"
+)
+
+// Config configures a Controller.
+type Config struct {
+	// Client is the etcd client (OpenEtcd).
+	Client *clientv3.Client
+	// Prefix is the key prefix of the cluster's state; "" means "/sluice/".
+	Prefix string
+	// ChooseHosts turns placement on: a power-on without a host goes
+	// where placement.Plan puts it. Off: it goes to the policy's host.
+	ChooseHosts bool
+	// HostTTLSeconds is the lease of a registered host; 0 means 10.
+	HostTTLSeconds int64
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Controller serves the cluster state. Its methods are safe for concurrent
+// use; changes are serialized and each is one etcd transaction that fails
+// when another writer changed the state since it was read.
+type Controller struct {
+	cfg   Config
+	mu    sync.Mutex // serializes changes
+	cache *state     // the last state read; its policy is reused while its revision holds
+}
+
+// Key names under the prefix (docs/controller.md, "State in etcd").
+const (
+	keyPolicy    = "state/policy"    // PolicyState
+	keyPlacement = "state/placement" // VM → host of the running VMs
+	keySeq       = "state/seq"       // the last event or decision number
+	dirHosts     = "hosts/"          // hosts/NAME: a registered host's Report, under its lease
+	dirDesired   = "desired/"        // desired/NAME: a host's DesiredHost (Revision 0)
+	dirEvents    = "events/"         // events/%020d: Event
+	dirDecisions = "decisions/"      // decisions/%020d: Decision
+)
+
+// New returns a controller on the etcd client of cfg.
+func New(cfg Config) *Controller {
+	if cfg.Prefix == "" {
+		cfg.Prefix = "/sluice/"
+	}
+	if !strings.HasSuffix(cfg.Prefix, "/") {
+		cfg.Prefix += "/"
+	}
+	if cfg.HostTTLSeconds <= 0 {
+		cfg.HostTTLSeconds = 10
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Controller{cfg: cfg}
+}
+
+func (c *Controller) key(name string) string { return c.cfg.Prefix + name }
+
+// state is the cluster's state as read at some etcd revision.
+type state struct {
+	doc   PolicyState
+	p     *policy.Policy // nil before the first apply
+	place placement.Placement
+	seq   int64
+	// The mod revisions of the keys read, for the commit's comparison.
+	policyRev, placeRev, seqRev int64
+}
+
+// load reads the state. The policy is rebuilt (document plus changes)
+// only when its key changed since the last read.
+func (c *Controller) load(ctx context.Context) (*state, error) {
+	resp, err := c.cfg.Client.Get(ctx, c.key("state/"), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("etcd get: %w", err)
+	}
+	st := &state{place: placement.Placement{}}
+	for _, kv := range resp.Kvs {
+		switch strings.TrimPrefix(string(kv.Key), c.cfg.Prefix) {
+		case keyPolicy:
+			if err := json.Unmarshal(kv.Value, &st.doc); err != nil {
+				return nil, fmt.Errorf("%s: %w", kv.Key, err)
+			}
+			st.policyRev = kv.ModRevision
+		case keyPlacement:
+			if err := json.Unmarshal(kv.Value, &st.place); err != nil {
+				return nil, fmt.Errorf("%s: %w", kv.Key, err)
+			}
+			st.placeRev = kv.ModRevision
+		case keySeq:
+			if err := json.Unmarshal(kv.Value, &st.seq); err != nil {
+				return nil, fmt.Errorf("%s: %w", kv.Key, err)
+			}
+			st.seqRev = kv.ModRevision
+		}
+	}
+	if st.policyRev == 0 {
+		return st, nil
+	}
+	if c.cache != nil && c.cache.policyRev == st.policyRev && c.cache.p != nil {
+		st.p = c.cache.p
+	} else if st.p, err = rebuild(st.doc, st.place); err != nil {
+		return nil, err
+	}
+	c.cache = st
+	return st, nil
+}
+
+// rebuild decodes the stored document and makes its changes again.
+func rebuild(doc PolicyState, place placement.Placement) (*policy.Policy, error) {
+	p, err := policy.Decode(doc.File, []byte(doc.Document))
+	if err != nil {
+		return nil, fmt.Errorf("stored policy revision %d: %s", doc.Revision, firstLine(err.Error()))
+	}
+	for _, spec := range doc.Changes {
+		ch, err := placement.ParseChange(spec)
+		if err != nil {
+			return nil, fmt.Errorf("stored change %q: %v", spec, err)
+		}
+		np, _, err := ch.Apply(p, place)
+		if err != nil {
+			return nil, fmt.Errorf("stored change %q no longer applies: %v", spec, err)
+		}
+		p = np
+	}
+	return p, nil
+}
+
+func firstLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
+}
+
+// commit writes the new state st (read as old), appends evs and decs
+// (numbered here) and publishes every host's desired state that changed,
+// in one transaction. It fails with errConflict when the state changed
+// since old was read.
+func (c *Controller) commit(ctx context.Context, old, st *state, evs []Event, decs []Decision) ([]Event, error) {
+	now := c.cfg.Now().UTC()
+	var ops []clientv3.Op
+	put := func(k string, v any, o ...clientv3.OpOption) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			panic(err) // our own types always marshal
+		}
+		ops = append(ops, clientv3.OpPut(c.key(k), string(b), o...))
+	}
+	wrotePolicy := st.doc.Revision != old.doc.Revision
+	if wrotePolicy {
+		put(keyPolicy, st.doc)
+	}
+	put(keyPlacement, st.place)
+	st.seq = old.seq
+	for i := range decs {
+		st.seq++
+		decs[i].Seq, decs[i].Time = st.seq, now
+		put(fmt.Sprintf("%s%020d", dirDecisions, st.seq), decs[i])
+	}
+	for i := range evs {
+		st.seq++
+		evs[i].Seq, evs[i].Time = st.seq, now
+		put(fmt.Sprintf("%s%020d", dirEvents, st.seq), evs[i])
+	}
+	put(keySeq, st.seq)
+	pub, err := c.publishOps(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	ops = append(ops, pub...)
+	cmp := []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(c.key(keyPolicy)), "=", old.policyRev),
+		clientv3.Compare(clientv3.ModRevision(c.key(keyPlacement)), "=", old.placeRev),
+		clientv3.Compare(clientv3.ModRevision(c.key(keySeq)), "=", old.seqRev),
+	}
+	resp, err := c.cfg.Client.Txn(ctx).If(cmp...).Then(ops...).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("etcd txn: %w", err)
+	}
+	if !resp.Succeeded {
+		c.cache = nil
+		return nil, errConflict
+	}
+	if wrotePolicy {
+		st.policyRev = resp.Header.Revision
+		c.cache = st // the policy of the next read, without rebuilding it
+	}
+	return evs, nil
+}
+
+var errConflict = errors.New("the cluster state changed during the request (another controller?); try again")
+
+// publishOps returns the puts of every host's desired state that differs
+// from the published one, and the deletes of hosts no longer in the policy.
+func (c *Controller) publishOps(ctx context.Context, st *state) ([]clientv3.Op, error) {
+	if st.p == nil {
+		return nil, nil
+	}
+	resp, err := c.cfg.Client.Get(ctx, c.key(dirDesired), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("etcd get: %w", err)
+	}
+	have := map[string]string{}
+	for _, kv := range resp.Kvs {
+		have[strings.TrimPrefix(string(kv.Key), c.key(dirDesired))] = string(kv.Value)
+	}
+	d := entitle.Derive(st.p, entitle.Live{Hosts: st.place})
+	var ops []clientv3.Op
+	for _, h := range st.p.Hosts {
+		b, err := json.Marshal(desiredOf(h.Name, d))
+		if err != nil {
+			return nil, fmt.Errorf("desired state of %s: %w", h.Name, err)
+		}
+		if have[h.Name] != string(b) {
+			ops = append(ops, clientv3.OpPut(c.key(dirDesired+h.Name), string(b)))
+		}
+		delete(have, h.Name)
+	}
+	for h := range have {
+		ops = append(ops, clientv3.OpDelete(c.key(dirDesired+h)))
+	}
+	return ops, nil
+}

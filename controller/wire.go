@@ -1,0 +1,276 @@
+package controller
+
+import (
+	"math"
+	"time"
+
+	"sluice/alloc"
+	"sluice/entitle"
+)
+
+// The JSON bodies of the API (api/openapi.yaml). Rates are bits/s, IOPS
+// are I/O per second; a limit that is absent (null) means unlimited.
+
+// ErrorBody is the body of every error response.
+type ErrorBody struct {
+	Error string `json:"error"` // one line
+	// Problems are the policy's problems, one per line: FILE:LINE: field: message.
+	Problems []string `json:"problems,omitempty"`
+	// Details are per-host shortfalls of a refused power-on.
+	Details []string `json:"details,omitempty"`
+}
+
+// ApplyRequest is a policy document to apply.
+type ApplyRequest struct {
+	File     string `json:"file"`     // the name problems are reported with
+	Document string `json:"document"` // the policy YAML
+	Reason   string `json:"reason,omitempty"`
+}
+
+// PolicyState is the stored policy: the document as applied and the
+// changes made since, in order. The policy in force is the document with
+// every change applied (placement.Change.Apply).
+type PolicyState struct {
+	Revision  int64     `json:"revision"` // 1 for the first apply; +1 per apply or set
+	File      string    `json:"file"`
+	Document  string    `json:"document"`
+	Changes   []string  `json:"changes,omitempty"`
+	AppliedAt time.Time `json:"applied_at"`
+}
+
+// SetRequest is a list of changes in placement's grammar
+// (TARGET.FIELD=VALUE), made together or not at all.
+type SetRequest struct {
+	Changes []string `json:"changes"`
+	Reason  string   `json:"reason,omitempty"`
+}
+
+// PowerOnRequest powers a VM on; Host empty: placement chooses.
+type PowerOnRequest struct {
+	Host   string `json:"host,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// MigrateRequest asks to move a VM to host To.
+type MigrateRequest struct {
+	To     string `json:"to"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Result is the answer to a change: the policy revision after it and the
+// events it recorded.
+type Result struct {
+	Revision int64   `json:"revision"`
+	Events   []Event `json:"events"`
+}
+
+// Event is one recorded change or decision with its reason.
+type Event struct {
+	Seq     int64     `json:"seq"`
+	Time    time.Time `json:"time"`
+	Kind    string    `json:"kind"`    // apply, set, power-on, refuse, migrate, fault, recommend, register
+	Subject string    `json:"subject"` // VM, VM/NIC, host or file
+	Message string    `json:"message"`
+	Reason  string    `json:"reason"`
+}
+
+// Decision is a migration recorded by the controller. Status pending: not
+// carried out yet (agents carry it out in a later step).
+type Decision struct {
+	Seq    int64     `json:"seq"`
+	Time   time.Time `json:"time"`
+	VM     string    `json:"vm"`
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	Status string    `json:"status"`
+	Reason string    `json:"reason"`
+}
+
+// HostInfo is a host of the policy with what its agent reported.
+type HostInfo struct {
+	Name       string   `json:"name"`
+	Registered bool     `json:"registered"` // its agent holds a live lease
+	VMs        []string `json:"vms"`        // VMs the controller runs there
+	Uplinks    []string `json:"uplinks"`
+	Report     *Report  `json:"report,omitempty"`
+	// ReservedBps is the sum of its running vNICs' reservations.
+	ReservedBps float64 `json:"reserved_bps"`
+}
+
+// VMInfo is a VM of the policy, where it runs and what its vNICs get.
+type VMInfo struct {
+	Name           string    `json:"name"`
+	Host           string    `json:"host"` // "" when off
+	State          string    `json:"state"`
+	VCPUs          int       `json:"vcpus"`
+	CPUReservation int       `json:"cpu_reservation_mhz"`
+	MemoryBytes    int64     `json:"memory_bytes"`
+	NICs           []NICInfo `json:"nics"`
+}
+
+// NICInfo is one vNIC: its R/S/L and its entitlement with every vNIC's
+// demand unbounded (what `sluice alloc` gives).
+type NICInfo struct {
+	Port           string   `json:"port"`
+	Uplink         string   `json:"uplink,omitempty"` // HOST/UPLINK
+	ReservationBps float64  `json:"reservation_bps"`
+	Shares         float64  `json:"shares"`
+	LimitBps       *float64 `json:"limit_bps"`
+	AllocBps       float64  `json:"alloc_bps"`
+}
+
+// Explanation is why a port gets what it gets, level by level.
+type Explanation struct {
+	Port  string   `json:"port"`
+	Lines []string `json:"lines"`
+}
+
+// RegisterRequest registers an agent's host.
+type RegisterRequest struct {
+	Report
+}
+
+// Report is what an agent reports about its host.
+type Report struct {
+	VMs     []string `json:"vms"`     // VMs running on the host
+	Uplinks []string `json:"uplinks"` // uplink names (devices)
+	// RatesBps are measured rates by port (VM/NIC or HOST/CLASS), bits/s.
+	RatesBps map[string]float64 `json:"rates_bps,omitempty"`
+	Time     time.Time          `json:"time"`
+}
+
+// Lease is a host's registration: heartbeat within TTLSeconds.
+type Lease struct {
+	ID         int64 `json:"lease_id"`
+	TTLSeconds int64 `json:"ttl_s"`
+}
+
+// HeartbeatRequest renews a lease; ReportRequest renews it and replaces
+// the host's report.
+type HeartbeatRequest struct {
+	LeaseID int64 `json:"lease_id"`
+}
+
+// ReportRequest is a report under a lease.
+type ReportRequest struct {
+	LeaseID int64  `json:"lease_id"`
+	Report  Report `json:"report"`
+}
+
+// DesiredHost is the desired state of one host: its uplink trees and its
+// disks, derived with entitle.Derive from the policy and where VMs run.
+// Revision is the etcd revision at which it last changed; a watch returns
+// when it is larger than the one the agent has.
+type DesiredHost struct {
+	Host     string       `json:"host"`
+	Revision int64        `json:"revision"` // 0: nothing published yet
+	Uplinks  []WireUplink `json:"uplinks"`
+	Disks    []WireDisk   `json:"disks"`
+}
+
+// WireUplink is entitle.UplinkSpec in JSON.
+type WireUplink struct {
+	Uplink    string      `json:"uplink"`
+	SpeedBps  float64     `json:"speed_bps"`
+	UsableBps float64     `json:"usable_bps"`
+	Down      bool        `json:"down,omitempty"`
+	Classes   []WireClass `json:"classes"`
+}
+
+// WireClass is entitle.ClassSpec in JSON.
+type WireClass struct {
+	Name           string     `json:"name"`
+	Class          string     `json:"class"`
+	ReservationBps float64    `json:"reservation_bps"`
+	Shares         float64    `json:"shares"`
+	LimitBps       *float64   `json:"limit_bps"`
+	Declared       bool       `json:"declared,omitempty"`
+	VNICs          []WireVNIC `json:"vnics,omitempty"`
+}
+
+// WireVNIC is entitle.VNICSpec in JSON.
+type WireVNIC struct {
+	Port           string   `json:"port"`
+	ReservationBps float64  `json:"reservation_bps"`
+	Shares         float64  `json:"shares"`
+	LimitBps       *float64 `json:"limit_bps"`
+}
+
+// WireDisk is entitle.DiskSpec (of a disk whose I/O passes this host) in JSON.
+type WireDisk struct {
+	Name            string   `json:"name"`
+	Datastore       string   `json:"datastore"`
+	ReservationIOPS float64  `json:"reservation_iops"`
+	Shares          float64  `json:"shares"`
+	LimitIOPS       *float64 `json:"limit_iops"`
+}
+
+func limitPtr(v float64) *float64 {
+	if math.IsInf(v, 1) {
+		return nil
+	}
+	return &v
+}
+
+func limitOf(p *float64) float64 {
+	if p == nil {
+		return alloc.Inf
+	}
+	return *p
+}
+
+// desiredOf renders host's share of d.
+func desiredOf(host string, d *entitle.Desired) DesiredHost {
+	out := DesiredHost{Host: host, Uplinks: []WireUplink{}, Disks: []WireDisk{}}
+	for _, u := range d.HostUplinks(host) {
+		wu := WireUplink{Uplink: u.Uplink, SpeedBps: u.SpeedBps, UsableBps: u.UsableBps, Down: u.Down}
+		for _, c := range u.Classes {
+			wc := WireClass{Name: c.Name, Class: c.Class, ReservationBps: c.ReservationBps, Shares: c.Shares,
+				LimitBps: limitPtr(c.LimitBps), Declared: c.Declared}
+			for _, v := range c.VNICs {
+				wc.VNICs = append(wc.VNICs, WireVNIC{Port: v.Port, ReservationBps: v.ReservationBps, Shares: v.Shares, LimitBps: limitPtr(v.LimitBps)})
+			}
+			wu.Classes = append(wu.Classes, wc)
+		}
+		out.Uplinks = append(out.Uplinks, wu)
+	}
+	for _, ds := range d.Datastores {
+		for _, dk := range ds.Disks {
+			if dk.Host == host {
+				out.Disks = append(out.Disks, WireDisk{Name: dk.Name, Datastore: ds.Name, ReservationIOPS: dk.ReservationIOPS,
+					Shares: dk.Shares, LimitIOPS: limitPtr(dk.LimitIOPS)})
+			}
+		}
+	}
+	return out
+}
+
+// UplinkSpecs converts the desired state back to entitle's types, for an
+// agent that builds its trees from them.
+func (d DesiredHost) UplinkSpecs() []entitle.UplinkSpec {
+	var out []entitle.UplinkSpec
+	for _, u := range d.Uplinks {
+		us := entitle.UplinkSpec{Host: d.Host, Uplink: u.Uplink, SpeedBps: u.SpeedBps, UsableBps: u.UsableBps, Down: u.Down}
+		for _, c := range u.Classes {
+			cs := entitle.ClassSpec{Name: c.Name, Class: c.Class, ReservationBps: c.ReservationBps, Shares: c.Shares,
+				LimitBps: limitOf(c.LimitBps), Declared: c.Declared}
+			for _, v := range c.VNICs {
+				vm, nic, _ := cutPort(v.Port)
+				cs.VNICs = append(cs.VNICs, entitle.VNICSpec{Port: v.Port, VM: vm, NIC: nic, ReservationBps: v.ReservationBps,
+					Shares: v.Shares, LimitBps: limitOf(v.LimitBps)})
+			}
+			us.Classes = append(us.Classes, cs)
+		}
+		out = append(out, us)
+	}
+	return out
+}
+
+func cutPort(s string) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '/' {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
