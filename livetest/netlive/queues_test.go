@@ -260,7 +260,11 @@ func (l *liveLab) runSaturating(host string, durS, fromS int, usable float64, fl
 // logged and measured again, up to maxTries runs; then the test fails
 // saying why. So a second is only judged when every sender kept up and
 // the machine let HTB fill the link, and a scheduler that holds a
-// backlogged flow under its share cannot pass.
+// backlogged flow under its share cannot pass. The seconds in which the
+// classes stayed backlogged but the link was not full are the
+// scheduler's: with usable > 0 their share is its work conservation
+// (conserved), and under MinWorkConserved the test fails at once, naming
+// the scheduler, without measuring again.
 func (l *liveLab) judged(host string, ports []string, usable float64, need func(short []bool) bool, run func() []result) []result {
 	t := l.t
 	t.Helper()
@@ -282,6 +286,7 @@ func (l *liveLab) judged(host string, ports []string, usable float64, need func(
 		}
 		short := q.short(n)
 		lag, thin := 0, 0
+		backlogged, sums := make([]bool, n), make([]float64, n)
 		for i := range short {
 			sum, behind := 0.0, false
 			for _, r := range res {
@@ -294,6 +299,7 @@ func (l *liveLab) judged(host string, ports []string, usable float64, need func(
 					behind = behind || q.lagged(r.Name, i, r.Intervals[i])
 				}
 			}
+			backlogged[i], sums[i] = !short[i] && !behind, sum
 			switch {
 			case short[i]:
 			case behind:
@@ -310,6 +316,19 @@ func (l *liveLab) judged(host string, ports []string, usable float64, need func(
 		why := q.summary(n) + fmt.Sprintf("; %d seconds in which a receiver moved more than %.0f%% of its bytes into the next", lag, 100*MaxShift)
 		if usable > 0 {
 			why += fmt.Sprintf("; %d seconds with backlogged classes carried less than %.0f%% of the usable %s Mbps", thin, 100*MinCarried, mbps(usable))
+			// Work conservation is the scheduler's own figure: backlogged
+			// classes that leave the link idle are its fault, not the
+			// machine's, and are not measured again.
+			c := conserved(backlogged, sums, usable)
+			t.Logf("work conservation: %d of %d backlogged seconds carried ≥%.0f%% of the usable %s Mbps (%.0f%%, floor %.0f%%)",
+				c.Full, c.Backlogged, 100*MinCarried, mbps(usable), 100*c.Share(), 100*MinWorkConserved)
+			if v := c.verdict(usable); v != "" {
+				var b strings.Builder
+				for _, r := range res {
+					fmt.Fprintf(&b, "\n  %s per second: %s", r.Name, r.series())
+				}
+				t.Fatalf("%s; %s:%s", v, q.summary(n), b.String())
+			}
 		}
 		if need(short) {
 			full := ""
