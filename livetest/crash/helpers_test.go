@@ -1,0 +1,244 @@
+// Package crash kills sluice's daemons with SIGKILL while they work and
+// starts them again, the way a machine loses them: the storage gateway
+// under fio writes in a lab from `sluice lab up`, and the datastore (nbdkit)
+// under a gateway. Nothing a client was told is written may be lost: fio
+// verifies every block whose write it saw acknowledged, and a block may be
+// wrong only where fio saw its write fail. The agent's crash test lives
+// with the network tests (livetest/netlive, agentkill_test.go), whose
+// judging of seconds it needs. The tests need root, ip, nbdkit, fio and
+// go, and fail (not skip) without them.
+package crash
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// sluiceBin is the sluice binary built for this run (TestMain).
+var sluiceBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-crash-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	sluiceBin = filepath.Join(dir, "sluice")
+	if out, err := exec.Command("go", "build", "-o", sluiceBin, "sluice/cmd/sluice").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func requireLive(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("crash tests need root (network namespaces); run as root")
+	}
+	for _, tool := range []string{"ip", "nbdkit", "fio", "ss"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("crash tests need %s (scripts/deps.sh installs it)", tool)
+		}
+	}
+}
+
+// daemon is a process a test started (in its own session, so that a
+// SIGKILL reaches it and nothing else).
+type daemon struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startDaemon starts args (in network namespace ns unless "") with its
+// output in logPath; cleanup kills it if it still runs.
+func startDaemon(t *testing.T, ns, logPath string, args ...string) *daemon {
+	t.Helper()
+	if ns != "" {
+		args = append([]string{"ip", "netns", "exec", ns}, args...)
+	}
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", strings.Join(args, " "), err)
+	}
+	d := &daemon{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(d.done) }()
+	t.Cleanup(func() { d.kill() })
+	return d
+}
+
+// kill sends SIGKILL and waits until the process is gone.
+func (d *daemon) kill() {
+	_ = d.cmd.Process.Signal(syscall.SIGKILL)
+	<-d.done
+}
+
+// killPID sends SIGKILL to pid (a process of the lab) and waits until it
+// is gone (polling /proc: it is not our child).
+func killPID(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d: %v", pid, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || zombie(b) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d still there 5 s after SIGKILL", pid)
+		}
+		time.Sleep(10 * time.Millisecond) // polling another process's exit
+	}
+}
+
+func zombie(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')')
+	return i > 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+}
+
+// waitListening polls until a TCP port listens in ns ("" for this one).
+func waitListening(t *testing.T, ns string, port int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		args := []string{"ss", "-Hltn"}
+		if ns != "" {
+			args = append([]string{"ip", "netns", "exec", ns}, args...)
+		}
+		out, _ := exec.Command(args[0], args[1:]...).Output()
+		if strings.Contains(string(out), ":"+strconv.Itoa(port)+" ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on port %d in %q after %s", port, ns, within)
+		}
+		time.Sleep(20 * time.Millisecond) // polling an external process, with a deadline
+	}
+}
+
+// waitSocket polls until a Unix socket file exists.
+func waitSocket(t *testing.T, path string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no socket %s after %s", path, within)
+		}
+		time.Sleep(20 * time.Millisecond) // polling an external process, with a deadline
+	}
+}
+
+// fioRun is one fio job's outcome.
+type fioRun struct {
+	Err          error // fio's exit
+	JobError     int   // the job's error number (0: none)
+	WriteIOs     int64 // write I/Os fio counted as done
+	ReadIOs      int64 // reads (verification reads included)
+	FailedWrites map[int64]bool
+	BadBlocks    []int64 // offsets at which verification found wrong data
+	Stderr       string
+}
+
+var (
+	failedWriteRE = regexp.MustCompile(`io_u error on file .*: write offset=(\d+)`)
+	badBlockRE    = regexp.MustCompile(`verify: .* at file \S+ offset (\d+)`)
+)
+
+// runFio runs one fio job (options as key=value, ioengine nbd) in dir (its
+// verify state files live there) inside namespace ns ("" for this one).
+func runFio(ctx context.Context, dir, ns string, opts ...string) fioRun {
+	args := []string{"fio", "--name=crash", "--ioengine=nbd", "--output-format=json"}
+	for _, o := range opts {
+		args = append(args, "--"+o)
+	}
+	if ns != "" {
+		args = append([]string{"ip", "netns", "exec", ns}, args...)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Dir = dir
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	r := fioRun{Err: cmd.Run(), Stderr: errb.String(), FailedWrites: map[int64]bool{}}
+	for _, m := range failedWriteRE.FindAllStringSubmatch(r.Stderr, -1) {
+		off, _ := strconv.ParseInt(m[1], 10, 64)
+		r.FailedWrites[off] = true
+	}
+	for _, m := range badBlockRE.FindAllStringSubmatch(r.Stderr, -1) {
+		off, _ := strconv.ParseInt(m[1], 10, 64)
+		r.BadBlocks = append(r.BadBlocks, off)
+	}
+	sort.Slice(r.BadBlocks, func(i, j int) bool { return r.BadBlocks[i] < r.BadBlocks[j] })
+	js := out.Bytes()
+	if i := bytes.IndexByte(js, '{'); i > 0 { // "connected to NBD server" comes first
+		js = js[i:]
+	}
+	var rep struct {
+		Jobs []struct {
+			Error int `json:"error"`
+			Read  struct {
+				TotalIOs int64 `json:"total_ios"`
+			} `json:"read"`
+			Write struct {
+				TotalIOs int64 `json:"total_ios"`
+			} `json:"write"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal(js, &rep); err == nil && len(rep.Jobs) == 1 {
+		j := rep.Jobs[0]
+		r.JobError, r.WriteIOs, r.ReadIOs = j.Error, j.Write.TotalIOs, j.Read.TotalIOs
+	} else if r.Err == nil {
+		r.Err = fmt.Errorf("fio output: %v: %s", err, tailOf(out.String()))
+	}
+	return r
+}
+
+// lost returns the blocks that verification found wrong although fio had
+// not seen their write fail: acknowledged writes that were lost.
+func lost(verify fioRun, writes ...fioRun) []int64 {
+	var out []int64
+	for _, off := range verify.BadBlocks {
+		failed := false
+		for _, w := range writes {
+			failed = failed || w.FailedWrites[off]
+		}
+		if !failed {
+			out = append(out, off)
+		}
+	}
+	return out
+}
+
+func tailOf(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 600 {
+		s = "…" + s[len(s)-600:]
+	}
+	return s
+}
