@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"sluice/controller"
+)
+
+func init() {
+	register(command{name: "controller", summary: "the cluster controller: state in etcd, HTTPS API for ctl and agents", run: runController})
+	helps["controller"] = `usage: sluice controller [--data-dir DIR] [--listen ADDR:PORT] [--tls-cert FILE --tls-key FILE] [--tokens FILE]
+                         [--etcd-endpoints URL,...] [--etcd-client-port N] [--etcd-peer-port N] [--prefix /sluice/] [--placement=true|false]
+
+The cluster controller. It keeps the cluster's state (policy, placement,
+hosts, desired state per host, decisions, events) in etcd: a member
+embedded in the controller with its data in DIR/etcd (listening on
+127.0.0.1 only), or the external cluster of --etcd-endpoints. It serves
+the API of api/openapi.yaml over HTTPS on --listen (default
+127.0.0.1:7443): with the certificate given, else one generated into DIR/tls
+at first start; every request needs a bearer token of --tokens (one per
+line), else the one generated into DIR/token (mode 0600). --placement=false:
+a power-on without a host goes to the VM's policy host instead of where
+placement puts it. See docs/controller.md.
+
+example:
+  sluice controller --data-dir /var/lib/sluice/controller`
+}
+
+// defaultDataDir is the controller's data directory, and where `sluice
+// ctl` finds its token and certificate on the same machine.
+func defaultDataDir() string {
+	if d := os.Getenv("SLUICE_CONTROLLER_DIR"); d != "" {
+		return d
+	}
+	return "/var/lib/sluice/controller"
+}
+
+const defaultListen = "127.0.0.1:7443"
+
+func runController(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	dataDir := fs.String("data-dir", defaultDataDir(), "data directory")
+	listen := fs.String("listen", defaultListen, "API address")
+	cert := fs.String("tls-cert", "", "TLS certificate (PEM)")
+	key := fs.String("tls-key", "", "TLS key (PEM)")
+	tokensFile := fs.String("tokens", "", "bearer tokens, one per line")
+	endpoints := fs.String("etcd-endpoints", "", "external etcd cluster")
+	clientPort := fs.Int("etcd-client-port", controller.DefaultEtcdClientPort, "embedded etcd client port on 127.0.0.1")
+	peerPort := fs.Int("etcd-peer-port", controller.DefaultEtcdPeerPort, "embedded etcd peer port on 127.0.0.1")
+	prefix := fs.String("prefix", "/sluice/", "etcd key prefix")
+	choose := fs.Bool("placement", true, "placement chooses the host of a power-on")
+	ttl := fs.Int64("host-ttl", 10, "lease of a registered host, seconds")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		if err == nil {
+			err = fmt.Errorf("unexpected argument %s", fs.Arg(0))
+		}
+		fmt.Fprintf(stderr, "sluice controller: %v (sluice controller --help)\n", err)
+		return exitUsage
+	}
+	if *clientPort <= 0 || *clientPort > 65535 || *peerPort <= 0 || *peerPort > 65535 || *clientPort == *peerPort || *ttl <= 0 {
+		fmt.Fprintln(stderr, "sluice controller: ports must be 1-65535 and differ, --host-ttl positive (sluice controller --help)")
+		return exitUsage
+	}
+	if _, _, err := net.SplitHostPort(*listen); err != nil {
+		fmt.Fprintf(stderr, "sluice controller: --listen %s: want ADDR:PORT (sluice controller --help)\n", *listen)
+		return exitUsage
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "sluice controller: "+format+"\n", a...)
+		return exitBad
+	}
+	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
+		return fail("%v", err)
+	}
+	certPath, keyPath, err := controller.EnsureCert(*cert, *key, *dataDir)
+	if err != nil {
+		return fail("TLS: %v", err)
+	}
+	toks, err := controller.LoadTokens(*tokensFile, *dataDir)
+	if err != nil {
+		return fail("tokens: %v", err)
+	}
+	ec := controller.EtcdConfig{Dir: filepath.Join(*dataDir, "etcd"), ClientPort: *clientPort, PeerPort: *peerPort}
+	if *endpoints != "" {
+		ec.Endpoints = strings.Split(*endpoints, ",")
+	}
+	e, err := controller.OpenEtcd(ec)
+	if err != nil {
+		return fail("%s", strings.Join(strings.Fields(err.Error()), " "))
+	}
+	defer e.Close()
+	where := "external etcd " + *endpoints
+	if e.Embedded != nil {
+		where = fmt.Sprintf("embedded etcd in %s (127.0.0.1:%d)", ec.Dir, *clientPort)
+	}
+	c := controller.New(controller.Config{Client: e.Client, Prefix: *prefix, ChooseHosts: *choose, HostTTLSeconds: *ttl})
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fail("%v", err)
+	}
+	srv := controller.NewHTTPServer(*listen, controller.Handler(c, toks, log.New(stderr, "sluice controller: ", 0)))
+	fmt.Fprintf(stdout, "sluice controller: %s ready in %v; API on https://%s (certificate %s)\n", where, e.StartTime.Round(time.Millisecond), l.Addr(), certPath)
+	done := make(chan error, 1)
+	go func() { done <- srv.ServeTLS(l, certPath, keyPath) }()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	select {
+	case err := <-done:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fail("%v", err)
+		}
+	case s := <-sig:
+		fmt.Fprintf(stdout, "sluice controller: %v: stopping\n", s)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}
+	return exitOK
+}

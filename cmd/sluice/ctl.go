@@ -1,0 +1,369 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"sluice/controller"
+	"sluice/entitle"
+	"sluice/internal/inputfile"
+	"sluice/policy"
+)
+
+func init() {
+	register(command{name: "ctl", summary: "talk to the controller: apply, get, set, explain, power-on, migrate", run: runCtl})
+	const conn = `
+Connection (before or after the verb): --server URL (default
+https://127.0.0.1:7443), --token-file FILE (default DATA-DIR/token),
+--ca FILE (default DATA-DIR/tls/cert.pem), --data-dir DIR (default
+/var/lib/sluice/controller or $SLUICE_CONTROLLER_DIR). -o table|json.`
+	helps["ctl"] = `usage: sluice ctl [--server URL] [--token-file FILE] [--ca FILE] [-o table|json] VERB ...
+
+verbs:
+  apply -f FILE [--reason TEXT]         validate FILE and make it the policy
+  get hosts|vms|events|decisions|policy
+  set TARGET FIELD=VALUE ... [--reason TEXT]
+  explain PORT                          why PORT (VM/NIC, HOST/CLASS, VM/DISK) gets what it gets
+  power-on VM [--on HOST] [--reason TEXT]
+  migrate VM --to HOST [--reason TEXT]
+` + conn + `
+
+example:
+  sluice ctl set vm1/nic0 reservation=7.5Gbps --reason "step a"`
+	helps["ctl apply"] = `usage: sluice ctl apply -f FILE [--reason TEXT]
+
+Validate the policy FILE (problems one per line: FILE:LINE: field: message)
+and make it the policy in force; VMs with a host in FILE run there.
+` + conn + `
+
+example:
+  sluice ctl apply -f examples/netioc-fig2.yaml`
+	helps["ctl get"] = `usage: sluice ctl get hosts|vms|events|decisions|policy [--after SEQ] [-o table|json]
+
+List the hosts (registered or not), the VMs (host, state, every vNIC's
+R/S/L and rate with unbounded demand), the events with their reasons, the
+recorded migrations, or the policy document and the changes since.
+` + conn + `
+
+example:
+  sluice ctl get events -o json`
+	helps["ctl set"] = `usage: sluice ctl set TARGET FIELD=VALUE ... [--reason TEXT]
+
+Change the policy, all fields at once or none, with placement's grammar
+(sluice place --help): TARGET is VM, VM/NIC, VM/DISK or HOST; FIELD is
+reservation, shares, limit, uplink (VM/NIC); reservation, limit in IOPS
+(VM/DISK; iops= is reservation=); cpu.reservation, cpu.limit, memory,
+vcpus (VM; cpu= is cpu.reservation=). A change that breaks its host's
+reservations is made and reported as a fault with placement's repair.
+` + conn + `
+
+example:
+  sluice ctl set vm2/nic0 reservation=4.5Gbps shares=high`
+	helps["ctl explain"] = `usage: sluice ctl explain PORT
+
+Why a port (VM/NIC, HOST/CLASS) or disk (VM/DISK) gets what it gets, level
+by level, with the VMs where the controller runs them.
+` + conn + `
+
+example:
+  sluice ctl explain vm1/nic0`
+	helps["ctl power-on"] = `usage: sluice ctl power-on VM [--on HOST] [--reason TEXT]
+
+Power a VM on: on HOST, else where placement puts it. Refused (exit 1) with
+the reason when its reservations fit on no host.
+` + conn + `
+
+example:
+  sluice ctl power-on vm4`
+	helps["ctl migrate"] = `usage: sluice ctl migrate VM --to HOST [--reason TEXT]
+
+Record the decision to move VM to HOST (refused when it does not fit there).
+Carrying it out through the agents is not built yet.
+` + conn + `
+
+example:
+  sluice ctl migrate vm2 --to h2`
+}
+
+// ctlArgs is the parsed command line of sluice ctl.
+type ctlArgs struct {
+	server, tokenFile, ca, dataDir, output string
+	file, reason, on, to                   string
+	after                                  int64
+	pos                                    []string // the verb and its arguments
+}
+
+func parseCtlArgs(args []string) (ctlArgs, error) {
+	a := ctlArgs{output: "table", dataDir: defaultDataDir(), server: "https://" + defaultListen}
+	flags := map[string]*string{"--server": &a.server, "--token-file": &a.tokenFile, "--ca": &a.ca, "--data-dir": &a.dataDir,
+		"-o": &a.output, "--output": &a.output, "-f": &a.file, "--file": &a.file, "--reason": &a.reason, "--on": &a.on, "--to": &a.to}
+	var after string
+	flags["--after"] = &after
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			a.pos = append(a.pos, args[i+1:]...)
+			break
+		}
+		if !strings.HasPrefix(arg, "-") || arg == "-" {
+			a.pos = append(a.pos, arg)
+			continue
+		}
+		name, val, hasVal := strings.Cut(arg, "=")
+		if strings.HasPrefix(name, "-") && !strings.HasPrefix(name, "--") && len(name) > 2 {
+			name = "-" + name // -server is --server
+		}
+		dst, ok := flags[name]
+		if !ok {
+			return a, usageError{fmt.Sprintf("unknown flag %s", name)}
+		}
+		if !hasVal {
+			if i+1 >= len(args) {
+				return a, usageError{fmt.Sprintf("flag %s needs a value", name)}
+			}
+			i++
+			val = args[i]
+		}
+		*dst = val
+	}
+	if a.output != "table" && a.output != "json" {
+		return a, usageError{fmt.Sprintf("-o %s: want table or json", a.output)}
+	}
+	if after != "" {
+		n, err := strconv.ParseInt(after, 10, 64)
+		if err != nil || n < 0 {
+			return a, usageError{fmt.Sprintf("--after %s: want an event number", after)}
+		}
+		a.after = n
+	}
+	if len(a.pos) == 0 {
+		return a, usageError{"missing VERB (apply, get, set, explain, power-on, migrate)"}
+	}
+	want := map[string][2]int{"apply": {1, 1}, "get": {2, 2}, "set": {3, 1 << 20}, "explain": {2, 2}, "power-on": {2, 2}, "migrate": {2, 2}}
+	n, ok := want[a.pos[0]]
+	if !ok {
+		return a, usageError{fmt.Sprintf("unknown verb %q (apply, get, set, explain, power-on, migrate)", a.pos[0])}
+	}
+	if len(a.pos) < n[0] || len(a.pos) > n[1] {
+		return a, usageError{fmt.Sprintf("%s: wrong number of arguments (sluice ctl %s --help)", a.pos[0], a.pos[0])}
+	}
+	switch a.pos[0] {
+	case "apply":
+		if a.file == "" {
+			return a, usageError{"apply: missing -f FILE"}
+		}
+	case "get":
+		switch a.pos[1] {
+		case "hosts", "vms", "events", "decisions", "policy":
+		default:
+			return a, usageError{fmt.Sprintf("get %s: want hosts, vms, events, decisions or policy", a.pos[1])}
+		}
+	case "migrate":
+		if a.to == "" {
+			return a, usageError{"migrate: missing --to HOST"}
+		}
+	}
+	return a, nil
+}
+
+// setChanges turns `TARGET FIELD=VALUE ...` into placement's changes.
+func setChanges(target string, fields []string) ([]string, error) {
+	var out []string
+	for _, f := range fields {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || k == "" {
+			return nil, usageError{fmt.Sprintf("set %s %s: want FIELD=VALUE", target, f)}
+		}
+		switch {
+		case k == "iops" && strings.Contains(target, "/"):
+			k = "reservation"
+		case k == "cpu" && !strings.Contains(target, "/"):
+			k = "cpu.reservation"
+		}
+		out = append(out, target+"."+k+"="+v)
+	}
+	return out, nil
+}
+
+func runCtl(args []string, stdout, stderr io.Writer) int {
+	a, err := parseCtlArgs(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice ctl: %v (sluice ctl --help)\n", err)
+		return exitUsage
+	}
+	var changes []string
+	if a.pos[0] == "set" {
+		if changes, err = setChanges(a.pos[1], a.pos[2:]); err != nil {
+			fmt.Fprintf(stderr, "sluice ctl: %v (sluice ctl set --help)\n", err)
+			return exitUsage
+		}
+	}
+	fail := func(err error) int {
+		var e *controller.Error
+		if errors.As(err, &e) && len(e.Body.Problems) > 0 {
+			for _, p := range e.Body.Problems {
+				fmt.Fprintln(stderr, p)
+			}
+			return exitBad
+		}
+		msg := strings.Join(strings.Fields(err.Error()), " ")
+		if e != nil && len(e.Body.Details) > 0 {
+			msg += " (" + strings.Join(e.Body.Details, "; ") + ")"
+		}
+		fmt.Fprintf(stderr, "sluice ctl: %s\n", msg)
+		return exitBad
+	}
+	cl, err := ctlClient(a)
+	if err != nil {
+		return fail(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out any
+	switch a.pos[0] {
+	case "apply":
+		data, err := inputfile.Read(a.file, policy.MaxFileBytes)
+		if err != nil {
+			return fail(err)
+		}
+		out, err = cl.Apply(ctx, controller.ApplyRequest{File: a.file, Document: string(data), Reason: a.reason})
+		if err != nil {
+			return fail(err)
+		}
+	case "set":
+		if out, err = cl.Set(ctx, controller.SetRequest{Changes: changes, Reason: a.reason}); err != nil {
+			return fail(err)
+		}
+	case "power-on":
+		if out, err = cl.PowerOn(ctx, a.pos[1], controller.PowerOnRequest{Host: a.on, Reason: a.reason}); err != nil {
+			return fail(err)
+		}
+	case "migrate":
+		if out, err = cl.Migrate(ctx, a.pos[1], controller.MigrateRequest{To: a.to, Reason: a.reason}); err != nil {
+			return fail(err)
+		}
+	case "explain":
+		if out, err = cl.Explain(ctx, a.pos[1]); err != nil {
+			return fail(err)
+		}
+	case "get":
+		switch a.pos[1] {
+		case "hosts":
+			out, err = cl.Hosts(ctx)
+		case "vms":
+			out, err = cl.VMs(ctx)
+		case "events":
+			out, err = cl.Events(ctx, a.after)
+		case "decisions":
+			out, err = cl.Decisions(ctx)
+		case "policy":
+			out, err = cl.Policy(ctx)
+		}
+		if err != nil {
+			return fail(err)
+		}
+	}
+	if a.output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(out)
+		return exitOK
+	}
+	printCtlTable(stdout, out)
+	return exitOK
+}
+
+// ctlClient builds the client from the flags and the data directory's
+// token and certificate.
+func ctlClient(a ctlArgs) (*controller.Client, error) {
+	tf := a.tokenFile
+	if tf == "" {
+		tf = filepath.Join(a.dataDir, controller.TokenFile)
+	}
+	tok, err := controller.ReadToken(tf)
+	if err != nil {
+		return nil, fmt.Errorf("token: %v (give --token-file)", err)
+	}
+	ca := a.ca
+	if ca == "" {
+		if def := filepath.Join(a.dataDir, controller.CertFile); fileExists(def) {
+			ca = def
+		}
+	}
+	return controller.NewClient(a.server, tok, ca)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func printCtlTable(w io.Writer, out any) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	defer tw.Flush()
+	rate := func(p *float64) string {
+		if p == nil {
+			return "unlimited"
+		}
+		return entitle.FormatBps(*p)
+	}
+	switch v := out.(type) {
+	case controller.Result:
+		for _, e := range v.Events {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t(%s)\n", e.Seq, e.Kind, e.Subject, e.Message, e.Reason)
+		}
+		fmt.Fprintf(tw, "policy revision %d\n", v.Revision)
+	case controller.Explanation:
+		for _, l := range v.Lines {
+			fmt.Fprintln(tw, l)
+		}
+	case []controller.HostInfo:
+		fmt.Fprintln(tw, "HOST\tREGISTERED\tVMS\tUPLINKS\tRESERVED")
+		for _, h := range v {
+			fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\n", h.Name, h.Registered, orDash(strings.Join(h.VMs, ",")), orDash(strings.Join(h.Uplinks, ",")), entitle.FormatBps(h.ReservedBps))
+		}
+	case []controller.VMInfo:
+		fmt.Fprintln(tw, "VM\tHOST\tSTATE\tPORT\tUPLINK\tRESERVATION\tSHARES\tLIMIT\tRATE")
+		for _, vm := range v {
+			if len(vm.NICs) == 0 {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\n", vm.Name, orDash(vm.Host), vm.State)
+			}
+			for _, n := range vm.NICs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\t%s\n", vm.Name, orDash(vm.Host), vm.State, n.Port, orDash(n.Uplink),
+					entitle.FormatBps(n.ReservationBps), n.Shares, rate(n.LimitBps), entitle.FormatBps(n.AllocBps))
+			}
+		}
+	case []controller.Event:
+		fmt.Fprintln(tw, "SEQ\tTIME\tKIND\tSUBJECT\tMESSAGE\tREASON")
+		for _, e := range v {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.Time.Local().Format(time.DateTime), e.Kind, e.Subject, e.Message, e.Reason)
+		}
+	case []controller.Decision:
+		fmt.Fprintln(tw, "SEQ\tTIME\tVM\tFROM\tTO\tSTATUS\tREASON")
+		for _, d := range v {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Seq, d.Time.Local().Format(time.DateTime), d.VM, d.From, d.To, d.Status, d.Reason)
+		}
+	case controller.PolicyState:
+		fmt.Fprintf(tw, "# %s, revision %d, applied %s\n", v.File, v.Revision, v.AppliedAt.Local().Format(time.DateTime))
+		for _, c := range v.Changes {
+			fmt.Fprintf(tw, "# then: %s\n", c)
+		}
+		io.WriteString(tw, v.Document)
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestCtlHelp(t *testing.T) {
+	for _, args := range [][]string{{"controller"}, {"ctl"}, {"ctl", "apply"}, {"ctl", "get"}, {"ctl", "set"}, {"ctl", "explain"}, {"ctl", "power-on"}, {"ctl", "migrate"}} {
+		var stdout, stderr bytes.Buffer
+		code := run(append(append([]string{}, args...), "--help"), &stdout, &stderr)
+		out := stdout.String()
+		if code != exitOK || stderr.Len() > 0 || !strings.HasPrefix(out, "usage: sluice "+strings.Join(args, " ")) || !strings.Contains(out, "\nexample:\n  sluice "+args[0]) {
+			t.Errorf("sluice %s --help: exit %d\nstdout %q\nstderr %q", strings.Join(args, " "), code, out, stderr.String())
+		}
+	}
+}
+
+// TestCtlUsage: every malformed command line is one line and exit 2,
+// before any connection is tried.
+func TestCtlUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"ctl"}, {"ctl", "frobnicate"}, {"ctl", "apply"}, {"ctl", "get"}, {"ctl", "get", "things"},
+		{"ctl", "set", "vm1/nic0"}, {"ctl", "set", "vm1/nic0", "reservation"}, {"ctl", "explain"},
+		{"ctl", "power-on"}, {"ctl", "migrate", "vm1"}, {"ctl", "get", "vms", "-o", "yaml"},
+		{"ctl", "get", "vms", "--bogus"}, {"ctl", "get", "vms", "--server"}, {"ctl", "get", "events", "--after", "x"},
+		{"controller", "--bogus"}, {"controller", "extra"}, {"controller", "--etcd-client-port", "0"}, {"controller", "--listen", "nope"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(args, &stdout, &stderr)
+		if code != exitUsage || strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("sluice %s: exit %d, stderr %q", strings.Join(args, " "), code, stderr.String())
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"ctl", "--token-file", "/nonexistent", "get", "vms"}, &stdout, &stderr); code != exitBad || strings.Count(stderr.String(), "\n") != 1 {
+		t.Errorf("missing token file: exit %d %q", code, stderr.String())
+	}
+}
+
+func TestSetChanges(t *testing.T) {
+	got, err := setChanges("vm1/disk0", []string{"iops=500", "limit=1000"})
+	if err != nil || strings.Join(got, " ") != "vm1/disk0.reservation=500 vm1/disk0.limit=1000" {
+		t.Fatalf("%v %v", got, err)
+	}
+	got, _ = setChanges("vm1", []string{"cpu=2000MHz", "memory=8GiB"})
+	if strings.Join(got, " ") != "vm1.cpu.reservation=2000MHz vm1.memory=8GiB" {
+		t.Fatalf("%v", got)
+	}
+}
