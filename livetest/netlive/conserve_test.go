@@ -14,10 +14,10 @@ import (
 // to less than the link, ceilings too low) fails here, named as the
 // scheduler, while seconds that the machine starved of CPU (a class left
 // empty, a receiver behind) are not counted either way. Ten runs of
-// TestFig2StepA on this machine, quiet (2026-11-25, 30 runs of judged:
-// the usable rate, dynamic, static): 100% in every run, 309 of 309
-// backlogged seconds full (min = median = 100%). A loaded host was seen to slow HTB in single
-// seconds (90–95% carried, docs/perf/network.md), so the floor leaves a
+// TestFig2StepA on this machine while quiet (2026-11-24 07:01–07:07 UTC;
+// 30 judged measurements: usable rate, dynamic, static): 309 of 309
+// backlogged seconds full, min = median = 100%. A loaded host was seen to
+// slow HTB in single seconds (90–95% carried), so the floor leaves a
 // quarter of the seconds to the machine: two thin seconds in a 12-s run
 // pass, three fail (docs/perf/network.md, "Work conservation").
 const MinWorkConserved = 0.75
