@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"testing"
@@ -71,9 +72,11 @@ func TestLiveSIOCTest3(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*phase+60*time.Second)
 	defer cancel()
 	start := time.Now().UnixNano()
-	if _, err := runFio(ctx, t, []string{"time_based", "size=64M"}, jobs); err != nil {
+	res, err := runFioLog(ctx, t, []string{"time_based", "size=64M"}, jobs, 1000)
+	if err != nil {
 		t.Fatal(err)
 	}
+	expectNoFioErrors(t, res)
 	ss := alignSeries(g1.series(), g2.series(), start)
 	for _, s := range ss {
 		t.Logf("t=%5.1fs  windows %5.1f %5.1f  latency %5.1f ms  IOPS %5.0f %5.0f %5.0f %5.0f",
@@ -116,6 +119,7 @@ func TestLiveSIOCTest3(t *testing.T) {
 			t.Errorf("phase 3: vm%d has %.1f%% of the IOPS, phase 1 had %.1f%%: want the phase-1 split back (± 15%%)", i+1, 100*split3[i], 100*split1[i])
 		}
 	}
+	checkFioSplit(t, res, ps)
 	// Phase 2: within 3 periods after vm4 stops, vm1-3 together do ≥ 30%
 	// more I/O than in phase 1; by the end of the phase each does ≥ 20% more.
 	others := func(s sample) float64 { return s.vmIOPS[0] + s.vmIOPS[1] + s.vmIOPS[2] }
@@ -201,4 +205,64 @@ func iopsSplit(ss []sample) [4]float64 {
 		})
 	}
 	return out
+}
+
+// checkFioSplit asserts Test 3 on what fio itself measured, not the
+// gateways' counters: per VM its IOPS from fio's JSON output (vm4's two
+// jobs each ran one phase) and its per-second IOPS log. Phase 1 (after
+// 40% settling) and phase 3 split 1:1:1:2 within 15%; vm1-3 run through
+// all three phases with equal shares, so fio's JSON gives them the same
+// IOPS within 10%; vm4's JSON IOPS in phase 1 and phase 3 agree within
+// 15%; in phase 2 each of vm1-3 does ≥ 20% more than in phase 1.
+func checkFioSplit(t *testing.T, res map[string]fioResult, ps int) {
+	t.Helper()
+	for _, j := range []string{"vm1", "vm2", "vm3", "vm4a", "vm4b"} {
+		t.Logf("fio %s: %.0f IOPS (JSON, over its run), per second: %.0f", j, res[j].IOPS, res[j].Series)
+	}
+	v1, v2, v3 := res["vm1"].IOPS, res["vm2"].IOPS, res["vm3"].IOPS
+	mean := (v1 + v2 + v3) / 3
+	for i, v := range []float64{v1, v2, v3} {
+		if !within(v, mean, 0.10) {
+			t.Errorf("fio JSON: vm%d did %.0f IOPS over the run, vm1-3 (equal shares) %.0f on average: want within 10%%", i+1, v, mean)
+		}
+	}
+	if a, b := res["vm4a"].IOPS, res["vm4b"].IOPS; !within(b, a, 0.15) {
+		t.Errorf("fio JSON: vm4 did %.0f IOPS in phase 1 and %.0f in phase 3, want the same within 15%%", a, b)
+	}
+	settle := int(0.4 * float64(ps))
+	window := func(job string, lo, hi int) float64 {
+		s := res[job].Series
+		if hi > len(s) {
+			hi = len(s)
+		}
+		if lo >= hi {
+			t.Errorf("fio's IOPS log of %s has %d seconds, want at least %d", job, len(s), lo+1)
+			return math.NaN()
+		}
+		return median(s[lo:hi])
+	}
+	vm4b := res["vm4b"].Series
+	phases := []struct {
+		name string
+		iops [4]float64
+	}{
+		{"phase 1", [4]float64{window("vm1", settle, ps), window("vm2", settle, ps), window("vm3", settle, ps), window("vm4a", settle, ps)}},
+		{"phase 3", [4]float64{window("vm1", 2*ps+settle, 3*ps), window("vm2", 2*ps+settle, 3*ps), window("vm3", 2*ps+settle, 3*ps), window("vm4b", settle, len(vm4b))}},
+	}
+	want := [4]float64{0.2, 0.2, 0.2, 0.4}
+	for _, ph := range phases {
+		all := ph.iops[0] + ph.iops[1] + ph.iops[2] + ph.iops[3]
+		t.Logf("fio %s (median IOPS per second after settling): %.0f %.0f %.0f %.0f", ph.name, ph.iops[0], ph.iops[1], ph.iops[2], ph.iops[3])
+		for i := range want {
+			if got := ph.iops[i] / all; !within(got, want[i], 0.15) {
+				t.Errorf("fio %s: vm%d did %.1f%% of the IOPS, want %.0f%% ± 15%%", ph.name, i+1, 100*got, 100*want[i])
+			}
+		}
+	}
+	for i, job := range []string{"vm1", "vm2", "vm3"} {
+		p1, p2 := phases[0].iops[i], window(job, 2*ps-5, 2*ps)
+		if p2 < 1.2*p1 {
+			t.Errorf("fio phase 2: vm%d at %.0f IOPS (last 5 s), phase 1 %.0f: want ≥ +20%%", i+1, p2, p1)
+		}
+	}
 }
