@@ -7,7 +7,6 @@ import (
 	"sort"
 
 	"sluice/alloc"
-	"sluice/entitle"
 	"sluice/policy"
 )
 
@@ -25,6 +24,10 @@ type Config struct {
 	// ClassPorts are the destination ports of host-level traffic by
 	// traffic class; nil: DefaultClassPorts.
 	ClassPorts map[string][]PortRange
+	// Policies are new policies for the agent to take without a restart
+	// (a reloaded file; the controller's updates): Run applies each one
+	// with SetPolicy. Nil: the policy never changes.
+	Policies <-chan *policy.Policy
 	// RecordPath is the state file in which the agent records what it
 	// changes on the host before changing it (RecordPath()); "": the
 	// record is kept in memory only (tests).
@@ -57,6 +60,9 @@ type Agent struct {
 	stats   Stats
 	rec     *Record         // what the agent changed on the host
 	taken   map[string]bool // uplinks checked and recorded by this agent
+	// released are uplink devices that a new policy no longer names:
+	// the next Apply gives them back their recorded root qdisc.
+	released []string
 }
 
 type portState struct {
@@ -79,6 +85,9 @@ type Stats struct {
 	Dynamic bool         `json:"dynamic"`
 	NowNs   int64        `json:"now_ns"`
 	Uplinks []UplinkStat `json:"uplinks"`
+	// Unnamed are the running VMs the policy does not name (when the
+	// inventory knows them): their packets fall into the default class.
+	Unnamed []string `json:"unnamed,omitempty"`
 }
 
 // UplinkStat is one uplink's tree.
@@ -115,19 +124,8 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Policy.Host(cfg.Host) == nil {
 		return nil, fmt.Errorf("host %q is not in the policy", cfg.Host)
 	}
-	vms, err := cfg.Inventory.VMs()
-	if err != nil {
-		return nil, fmt.Errorf("inventory: %w", err)
-	}
-	live := entitle.Live{Hosts: map[string]string{}}
-	for _, vm := range vms {
-		live.Hosts[vm] = cfg.Host
-	}
-	ports := cfg.ClassPorts
-	if ports == nil {
-		ports = DefaultClassPorts
-	}
-	trees, err := build(entitle.Derive(cfg.Policy, live).HostUplinks(cfg.Host), cfg.Inventory, ports)
+	tellPolicyVMs(cfg.Inventory, cfg.Policy)
+	trees, err := derive(cfg.Policy, cfg.Host, cfg.Inventory, cfg.ClassPorts)
 	if err != nil {
 		return nil, err
 	}
@@ -209,6 +207,7 @@ func (a *Agent) Apply(d Decision) (Changes, error) {
 	var total Changes
 	var errs []error
 	ready := map[string]bool{} // uplinks reconciled without error
+	errs = append(errs, a.releaseUplinks(&total))
 	for _, u := range d.Uplinks {
 		if u.Err != nil {
 			errs = append(errs, u.Err)
@@ -254,7 +253,7 @@ func (a *Agent) Decide(m Measurement) Decision {
 	// rates it finds (a restart) or set when it created the tree, so that
 	// it never acts on less than a window of history.
 	warming := nowNs-a.startNs < DemandWindowNs
-	d := Decision{NowNs: nowNs, Stats: Stats{Cluster: a.cfg.Policy.Cluster, Host: a.cfg.Host, Dynamic: a.cfg.Dynamic, NowNs: nowNs}}
+	d := Decision{NowNs: nowNs, Stats: Stats{Cluster: a.cfg.Policy.Cluster, Host: a.cfg.Host, Dynamic: a.cfg.Dynamic, NowNs: nowNs, Unnamed: a.unnamed()}}
 	for i, t := range a.trees {
 		r := m.Uplinks[i]
 		if r.Err != nil {

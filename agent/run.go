@@ -48,6 +48,12 @@ func NowNs() int64 { return time.Now().UnixNano() }
 // Run installs the trees at nowNs and then steps every intervalNs until ctx
 // ends, calling report with each step's statistics and error. In static mode
 // the steps still reconcile (repairing drift) and refresh the statistics.
+//
+// Run follows the host without a restart: when the inventory signals a
+// change (ChangeNotifier) it re-derives the trees (Resync), and it takes
+// each policy of Config.Policies (SetPolicy); the next step, at most one
+// interval later, applies them. A policy or a re-derivation that fails
+// leaves the agent as it was; its error is reported with the next step's.
 func Run(ctx context.Context, a *Agent, clock Clock, nowNs, intervalNs int64, report func(Stats, Changes, error)) error {
 	if clock == nil {
 		clock = realClock{}
@@ -57,15 +63,29 @@ func Run(ctx context.Context, a *Agent, clock Clock, nowNs, intervalNs int64, re
 	if err != nil && ch.Total() == 0 {
 		return err
 	}
+	var changes <-chan struct{}
+	if n, ok := a.cfg.Inventory.(ChangeNotifier); ok {
+		changes = n.Changes()
+	}
 	ticks, stop := clock.Ticks(intervalNs)
 	defer stop()
+	var pending []error
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-changes:
+			if err := a.Resync(); err != nil {
+				pending = append(pending, fmt.Errorf("re-deriving after an inventory change: %w", err))
+			}
+		case p := <-a.cfg.Policies:
+			if err := a.SetPolicy(p); err != nil {
+				pending = append(pending, fmt.Errorf("new policy not applied, keeping the last good one: %w", err))
+			}
 		case now := <-ticks:
 			ch, err := a.Step(now)
-			report(a.Stats(), ch, err)
+			report(a.Stats(), ch, errors.Join(append(pending, err)...))
+			pending = nil
 		}
 	}
 }

@@ -1,0 +1,262 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sluice/policy"
+)
+
+// changingInventory is a StaticInventory that signals changes and lists
+// the running VMs the policy does not name, as the libvirt one does.
+type changingInventory struct {
+	*StaticInventory
+	changes chan struct{}
+	unnamed []string
+	named   []string // what the agent told it (SetPolicyVMs)
+}
+
+func (c *changingInventory) Changes() <-chan struct{}  { return c.changes }
+func (c *changingInventory) Unnamed() []string         { return c.unnamed }
+func (c *changingInventory) SetPolicyVMs(vms []string) { c.named = vms }
+
+const followPolicy = `cluster: t
+hosts: [{name: h1, uplinks: [{name: up0, speed: 1Gbps}]}]
+vms:
+  - {name: vm1, host: h1, nics: [{name: nic0, reservation: 100Mbps}]}
+  - {name: vm2, host: h1, nics: [{name: nic0, limit: 200Mbps}]}
+`
+
+func mustPolicy(t *testing.T, text string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse("t.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// runAgent starts Run in the background with a fake clock; step sends a
+// tick and returns that step's statistics and error.
+func runAgent(t *testing.T, a *Agent) (step func(now int64) (Stats, error), cancel func()) {
+	clock := fakeClock{ch: make(chan int64)}
+	ctx, stop := context.WithCancel(context.Background())
+	type rep struct {
+		s   Stats
+		err error
+	}
+	reports := make(chan rep)
+	done := make(chan error)
+	go func() {
+		done <- Run(ctx, a, clock, 1e9, 1e8, func(s Stats, _ Changes, err error) { reports <- rep{s, err} })
+	}()
+	if r := <-reports; r.err != nil {
+		t.Fatalf("first step: %v", r.err)
+	}
+	return func(now int64) (Stats, error) {
+			clock.ch <- now
+			r := <-reports
+			return r.s, r.err
+		}, func() {
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}
+}
+
+// TestRunFollowsInventory: a VM that starts after the agent gets its class
+// and classifier at the next step, one that stops loses them, and a VM
+// that keeps running keeps its measured history across the re-derivation.
+func TestRunFollowsInventory(t *testing.T) {
+	p := mustPolicy(t, followPolicy)
+	full := testInventory(p, "h1")
+	inv := &changingInventory{StaticInventory: &StaticInventory{Running: []string{"vm1"}, Devices: full.Devices,
+		VNICs: map[string]VNICMatch{"vm1/nic0": full.VNICs["vm1/nic0"]}}, changes: make(chan struct{})}
+	k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0")
+	a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: inv, Dynamic: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(inv.named, ",") != "vm1,vm2" {
+		t.Errorf("inventory told the policy's VMs %v, want vm1,vm2", inv.named)
+	}
+	step, cancel := runAgent(t, a)
+	defer cancel()
+	if _, err := step(1.1e9); err != nil {
+		t.Fatal(err)
+	}
+	vm1 := a.ports["sl-up0|vm1/nic0"]
+	if vm1 == nil || !vm1.haveLast {
+		t.Fatal("vm1 has no history after two steps")
+	}
+	if _, ok := k.Devs["sl-up0"].Classes[MakeHandle(1, 0x101)]; ok {
+		t.Fatal("vm2 has a class before it runs")
+	}
+
+	// vm2 starts.
+	inv.Running = []string{"vm1", "vm2"}
+	inv.VNICs = full.VNICs
+	inv.unnamed = []string{"stranger"}
+	inv.changes <- struct{}{}
+	s, err := step(1.2e9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ok := k.Devs["sl-up0"].Classes[MakeHandle(1, 0x101)]
+	if !ok {
+		t.Fatal("vm2 started but has no class 1:101 after the next step")
+	}
+	if c.CeilBps > 220e6 || c.CeilBps < 200e6 {
+		t.Errorf("vm2's ceil %d, want its 200Mbps limit on the wire", c.CeilBps)
+	}
+	if k.Devs["sl-v1n0"].VNICClass != MakeHandle(1, 0x101) {
+		t.Errorf("vm2's tap classifies into %s, want 1:101", k.Devs["sl-v1n0"].VNICClass)
+	}
+	if a.ports["sl-up0|vm1/nic0"] != vm1 {
+		t.Error("vm1 lost its history when vm2 started")
+	}
+	if strings.Join(s.Unnamed, ",") != "stranger" {
+		t.Errorf("stats list unnamed VMs %v, want stranger", s.Unnamed)
+	}
+
+	// vm1 stops.
+	inv.Running = []string{"vm2"}
+	inv.VNICs = map[string]VNICMatch{"vm2/nic0": full.VNICs["vm2/nic0"]}
+	inv.changes <- struct{}{}
+	if _, err := step(1.3e9); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := k.Devs["sl-up0"].Classes[MakeHandle(1, 0x100)]; ok {
+		t.Error("vm1 stopped but its class 1:100 is still there")
+	}
+	if k.Devs["sl-v0n0"].VNICClass != 0 {
+		t.Error("vm1 stopped but its tap still has sluice's classifier")
+	}
+	if _, ok := a.ports["sl-up0|vm1/nic0"]; ok {
+		t.Error("vm1's history is kept after it stopped")
+	}
+}
+
+// TestRunTakesPolicies: a new policy takes effect at the next step; one
+// that does not name the host is refused and the last good one kept; one
+// without an uplink gives that uplink its root qdisc back.
+func TestRunTakesPolicies(t *testing.T) {
+	p := mustPolicy(t, followPolicy)
+	k := NewFakeKernel("sl-up0", "sl-up1", "sl-v0n0", "sl-v1n0")
+	inv := testInventory(p, "h1")
+	inv.Devices["up1"] = "sl-up1"
+	pols := make(chan *policy.Policy)
+	a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: inv, Dynamic: true, Policies: pols})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step, cancel := runAgent(t, a)
+	defer cancel()
+
+	pols <- mustPolicy(t, strings.Replace(followPolicy, "limit: 200Mbps", "limit: 50Mbps", 1))
+	if _, err := step(1.1e9); err != nil {
+		t.Fatal(err)
+	}
+	if c := k.Devs["sl-up0"].Classes[MakeHandle(1, 0x101)]; c == nil || c.CeilBps > 55e6 {
+		t.Errorf("vm2's class after the new limit of 50Mbps: %+v", c)
+	}
+
+	pols <- mustPolicy(t, strings.Replace(followPolicy, "h1", "h9", -1))
+	_, err = step(1.2e9)
+	if err == nil || !strings.Contains(err.Error(), "keeping the last good one") || !strings.Contains(err.Error(), `host "h1" is not in the policy`) {
+		t.Errorf("a policy without the host: error %v", err)
+	}
+	if a.Policy().Hosts[0].Name != "h1" {
+		t.Error("the agent took a policy without its host")
+	}
+
+	// A second uplink, then none: sl-up1 is shaped, then given back.
+	two := strings.Replace(followPolicy, "[{name: up0, speed: 1Gbps}]", "[{name: up0, speed: 1Gbps}, {name: up1, speed: 1Gbps}]", 1)
+	pols <- mustPolicy(t, two)
+	if _, err := step(1.3e9); err != nil {
+		t.Fatal(err)
+	}
+	if !k.Devs["sl-up1"].HTB {
+		t.Fatal("the new uplink up1 has no HTB")
+	}
+	pols <- mustPolicy(t, followPolicy)
+	if _, err := step(1.4e9); err != nil {
+		t.Fatal(err)
+	}
+	if q, _ := k.RootQdisc("sl-up1"); q.IsSluice() {
+		t.Error("uplink up1 left the policy but keeps sluice's HTB")
+	}
+	if _, ok := a.Record().Uplinks["sl-up1"]; ok {
+		t.Error("the record still holds the given-back uplink")
+	}
+	if !k.Devs["sl-up0"].HTB {
+		t.Error("up0 lost its HTB")
+	}
+}
+
+// TestWatchPolicy: a changed file is loaded and sent at the next poll, an
+// unchanged one is not, a bad one is logged once and not sent, SIGHUP
+// forces a load.
+func TestWatchPolicy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(followPolicy)
+	clock := fakeClock{ch: make(chan int64)}
+	hup := make(chan struct{})
+	out := make(chan *policy.Policy, 1)
+	logs := make(chan string, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		WatchPolicy(ctx, path, clock, 1, hup, policy.Load, out, func(s string) { logs <- s })
+		close(done)
+	}()
+	defer func() { cancel(); <-done }()
+	// A change is loaded at the second poll that sees it; the third send
+	// returns once the second poll is done.
+	tick := func() { clock.ch <- 0; clock.ch <- 0; clock.ch <- 0 }
+	tick()
+	if len(out) != 0 {
+		t.Fatal("an unchanged file was sent")
+	}
+	write(strings.Replace(followPolicy, "200Mbps", "300Mbps", 1) + "\n")
+	tick()
+	select {
+	case p := <-out:
+		if p.VMs[1].NICs[0].Limit != 300e6 {
+			t.Errorf("reloaded limit %v", p.VMs[1].NICs[0].Limit)
+		}
+	default:
+		t.Fatal("a changed file was not sent")
+	}
+	write("cluster: t\nhosts: [{name: h1, uplinks: [{name: up0, speed: lots}]}]\n")
+	tick()
+	if len(out) != 0 {
+		t.Error("a bad file was sent")
+	}
+	if len(logs) != 2 { // "reloaded", then one line for the bad file
+		t.Errorf("%d log lines, want 2", len(logs))
+		for len(logs) > 0 {
+			t.Log(<-logs)
+		}
+		return
+	}
+	<-logs
+	if l := <-logs; !strings.Contains(l, "keeping the last good one") || strings.Contains(l, "\n") {
+		t.Errorf("log line %q", l)
+	}
+	write(followPolicy)
+	hup <- struct{}{}
+	clock.ch <- 0
+	if len(out) != 1 {
+		t.Error("SIGHUP with a good file did not send it")
+	}
+}
