@@ -24,6 +24,9 @@ import (
 	"sluice/policy"
 )
 
+// Inf is unbounded demand (alloc.Inf).
+var Inf = alloc.Inf
+
 // Ranges of the kernel's CPU weights.
 const (
 	MinWeight = 1     // cpu.weight (v2)
