@@ -156,7 +156,9 @@ func (c V2) Attach(group string, pid int) error {
 }
 
 // Procs reads cgroup.procs.
-func (c V2) Procs(group string) ([]int, error) { return readIDs(filepath.Join(c.Dir(group), "cgroup.procs")) }
+func (c V2) Procs(group string) ([]int, error) {
+	return readIDs(filepath.Join(c.Dir(group), "cgroup.procs"))
+}
 
 // Remove deletes the group's directory.
 func (c V2) Remove(group string) error { return rmdir(c.Dir(group)) }
@@ -234,7 +236,9 @@ func (c V1) Attach(group string, pid int) error {
 }
 
 // Procs reads cgroup.procs of the cpu hierarchy.
-func (c V1) Procs(group string) ([]int, error) { return readIDs(filepath.Join(c.Dir(group), "cgroup.procs")) }
+func (c V1) Procs(group string) ([]int, error) {
+	return readIDs(filepath.Join(c.Dir(group), "cgroup.procs"))
+}
 
 // Remove deletes group from each hierarchy.
 func (c V1) Remove(group string) error {
