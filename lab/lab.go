@@ -32,7 +32,10 @@ type State struct {
 	Policy     string      `json:"policy"`
 	Namespaces []Namespace `json:"namespaces"`
 	Processes  []Process   `json:"processes"`
-	Warnings   []string    `json:"warnings,omitempty"`
+	// Cgroups are the VMs' CPU cgroups (VMCgroup), relative to the root
+	// of the cgroup hierarchy; Down finds them by prefix too.
+	Cgroups  []string `json:"cgroups,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Process is a process the lab started in one of its namespaces.
@@ -138,6 +141,10 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 		}
 	}()
 	if err := buildLinks(pl); err != nil {
+		return nil, err
+	}
+	createCgroups(pl, st, logw)
+	if err := writeState(o.StateDir, st); err != nil {
 		return nil, err
 	}
 	start := func(name, ns, logName string, args ...string) error {
@@ -472,6 +479,9 @@ func Down(cluster, stateDir string) error {
 		if err := ip("netns", "del", n); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := removeCgroups(cluster); err != nil {
+		errs = append(errs, err)
 	}
 	// Pid files and agent statistics of the cluster go too; logs stay.
 	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json"} {

@@ -8,7 +8,9 @@
 // Everything the lab creates is named with the prefix `sl-<cluster>-` (for
 // namespaces) or `sl-` (for links, which live only inside those namespaces)
 // and recorded in a state file, so that Down removes all of it, also after a
-// crash and also when the state file is lost.
+// crash and also when the state file is lost. Each VM also gets a CPU
+// cgroup of its own named like its namespace (VMCgroup), removed by prefix
+// as well.
 //
 // The lab never programs traffic control: that is the agent's job. The
 // naming and addressing functions here (Plan) are the one place both the lab
