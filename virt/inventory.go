@@ -33,10 +33,10 @@ type VNIC struct {
 	Interface
 }
 
-// Match converts to what the agent consumes today. The host-side device
-// (v.Dev) has no field in agent.VNICMatch yet; classification at the
-// device needs one (Dev string).
-func (v VNIC) Match() agent.VNICMatch { return agent.VNICMatch{Index: v.Index} }
+// Match is how the agent recognises the vNIC's packets: its stable index
+// and its host-side device (the tap or macvtap), where the agent puts its
+// classifier.
+func (v VNIC) Match() agent.VNICMatch { return agent.VNICMatch{Index: v.Index, HostDev: v.Dev} }
 
 // Inventory is the agent.Inventory of a libvirt host. Refresh reads every
 // running domain; Run keeps it current from lifecycle events and signals

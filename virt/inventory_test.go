@@ -79,7 +79,7 @@ func TestDataDriven(t *testing.T) {
 						continue
 					}
 					m := v.Match()
-					fmt.Fprintf(&out, "%s: dev=%s mac=%s bridge=%s index=%d match.index=%d\n", a.Key, v.Dev, v.MAC, v.Bridge, v.Index, m.Index)
+					fmt.Fprintf(&out, "%s: dev=%s mac=%s bridge=%s index=%d match.index=%d match.dev=%s\n", a.Key, v.Dev, v.MAC, v.Bridge, v.Index, m.Index, m.HostDev)
 				}
 				return out.String()
 			default:
