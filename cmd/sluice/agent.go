@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -22,9 +23,10 @@ func init() {
 }
 
 func agentUsage(w io.Writer) {
-	fmt.Fprintln(w, "usage: sluice agent --host NAME --policy FILE [--interval 100ms] [--dynamic=true|false] [--once] [--netns NS]")
+	fmt.Fprintln(w, "usage: sluice agent --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--libvirt-socket PATH]")
+	fmt.Fprintln(w, "                    [--interval 100ms] [--dynamic=true|false] [--once] [--netns NS]")
 	fmt.Fprintln(w, "       sluice agent status --host NAME [--policy FILE] [-o table|json]")
-	fmt.Fprintln(w, "       sluice agent uninstall --host NAME --policy FILE [--netns NS]")
+	fmt.Fprintln(w, "       sluice agent uninstall --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--netns NS]")
 }
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
@@ -43,7 +45,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	once := fs.Bool("once", false, "apply the tree once and exit")
 	nsName := fs.String("netns", "", "network namespace of the host (default: sl-<cluster>-<host> when it exists, else the current one)")
 	stateDir := fs.String("state-dir", lab.DefaultStateDir, "directory of the statistics file")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || *file == "" || *interval <= 0 {
+	var src inventoryFlags
+	src.register(fs)
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || *file == "" || *interval <= 0 || !src.valid() {
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice agent: %v\n", err)
 		}
@@ -58,26 +62,22 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice agent: host %q is not in %s\n", *host, *file)
 		return exitBad
 	}
-	ns := agentNetns(*nsName, p.Cluster, *host)
+	ns := src.netns(*nsName, p.Cluster, *host)
 	k, err := agent.NewNetlinkKernel(ns)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 		return exitBad
 	}
 	defer k.Close()
-	// The inventory of a lab host; a hypervisor's comes with real hosts.
-	pl, err := lab.NewPlan(p)
+	inv, closeInv, err := src.open(p, *host)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 		return exitBad
 	}
-	inv, err := pl.Inventory(*host)
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
-		return exitBad
-	}
+	defer closeInv()
+	policies := make(chan *policy.Policy)
 	a, err := agent.New(agent.Config{Policy: p, Host: *host, Kernel: k, Inventory: inv, Dynamic: *dynamic,
-		RecordPath: agent.RecordPath(*stateDir, p.Cluster, *host)})
+		RecordPath: agent.RecordPath(*stateDir, p.Cluster, *host), Policies: policies})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 		return exitBad
@@ -96,7 +96,31 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	lastErr := ""
 	nsGone := false
-	fmt.Fprintf(stderr, "sluice agent: host %s (netns %q), %d uplinks, dynamic=%v, interval %s\n", *host, ns, len(a.Trees()), *dynamic, *interval)
+	// The policy file is followed (its mtime and size polled, SIGHUP) and
+	// a good new policy taken without a restart.
+	hupSig := make(chan os.Signal, 1)
+	signal.Notify(hupSig, syscall.SIGHUP)
+	defer signal.Stop(hupSig)
+	hup := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-hupSig:
+				select {
+				case hup <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go agent.WatchPolicy(ctx, *file, nil, policyPollNs, hup, policy.Load, policies, func(line string) {
+		fmt.Fprintf(stderr, "sluice agent: %s\n", line)
+	})
+	invErr := src.follow(ctx, inv, stop)
+	fmt.Fprintf(stderr, "sluice agent: host %s (netns %q, inventory %s), %d uplinks, dynamic=%v, interval %s\n", *host, ns, src.kind, len(a.Trees()), *dynamic, *interval)
 	err = agent.Run(ctx, a, nil, agent.NowNs(), interval.Nanoseconds(), func(s agent.Stats, ch agent.Changes, err error) {
 		if werr := agent.WriteStats(*stateDir, s); werr != nil && werr.Error() != lastErr {
 			fmt.Fprintf(stderr, "sluice agent: stats: %v\n", werr)
@@ -115,6 +139,10 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	})
 	if nsGone {
 		fmt.Fprintf(stderr, "sluice agent: network namespace %s is gone; exiting\n", ns)
+		return exitBad
+	}
+	if e := invErr(); e != nil {
+		fmt.Fprintf(stderr, "sluice agent: %s; exiting (a restarted agent resumes without disturbing traffic)\n", labOneLine(e))
 		return exitBad
 	}
 	if err != nil {
@@ -155,6 +183,9 @@ func runAgentStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	age := time.Since(time.Unix(0, s.NowNs)).Round(time.Millisecond)
 	fmt.Fprintf(stdout, "host %s (cluster %s) dynamic=%v, updated %s ago\n", s.Host, s.Cluster, s.Dynamic, age)
+	if len(s.Unnamed) > 0 {
+		fmt.Fprintf(stdout, "unnamed: %s (running, not in the policy: default class)\n", strings.Join(s.Unnamed, " "))
+	}
 	for _, u := range s.Uplinks {
 		fmt.Fprintf(stdout, "uplink %s (%s) speed %s usable %s\n", u.Uplink, u.Dev, policy.FormatRate(policy.Bps(u.SpeedBps)), policy.FormatRate(policy.Bps(u.UsableBps)))
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -191,7 +222,9 @@ func runAgentUninstall(args []string, stdout, stderr io.Writer) int {
 	file := fs.String("policy", "", "policy file")
 	nsName := fs.String("netns", "", "network namespace of the host (default: sl-<cluster>-<host> when it exists, else the current one)")
 	stateDir := fs.String("state-dir", lab.DefaultStateDir, "directory of the agent's state file")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || *file == "" {
+	var src inventoryFlags
+	src.register(fs)
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || *file == "" || !src.valid() {
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice agent uninstall: %v\n", err)
 		}
@@ -207,25 +240,15 @@ func runAgentUninstall(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice agent uninstall: host %q is not in %s\n", *host, *file)
 		return exitBad
 	}
-	k, err := agent.NewNetlinkKernel(agentNetns(*nsName, p.Cluster, *host))
+	k, err := agent.NewNetlinkKernel(src.netns(*nsName, p.Cluster, *host))
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent uninstall: %s\n", labOneLine(err))
 		return exitBad
 	}
 	defer k.Close()
-	// The devices of the lab host's inventory are cleaned too when the
-	// state file is lost.
-	var uplinks, vnics []string
-	if pl, err := lab.NewPlan(p); err == nil {
-		if inv, err := pl.Inventory(*host); err == nil {
-			for _, d := range inv.Devices {
-				uplinks = append(uplinks, d)
-			}
-			for _, m := range inv.VNICs {
-				vnics = append(vnics, m.HostDev)
-			}
-		}
-	}
+	// The devices of the host's inventory are cleaned too when the state
+	// file is lost.
+	uplinks, vnics := src.devices(p, *host)
 	path := agent.RecordPath(*stateDir, p.Cluster, *host)
 	rec, err := agent.ReadRecord(path)
 	if err != nil {

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"sync"
+
+	"sluice/agent"
+	"sluice/lab"
+	"sluice/policy"
+	"sluice/virt"
+)
+
+// policyPollNs is how often the agent looks at its policy file's
+// modification time and size; a change is taken after two polls (within
+// 1 s).
+const policyPollNs = int64(250e6)
+
+// inventoryFlags choose where the agent learns what runs on its host:
+// the lab's plan (namespace VMs) or libvirt.
+type inventoryFlags struct {
+	kind    string
+	uplinks virt.Uplinks
+	socket  string
+}
+
+func (f *inventoryFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.kind, "inventory", "lab", "where the agent learns the host's VMs: lab (the lab's namespace VMs) or libvirt")
+	fs.Var(&f.uplinks, "uplink", "NAME=DEVICE: the host device of the policy's uplink NAME (libvirt inventory; repeated)")
+	fs.StringVar(&f.socket, "libvirt-socket", virt.DefaultSocket, "libvirtd's socket (libvirt inventory)")
+}
+
+func (f *inventoryFlags) valid() bool { return f.kind == "lab" || f.kind == "libvirt" }
+
+// netns is the namespace the agent works in: a libvirt host's taps and
+// uplinks are in the agent's own namespace unless --netns says otherwise.
+func (f *inventoryFlags) netns(flagNS, cluster, host string) string {
+	if f.kind == "libvirt" {
+		return flagNS
+	}
+	return agentNetns(flagNS, cluster, host)
+}
+
+// open builds the inventory. The libvirt one has read every running
+// domain when it returns.
+func (f *inventoryFlags) open(p *policy.Policy, host string) (agent.Inventory, func(), error) {
+	if f.kind == "lab" {
+		pl, err := lab.NewPlan(p)
+		if err != nil {
+			return nil, nil, err
+		}
+		inv, err := pl.Inventory(host)
+		if err != nil {
+			return nil, nil, err
+		}
+		return inv, func() {}, nil
+	}
+	for _, u := range p.Host(host).Uplinks {
+		if _, ok := f.uplinks[u.Name]; !ok {
+			return nil, nil, fmt.Errorf("uplink %s of host %s has no device: give --uplink %s=DEVICE", u.Name, host, u.Name)
+		}
+	}
+	conn, err := virt.Dial(f.socket)
+	if err != nil {
+		return nil, nil, err
+	}
+	inv := virt.New(conn, virt.Config{Uplinks: f.uplinks, Cgroup: virt.ProcCgroup})
+	if err := inv.Refresh(); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return inv, func() { conn.Close() }, nil
+}
+
+// follow keeps a libvirt inventory current from libvirt's events until ctx
+// ends. When the event stream is lost it calls stop (the agent exits; a
+// restarted agent reconnects and resumes without disturbing traffic); the
+// returned function gives that error.
+func (f *inventoryFlags) follow(ctx context.Context, inv agent.Inventory, stop func()) func() error {
+	vi, ok := inv.(*virt.Inventory)
+	if !ok {
+		return func() error { return nil }
+	}
+	var mu sync.Mutex
+	var runErr error
+	go func() {
+		err := vi.Run(ctx)
+		if err != nil {
+			mu.Lock()
+			runErr = fmt.Errorf("libvirt inventory: %w", err)
+			mu.Unlock()
+			stop()
+		}
+	}()
+	return func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return runErr
+	}
+}
+
+// devices are the uplink and vNIC devices the inventory knows, for
+// uninstall when the state file is lost.
+func (f *inventoryFlags) devices(p *policy.Policy, host string) (uplinks, vnics []string) {
+	if f.kind == "libvirt" {
+		for _, d := range f.uplinks {
+			uplinks = append(uplinks, d)
+		}
+		conn, err := virt.Dial(f.socket)
+		if err != nil {
+			return uplinks, nil // the state file's vNICs still are cleaned
+		}
+		defer conn.Close()
+		inv := virt.New(conn, virt.Config{Uplinks: f.uplinks})
+		_ = inv.Refresh()
+		for _, d := range inv.Domains() {
+			for _, i := range d.Interfaces {
+				if i.Dev != "" {
+					vnics = append(vnics, i.Dev)
+				}
+			}
+		}
+		return uplinks, vnics
+	}
+	if pl, err := lab.NewPlan(p); err == nil {
+		if inv, err := pl.Inventory(host); err == nil {
+			for _, d := range inv.Devices {
+				uplinks = append(uplinks, d)
+			}
+			for _, m := range inv.VNICs {
+				vnics = append(vnics, m.HostDev)
+			}
+		}
+	}
+	return uplinks, vnics
+}
