@@ -1,0 +1,318 @@
+package main
+
+import (
+	"encoding/xml"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"sluice/admit"
+	"sluice/policy"
+	"sluice/virt"
+)
+
+// The libvirt hook: `sluice hook install` writes /etc/libvirt/hooks/qemu,
+// which runs `sluice hook qemu` when a domain is about to start; the
+// decision itself is package admit's.
+
+const (
+	defaultHooksDir = "/etc/libvirt/hooks"
+	// hookMarker is in every hook script sluice writes: install replaces
+	// only its own, uninstall removes only its own.
+	hookMarker = "# sluice admission hook"
+	// chainedSuffix is the name an existing qemu hook is kept under; the
+	// sluice hook runs it after its own decision.
+	chainedSuffix = ".sluice-chained"
+	// libvirtRunDir holds the status XML of each running QEMU domain.
+	libvirtRunDir = "/run/libvirt/qemu"
+)
+
+func init() {
+	register(command{name: "hook", summary: "libvirt hook: admission of a VM at its start (hook install|uninstall|qemu)", run: runHook})
+	helps["hook"] = hookUsage + `
+
+Admission at VM start on a libvirt host. 'install' writes the executable
+hook /etc/libvirt/hooks/qemu (an existing one is kept as qemu.sluice-chained
+and still run after sluice admits) and signals libvirtd (SIGHUP) to see it.
+libvirtd then runs 'sluice hook qemu' before each domain starts: sluice
+refuses a domain whose reservations (vNICs, CPU MHz, memory, IOPS) do not
+fit the host with the domains already running there, and libvirt's error
+carries the reason. 'uninstall' removes it and restores the chained hook.
+
+example:
+  sudo sluice hook install --policy /etc/sluice/policy.yaml --host pve1`
+}
+
+const hookUsage = `usage: sluice hook install --policy FILE [--host NAME] [--hooks-dir DIR] [--no-reload]
+       sluice hook uninstall [--hooks-dir DIR] [--no-reload]
+       sluice hook qemu --policy FILE --host NAME DOMAIN OPERATION SUBOP EXTRA < DOMAIN-XML`
+
+func runHook(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, hookUsage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "install":
+		return runHookInstall(args[1:], stdout, stderr)
+	case "uninstall":
+		return runHookUninstall(args[1:], stdout, stderr)
+	case "qemu":
+		return runHookQemu(args[1:], os.Stdin, stderr, libvirtRunDir)
+	}
+	fmt.Fprintln(stderr, hookUsage)
+	return exitUsage
+}
+
+// runHookQemu is what libvirtd runs: `DOMAIN OPERATION SUBOP EXTRA` with
+// the domain's XML on stdin. Only `prepare begin` (before the domain
+// starts) is decided; a refusal is printed on stderr (libvirt puts it in
+// its error) with exit 1. It must not call libvirt (libvirtd waits for
+// it): the running domains are read from libvirt's status files.
+func runHookQemu(args []string, stdin io.Reader, stderr io.Writer, runDir string) int {
+	fs := flag.NewFlagSet("hook qemu", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	file := fs.String("policy", "", "policy file")
+	host := fs.String("host", "", "this host's name in the policy")
+	if err := fs.Parse(args); err != nil || *file == "" || *host == "" || fs.NArg() < 3 {
+		fmt.Fprintln(stderr, hookUsage)
+		return exitUsage
+	}
+	name, op, sub := fs.Arg(0), fs.Arg(1), fs.Arg(2)
+	if op != "prepare" || sub != "begin" {
+		return exitOK
+	}
+	dom := admit.Domain{Name: name}
+	if b, err := io.ReadAll(io.LimitReader(stdin, 16<<20)); err == nil && len(b) > 0 {
+		if d, err := virt.ParseDomainXML(b); err == nil {
+			dom.UUID = d.UUID
+		}
+	}
+	p, err := policy.Load(*file)
+	if err != nil {
+		// Fail open: a broken policy file must not stop every VM of the
+		// host from starting. libvirtd logs this line.
+		fmt.Fprintf(stderr, "sluice: policy %s does not load (%s); %s starts without an admission check\n", *file, labOneLine(err), name)
+		return exitOK
+	}
+	running, err := runningDomains(runDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice: %s; %s starts without an admission check\n", labOneLine(err), name)
+		return exitOK
+	}
+	d := admit.Decide(p, *host, dom, running)
+	if !d.Allow {
+		fmt.Fprintln(stderr, d.String())
+		return exitBad
+	}
+	return exitOK
+}
+
+// runningDomains reads the names and UUIDs of the running QEMU domains
+// from libvirt's status files (DIR/NAME.xml, a <domstatus> holding the
+// live <domain>), which libvirt keeps while a domain runs.
+func runningDomains(dir string) ([]admit.Domain, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.xml"))
+	if err != nil {
+		return nil, err
+	}
+	var out []admit.Domain
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // stopped meanwhile
+		}
+		var st struct {
+			Domain struct {
+				Name string `xml:"name"`
+				UUID string `xml:"uuid"`
+			} `xml:"domain"`
+		}
+		if err := xml.Unmarshal(b, &st); err != nil || st.Domain.Name == "" {
+			continue
+		}
+		out = append(out, admit.Domain{Name: st.Domain.Name, UUID: strings.ToLower(st.Domain.UUID)})
+	}
+	return out, nil
+}
+
+// hookScript is the hook libvirtd runs. On `prepare begin` it keeps the
+// domain XML in a temporary file so that sluice and the chained hook both
+// read it; anything else goes to the chained hook alone. Without the
+// sluice binary it lets domains start (a removed sluice must not stop
+// every VM of the host).
+func hookScript(sluice, policyFile, host, chained string) string {
+	return `#!/bin/sh
+` + hookMarker + ` (sluice hook install); 'sluice hook uninstall' removes it.
+SLUICE=` + shQuote(sluice) + `
+POLICY=` + shQuote(policyFile) + `
+HOST=` + shQuote(host) + `
+CHAINED=` + shQuote(chained) + `
+if [ "$2" = prepare ] && [ "$3" = begin ]; then
+	tmp=$(mktemp) || exit 1
+	trap 'rm -f "$tmp"' EXIT
+	cat > "$tmp"
+	if [ -x "$SLUICE" ]; then
+		"$SLUICE" hook qemu --policy "$POLICY" --host "$HOST" "$@" < "$tmp" || exit 1
+	else
+		echo "sluice: $SLUICE is missing; $1 starts without an admission check" >&2
+	fi
+	if [ -x "$CHAINED" ]; then
+		"$CHAINED" "$@" < "$tmp" || exit $?
+	fi
+	exit 0
+fi
+if [ -x "$CHAINED" ]; then
+	exec "$CHAINED" "$@"
+fi
+exit 0
+`
+}
+
+func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func isSluiceHook(path string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && strings.Contains(string(b), hookMarker)
+}
+
+func runHookInstall(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("hook install", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	file := fs.String("policy", "", "policy file")
+	host := fs.String("host", "", "this host's name in the policy (default: the hostname)")
+	dir := fs.String("hooks-dir", defaultHooksDir, "libvirt's hooks directory")
+	exe := fs.String("sluice", "", "the sluice binary the hook runs (default: this one)")
+	noReload := fs.Bool("no-reload", false, "do not signal libvirtd (it sees a new hook only after SIGHUP or a restart)")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *file == "" {
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice hook install: %v\n", err)
+		}
+		fmt.Fprintln(stderr, hookUsage)
+		return exitUsage
+	}
+	p, code := loadPolicy(*file, stderr)
+	if p == nil {
+		return code
+	}
+	if *host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice hook install: %v (give --host)\n", err)
+			return exitBad
+		}
+		*host = h
+	}
+	if p.Host(*host) == nil {
+		fmt.Fprintf(stderr, "sluice hook install: host %q is not in %s (give --host)\n", *host, *file)
+		return exitBad
+	}
+	abs, err := filepath.Abs(*file)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice hook install: %v\n", err)
+		return exitBad
+	}
+	bin := *exe
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			fmt.Fprintf(stderr, "sluice hook install: %v (give --sluice)\n", err)
+			return exitBad
+		}
+	}
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		fmt.Fprintf(stderr, "sluice hook install: %v\n", err)
+		return exitBad
+	}
+	hook := filepath.Join(*dir, "qemu")
+	chained := hook + chainedSuffix
+	if _, err := os.Stat(hook); err == nil && !isSluiceHook(hook) {
+		if _, err := os.Stat(chained); err == nil {
+			fmt.Fprintf(stderr, "sluice hook install: %s exists and so does %s; move one away first\n", hook, chained)
+			return exitBad
+		}
+		if err := os.Rename(hook, chained); err != nil {
+			fmt.Fprintf(stderr, "sluice hook install: %v\n", err)
+			return exitBad
+		}
+		fmt.Fprintf(stdout, "%s: the existing hook is kept as %s and runs after sluice admits\n", hook, chained)
+	}
+	tmp := hook + ".sluice-tmp"
+	if err := os.WriteFile(tmp, []byte(hookScript(bin, abs, *host, chained)), 0o755); err != nil {
+		fmt.Fprintf(stderr, "sluice hook install: %v\n", err)
+		return exitBad
+	}
+	if err := os.Rename(tmp, hook); err != nil {
+		fmt.Fprintf(stderr, "sluice hook install: %v\n", err)
+		return exitBad
+	}
+	fmt.Fprintf(stdout, "%s: sluice admits domains on host %s by %s\n", hook, *host, abs)
+	if !*noReload {
+		fmt.Fprintln(stdout, reloadLibvirtd())
+	}
+	return exitOK
+}
+
+func runHookUninstall(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("hook uninstall", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	dir := fs.String("hooks-dir", defaultHooksDir, "libvirt's hooks directory")
+	noReload := fs.Bool("no-reload", false, "do not signal libvirtd")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, hookUsage)
+		return exitUsage
+	}
+	hook := filepath.Join(*dir, "qemu")
+	chained := hook + chainedSuffix
+	if !isSluiceHook(hook) {
+		fmt.Fprintf(stdout, "%s: no sluice hook, nothing to remove\n", hook)
+		return exitOK
+	}
+	if err := os.Remove(hook); err != nil {
+		fmt.Fprintf(stderr, "sluice hook uninstall: %v\n", err)
+		return exitBad
+	}
+	fmt.Fprintf(stdout, "%s: sluice hook removed\n", hook)
+	if _, err := os.Stat(chained); err == nil {
+		if err := os.Rename(chained, hook); err != nil {
+			fmt.Fprintf(stderr, "sluice hook uninstall: restoring %s: %v\n", chained, err)
+			return exitBad
+		}
+		fmt.Fprintf(stdout, "%s: the hook that was there before is back\n", hook)
+	}
+	if !*noReload {
+		fmt.Fprintln(stdout, reloadLibvirtd())
+	}
+	return exitOK
+}
+
+// reloadLibvirtd sends SIGHUP to libvirtd (or virtqemud), which makes it
+// look for hook scripts again (measured with libvirt 9.0: a hook written
+// while libvirtd runs is not run before that).
+func reloadLibvirtd() string {
+	var errs []error
+	for _, pf := range []string{"/run/libvirtd.pid", "/run/libvirt/virtqemud.pid", "/run/virtqemud.pid"} {
+		b, err := os.ReadFile(pf)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 1 {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+			errs = append(errs, fmt.Errorf("%s (pid %d): %w", pf, pid, err))
+			continue
+		}
+		return fmt.Sprintf("libvirtd (pid %d) signalled (SIGHUP) to load the hook", pid)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Sprintf("could not signal libvirtd (%v): run 'systemctl reload libvirtd' (or restart it) for the hook to take effect", err)
+	}
+	return "libvirtd not found running: it loads the hook when it starts ('systemctl reload libvirtd' if it runs)"
+}

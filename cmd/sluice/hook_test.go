@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const hookPolicy = `cluster: c
+hosts: [{name: h1, cpu: {cores: 4, mhz: 2000}, memory: 8GiB, uplinks: [{name: up0, speed: 1Gbps}]}]
+vms:
+  - {name: big, cpu: {vcpus: 1}, memory: 1GiB, nics: [{name: nic0, reservation: 600Mbps}]}
+  - {name: mid, cpu: {vcpus: 1}, memory: 1GiB, nics: [{name: nic0, reservation: 200Mbps}]}
+`
+
+// TestHookQemu: the hook decides on prepare begin only, reads the running
+// domains from libvirt's status files, prints the reason of a refusal in
+// one line and exits 1; a policy that does not load lets the domain start.
+func TestHookQemu(t *testing.T) {
+	dir := t.TempDir()
+	pf := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(pf, []byte(hookPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runDir := filepath.Join(dir, "run")
+	_ = os.Mkdir(runDir, 0o755)
+	status := `<domstatus state='running' pid='1'><domain type='qemu' id='1'><name>big</name><uuid>11111111-2222-3333-4444-555555555555</uuid></domain></domstatus>`
+	if err := os.WriteFile(filepath.Join(runDir, "big.xml"), []byte(status), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	xml := "<domain type='qemu'><name>mid</name><uuid>aaaaaaaa-2222-3333-4444-555555555555</uuid></domain>"
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--policy", pf, "--host", "h1", "mid", "prepare", "begin", "-"}, exitBad,
+			"sluice: refused mid: its reservations do not fit on h1 with the 1 VMs that run there: network: needs 200Mbps of vNIC reservations, free 150Mbps (short 50Mbps)\n"},
+		{[]string{"--policy", pf, "--host", "h1", "mid", "start", "begin", "-"}, exitOK, ""},
+		{[]string{"--policy", pf, "--host", "h1", "big", "prepare", "begin", "-"}, exitOK, ""},
+		{[]string{"--policy", pf, "--host", "h1", "stranger", "prepare", "begin", "-"}, exitOK, ""},
+		{[]string{"--policy", filepath.Join(dir, "none.yaml"), "--host", "h1", "mid", "prepare", "begin", "-"}, exitOK, "starts without an admission check"},
+		{[]string{"--policy", pf, "mid", "prepare", "begin", "-"}, exitUsage, "usage: sluice hook"},
+	} {
+		var errb bytes.Buffer
+		code := runHookQemu(c.args, strings.NewReader(xml), &errb, runDir)
+		if code != c.code || !strings.Contains(errb.String(), c.want) || (c.want == "" && errb.Len() > 0) {
+			t.Errorf("%v: exit %d stderr %q; want %d %q", c.args, code, errb.String(), c.code, c.want)
+		}
+	}
+}
+
+// TestHookInstall: install keeps an existing hook and chains it (run after
+// sluice admits, not when it refuses, with the domain XML on its stdin);
+// installing again replaces only sluice's; uninstall puts the old one
+// back; a second uninstall finds nothing.
+func TestHookInstall(t *testing.T) {
+	dir := t.TempDir()
+	pf := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(pf, []byte(hookPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hooks := filepath.Join(dir, "hooks")
+	_ = os.Mkdir(hooks, 0o755)
+	log := filepath.Join(dir, "log")
+	old := "#!/bin/sh\necho \"old $* $(cat | head -c 8)\" >> " + log + "\n"
+	if err := os.WriteFile(filepath.Join(hooks, "qemu"), []byte(old), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A stand-in for sluice: refuses the domain "bad".
+	stub := filepath.Join(dir, "sluice")
+	if err := os.WriteFile(stub, []byte("#!/bin/sh\ncat >/dev/null\n[ \"$7\" = bad ] && { echo 'sluice: refused bad' >&2; exit 1; }\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	install := []string{"hook", "install", "--policy", pf, "--host", "h1", "--hooks-dir", hooks, "--sluice", stub, "--no-reload"}
+	for i := 0; i < 2; i++ {
+		var out, errb bytes.Buffer
+		if code := run(install, &out, &errb); code != exitOK {
+			t.Fatalf("install: %d %s", code, errb.String())
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(hooks, "qemu.sluice-chained")); string(b) != old {
+		t.Fatalf("the old hook was not kept: %q", b)
+	}
+	hook := func(args ...string) (int, string) {
+		cmd := exec.Command(filepath.Join(hooks, "qemu"), args...)
+		cmd.Stdin = strings.NewReader("<domain>...</domain>")
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		err := cmd.Run()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), errb.String()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0, errb.String()
+	}
+	if code, e := hook("bad", "prepare", "begin", "-"); code == 0 || !strings.Contains(e, "refused bad") {
+		t.Errorf("hook for bad: exit %d stderr %q", code, e)
+	}
+	if code, _ := hook("good", "prepare", "begin", "-"); code != 0 {
+		t.Errorf("hook for good: exit %d", code)
+	}
+	if code, _ := hook("good", "release", "end", "-"); code != 0 {
+		t.Errorf("hook release: exit %d", code)
+	}
+	if b, _ := os.ReadFile(log); string(b) != "old good prepare begin - <domain>\nold good release end - <domain>\n" {
+		t.Errorf("the chained hook saw %q", b)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"hook", "uninstall", "--hooks-dir", hooks, "--no-reload"}, &out, &errb); code != exitOK {
+		t.Fatalf("uninstall: %d %s", code, errb.String())
+	}
+	if b, _ := os.ReadFile(filepath.Join(hooks, "qemu")); string(b) != old {
+		t.Errorf("uninstall did not restore the old hook: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(hooks, "qemu.sluice-chained")); err == nil {
+		t.Error("the chained copy is left")
+	}
+	out.Reset()
+	if code := run([]string{"hook", "uninstall", "--hooks-dir", hooks, "--no-reload"}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "nothing to remove") {
+		t.Errorf("second uninstall: %d %q", code, out.String())
+	}
+}
