@@ -45,7 +45,10 @@ func TestAgentKilledLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	stats := agent.StatsPath(dir, "nak", "h1")
-	startAgent := func() (*exec.Cmd, time.Duration) {
+	// startAgent starts the agent binary and returns it with a function
+	// that kills it (also called at cleanup) once its first step is done,
+	// and how long that took.
+	startAgent := func() (*exec.Cmd, func(), time.Duration) {
 		_ = os.Remove(stats)
 		cmd := exec.Command(bin, "agent", "--host", "h1", "--policy", pfile, "--state-dir", dir)
 		cmd.Stderr = os.Stderr
@@ -56,11 +59,12 @@ func TestAgentKilledLive(t *testing.T) {
 		}
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
-		t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+		kill := func() { _ = cmd.Process.Kill(); <-done }
+		t.Cleanup(kill)
 		// The statistics file is written after the first step.
 		for {
 			if _, err := os.Stat(stats); err == nil {
-				return cmd, time.Since(start)
+				return cmd, kill, time.Since(start)
 			}
 			select {
 			case <-done:
@@ -104,7 +108,8 @@ func TestAgentKilledLive(t *testing.T) {
 			countJudged(short[:min(restartAtS, len(short))], killAtS+1) >= 1 &&
 			countJudged(short, restartAtS+2) >= 3
 	}, func() []result {
-		a, _ := startAgent()
+		a, killA, _ := startAgent()
+		defer killA() // a run measured again starts from no agent
 		results := make(chan []result, 1)
 		t0 := time.Now()
 		go func() {
@@ -115,7 +120,9 @@ func TestAgentKilledLive(t *testing.T) {
 		time.Sleep((restartAtS - killAtS) * time.Second)
 		before = classes()
 		restartedS = time.Since(t0).Seconds()
-		_, firstStep = startAgent()
+		_, killB, step := startAgent()
+		defer killB()
+		firstStep = step
 		after = classes()
 		return <-results
 	})

@@ -52,8 +52,8 @@ func (c conservation) verdict(usable float64) string {
 
 // conserved classifies seconds 1..n-1 of a run (second 0 is the flows'
 // start, not all of them inside it): backlogged[i] says every class had
-// packets waiting and no receiver fell behind, sums[i] is what all the
-// run's flows carried.
+// packets waiting, no receiver fell behind and no delayed flow started
+// (judged), sums[i] is what all the run's flows carried.
 func conserved(backlogged []bool, sums []float64, usable float64) conservation {
 	var c conservation
 	for i := 1; i < len(backlogged) && i < len(sums); i++ {

@@ -32,8 +32,10 @@ func TestFig2StepA(t *testing.T) {
 
 	measure := func(dynamic bool) map[string]float64 {
 		a, stop := l.runAgent(p, "h1", dynamic)
-		defer stop()
-		defer func() { t.Logf("dynamic=%v agent stats at the end: %s", dynamic, statsLine(a)) }()
+		defer func() {
+			stop() // the agent's statistics are read once it has stopped
+			t.Logf("dynamic=%v agent stats at the end: %s", dynamic, statsLine(a))
+		}()
 		var fl []flow
 		for _, port := range ports {
 			fl = append(fl, l.nicFlow(port, 1))

@@ -54,6 +54,7 @@ func TestIPv6Classified(t *testing.T) {
 			t.Errorf("%s: got %s Mbps, entitled %s: error %+.1f%% exceeds ±5%%", r.Name, mbps(got), mbps(want[r.Name]), 100*e)
 		}
 	}
+	stop() // the agent's statistics are read once it has stopped
 	for _, u := range a.Stats().Uplinks {
 		for _, pt := range u.Ports {
 			if pt.Class == "management" {

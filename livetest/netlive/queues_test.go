@@ -299,7 +299,16 @@ func (l *liveLab) judged(host string, ports []string, usable float64, need func(
 					behind = behind || q.lagged(r.Name, i, r.Intervals[i])
 				}
 			}
-			backlogged[i], sums[i] = !short[i] && !behind, sum
+			// A second in which a delayed flow starts is no verdict on
+			// the scheduler: the new flow's intervals are not the same
+			// wall-clock seconds as the others' (its first one starts
+			// after its connect), so their sum there is not what the link
+			// carried.
+			starting := false
+			for _, r := range res {
+				starting = starting || (r.StartS > 0 && (i == r.StartS-1 || i == r.StartS))
+			}
+			backlogged[i], sums[i] = !short[i] && !behind && !starting, sum
 			switch {
 			case short[i]:
 			case behind:
