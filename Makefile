@@ -33,6 +33,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./policy
 	$(GO) test -run '^$$' -fuzz=FuzzServer -fuzztime=$(FUZZTIME) ./storage/nbd
 	$(GO) test -run '^$$' -fuzz=FuzzScheduler -fuzztime=$(FUZZTIME) ./mclock
+	$(GO) test -run '^$$' -fuzz=FuzzParseScenario -fuzztime=$(FUZZTIME) ./sim
+	$(GO) test -run '^$$' -fuzz=FuzzReadJSON -fuzztime=$(FUZZTIME) ./internal/inputfile
+	$(GO) test -run '^$$' -fuzz=FuzzParseChange -fuzztime=$(FUZZTIME) ./placement
 
 bench: build
 	./bench/run.sh
