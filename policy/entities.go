@@ -18,7 +18,8 @@ var (
 	dsFields        = []string{"name", "sioc", "array"}
 	siocFields      = []string{"enabled", "congestionThreshold", "controlPeriod", "gamma", "shareTerm", "minWindow", "maxWindow"}
 	arrayFields     = []string{"slots", "serviceTime"}
-	vmFields        = []string{"name", "host", "cpu", "memory", "nics", "disks", "migratable"}
+	vmFields        = []string{"name", "host", "cpu", "memory", "nics", "disks", "migratable", "lab"}
+	vmLabFields     = []string{"kind"}
 	vmCPUFields     = []string{"vcpus", "shares", "reservationMHz", "limitMHz"}
 	nicFields       = []string{"name", "portGroup", "shares", "reservation", "limit", "uplink", "passthrough"}
 	diskFields      = []string{"name", "datastore", "shares", "reservationIOPS", "limitIOPS", "size"}
@@ -305,6 +306,18 @@ func (d *decoder) vm(n *yaml.Node, path string) VM {
 	}
 	d.size(m, "memory", &vm.Memory)
 	d.boolean(m, "migratable", &vm.Migratable)
+	if v, ok := m.vals["lab"]; ok {
+		if c := d.mapping(v, path+".lab", &vm.Pos, "lab.", vmLabFields...); c != nil {
+			if s, line, ok := d.scalar(c, "kind"); ok {
+				switch s {
+				case LabNetns, LabQemu:
+					vm.Lab.Kind = s
+				default:
+					d.add(line, path+".lab.kind", "unknown lab kind %q (want %s or %s)%s", clip(s), LabNetns, LabQemu, suggest(s, []string{LabNetns, LabQemu}))
+				}
+			}
+		}
+	}
 	for i, c := range d.list(m, "nics") {
 		vm.NICs = append(vm.NICs, d.nic(c, itemPath(path+".nics", i, c)))
 	}

@@ -166,8 +166,24 @@ type VM struct {
 	NICs       []NIC
 	Disks      []Disk
 	Migratable bool // false for VMs pinned by passthrough devices; default true
+	Lab        VMLab
 	Pos        Pos
 }
+
+// VMLab says how `sluice lab` builds a VM; the agent and the simulator
+// ignore it.
+type VMLab struct {
+	Kind string // LabNetns (also when empty) or LabQemu
+}
+
+// Kinds of lab VM.
+const (
+	// LabNetns is a network namespace with a veth on its host's bridge.
+	LabNetns = "netns"
+	// LabQemu is a real QEMU guest under libvirt (TCG) with a tap on its
+	// host's bridge.
+	LabQemu = "qemu"
+)
 
 // VMCPU is a VM's processor entitlement settings.
 type VMCPU struct {
