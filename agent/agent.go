@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"sluice/alloc"
+	"sluice/cpuctl"
 	"sluice/policy"
 )
 
@@ -32,6 +33,12 @@ type Config struct {
 	// changes on the host before changing it (RecordPath()); "": the
 	// record is kept in memory only (tests).
 	RecordPath string
+	// Cgroups sets and reads the CPU cgroups of the VMs (cpuctl.Detect for
+	// the host's hierarchy, cpuctl.NewFake in tests): each step derives
+	// every running VM's CPU setting (cpuctl.Derive) and reconciles the
+	// group the inventory names for it (CgroupInventory). Nil: the agent
+	// leaves CPU alone.
+	Cgroups cpuctl.Cgroups
 }
 
 // Demand estimation: a port that used at least SaturatedFraction of its
@@ -63,6 +70,8 @@ type Agent struct {
 	// released are uplink devices that a new policy no longer names:
 	// the next Apply gives them back their recorded root qdisc.
 	released []string
+	cpuVMs   []*cpuVM          // running VMs of the policy, in policy order
+	cpuGone  map[string]string // group → VM of VMs that stopped: reset at the next Apply
 }
 
 type portState struct {
@@ -88,6 +97,10 @@ type Stats struct {
 	// Unnamed are the running VMs the policy does not name (when the
 	// inventory knows them): their packets fall into the default class.
 	Unnamed []string `json:"unnamed,omitempty"`
+	// CPU is each running VM's CPU setting and use (Config.Cgroups);
+	// CPUCapacityMHz is the host's cores × MHz that they share.
+	CPU            []CPUStat `json:"cpu,omitempty"`
+	CPUCapacityMHz float64   `json:"cpu_capacity_mhz,omitempty"`
 }
 
 // UplinkStat is one uplink's tree.
@@ -136,7 +149,12 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	rec.Cluster, rec.Host = cfg.Policy.Cluster, cfg.Host
-	return &Agent{cfg: cfg, trees: trees, ports: map[string]*portState{}, rec: rec, taken: map[string]bool{}}, nil
+	cpu, err := deriveCPU(cfg.Policy, cfg.Host, cfg.Inventory, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{cfg: cfg, trees: trees, ports: map[string]*portState{}, rec: rec, taken: map[string]bool{},
+		cpuVMs: cpu, cpuGone: map[string]string{}}, nil
 }
 
 // Trees returns the derived trees.
@@ -149,6 +167,7 @@ func (a *Agent) Stats() Stats { return a.stats }
 type Measurement struct {
 	NowNs   int64
 	Uplinks []UplinkReading // one per tree, in Trees order
+	CPU     []CPUReading    // one per running VM of the policy (Config.Cgroups)
 }
 
 // UplinkReading is one uplink's classes as read, with their counters.
@@ -164,6 +183,12 @@ type UplinkReading struct {
 type Decision struct {
 	NowNs   int64
 	Uplinks []UplinkDecision
+	// CPU is the desired setting of each VM cgroup (Config.Cgroups);
+	// CPUErr and CPUErrs are what kept the CPU from being decided or
+	// measured, for Apply to report.
+	CPU     []CPUAction
+	CPUErr  error
+	CPUErrs []error
 	Stats   Stats
 }
 
@@ -193,6 +218,7 @@ func (a *Agent) Measure(nowNs int64) Measurement {
 		}
 		m.Uplinks = append(m.Uplinks, UplinkReading{Dev: t.Dev, Classes: have, Err: err})
 	}
+	m.CPU = a.measureCPU()
 	return m
 }
 
@@ -232,6 +258,9 @@ func (a *Agent) Apply(d Decision) (Changes, error) {
 	// A vNIC's classifier points at its class on its uplink: it is set
 	// once that uplink is in place.
 	errs = append(errs, a.reconcileVNICs(ready, &total))
+	n, err := a.applyCPU(d)
+	total.CPUFiles += n
+	errs = append(errs, err)
 	a.stats = d.Stats
 	return total, errors.Join(errs...)
 }
@@ -329,6 +358,7 @@ func (a *Agent) Decide(m Measurement) Decision {
 		sort.SliceStable(us.Ports, func(i, j int) bool { return us.Ports[i].ClassID < us.Ports[j].ClassID })
 		d.Stats.Uplinks = append(d.Stats.Uplinks, us)
 	}
+	a.decideCPU(m, &d)
 	return d
 }
 

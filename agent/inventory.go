@@ -49,9 +49,13 @@ type StaticInventory struct {
 	Devices map[string]string    // uplink name → device
 	VNICs   map[string]VNICMatch // VM/NIC → match
 	Addr    netip.Addr           // the host's own address
+	Cgroups map[string]string    // VM → its CPU cgroup (CgroupInventory); nil: none known
 }
 
-var _ Inventory = (*StaticInventory)(nil)
+var (
+	_ Inventory       = (*StaticInventory)(nil)
+	_ CgroupInventory = (*StaticInventory)(nil)
+)
 
 // VMs returns Running.
 func (s *StaticInventory) VMs() ([]string, error) { return s.Running, nil }
@@ -72,3 +76,9 @@ func (s *StaticInventory) VNIC(port string) (VNICMatch, bool) {
 
 // HostAddr returns Addr.
 func (s *StaticInventory) HostAddr() netip.Addr { return s.Addr }
+
+// VMCgroup returns Cgroups[vm].
+func (s *StaticInventory) VMCgroup(vm string) (string, bool) {
+	g, ok := s.Cgroups[vm]
+	return g, ok && g != ""
+}

@@ -13,16 +13,22 @@ type Changes struct {
 	// VNICsSet counts classifiers attached or replaced at vNICs,
 	// VNICsCleared those removed.
 	VNICsSet, VNICsCleared int
+	// CPUFiles counts VM cgroup files written (Config.Cgroups).
+	CPUFiles int
 }
 
 // Total is the number of kernel writes.
 func (c Changes) Total() int {
-	return c.Qdisc + c.ClassesSet + c.ClassesDeleted + c.FiltersSet + c.FiltersDeleted + c.VNICsSet + c.VNICsCleared
+	return c.Qdisc + c.ClassesSet + c.ClassesDeleted + c.FiltersSet + c.FiltersDeleted + c.VNICsSet + c.VNICsCleared + c.CPUFiles
 }
 
 func (c Changes) String() string {
-	return fmt.Sprintf("qdisc=%d classes=%d/-%d filters=%d/-%d vnics=%d/-%d", c.Qdisc, c.ClassesSet, c.ClassesDeleted, c.FiltersSet, c.FiltersDeleted,
+	s := fmt.Sprintf("qdisc=%d classes=%d/-%d filters=%d/-%d vnics=%d/-%d", c.Qdisc, c.ClassesSet, c.ClassesDeleted, c.FiltersSet, c.FiltersDeleted,
 		c.VNICsSet, c.VNICsCleared)
+	if c.CPUFiles > 0 {
+		s += fmt.Sprintf(" cpu=%d", c.CPUFiles)
+	}
+	return s
 }
 
 // Reconcile makes dev's traffic control state equal to the wanted classes

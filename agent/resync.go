@@ -73,7 +73,12 @@ func (a *Agent) Resync() error {
 	if err != nil {
 		return err
 	}
+	cpu, err := deriveCPU(a.cfg.Policy, a.cfg.Host, a.cfg.Inventory, a.cpuByName())
+	if err != nil {
+		return err
+	}
 	a.setTrees(trees)
+	a.setCPU(cpu)
 	return nil
 }
 
@@ -91,12 +96,17 @@ func (a *Agent) SetPolicy(p *policy.Policy) error {
 	old := a.cfg.Policy
 	tellPolicyVMs(a.cfg.Inventory, p)
 	trees, err := derive(p, a.cfg.Host, a.cfg.Inventory, a.cfg.ClassPorts)
+	var cpu []*cpuVM
+	if err == nil {
+		cpu, err = deriveCPU(p, a.cfg.Host, a.cfg.Inventory, a.cpuByName())
+	}
 	if err != nil {
 		tellPolicyVMs(a.cfg.Inventory, old)
 		return err
 	}
 	a.cfg.Policy = p
 	a.setTrees(trees)
+	a.setCPU(cpu)
 	return nil
 }
 

@@ -7,14 +7,16 @@ import (
 )
 
 // Inventory returns the static inventory of the named host for the agent:
-// the VMs the plan puts on the host, its uplink veths, and each of their
-// vNICs recognised at its host-side veth (its lab index keeps its handles).
+// the VMs the plan puts on the host, its uplink veths, each of their
+// vNICs recognised at its host-side veth (its lab index keeps its handles),
+// and each VM's CPU cgroup (VMCgroup).
 func (pl *Plan) Inventory(host string) (*agent.StaticInventory, error) {
 	hp := pl.Host(host)
 	if hp == nil {
 		return nil, fmt.Errorf("lab: no host %q", host)
 	}
-	inv := &agent.StaticInventory{Devices: map[string]string{}, VNICs: map[string]agent.VNICMatch{}, Addr: hp.IP}
+	inv := &agent.StaticInventory{Devices: map[string]string{}, VNICs: map[string]agent.VNICMatch{}, Addr: hp.IP,
+		Cgroups: map[string]string{}}
 	for _, u := range hp.Uplinks {
 		inv.Devices[u.Name] = u.Dev
 	}
@@ -23,6 +25,7 @@ func (pl *Plan) Inventory(host string) (*agent.StaticInventory, error) {
 			continue
 		}
 		inv.Running = append(inv.Running, vm.VM)
+		inv.Cgroups[vm.VM] = VMCgroup(pl, vm.VM)
 		for _, n := range vm.NICs {
 			inv.VNICs[n.Port] = agent.VNICMatch{Index: n.GlobalIdx, HostDev: n.HostDev, SrcIP: n.IP}
 		}

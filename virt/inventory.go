@@ -54,7 +54,10 @@ type Inventory struct {
 	lastErr error
 }
 
-var _ agent.Inventory = (*Inventory)(nil)
+var (
+	_ agent.Inventory       = (*Inventory)(nil)
+	_ agent.CgroupInventory = (*Inventory)(nil)
+)
 
 // New returns an empty inventory over conn; call Refresh or Run.
 func New(conn Conn, cfg Config) *Inventory {
@@ -324,6 +327,40 @@ func (inv *Inventory) Unnamed() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// VMCgroup returns the cgroup of the running domain vm (by name or UUID)
+// relative to the root of its hierarchy, as the agent's cpuctl.Cgroups
+// want it: Domain.Cgroup without its mount point (CgroupMounts). ok is
+// false when the domain does not run or its cgroup is unknown.
+func (inv *Inventory) VMCgroup(vm string) (string, bool) {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	d := inv.lookupLocked(vm)
+	if d == nil || d.Cgroup == "" {
+		return "", false
+	}
+	g := relCgroup(d.Cgroup)
+	return g, g != ""
+}
+
+// CgroupMounts are where ProcCgroup's directories are mounted, longest
+// first: the v1 cpu controller, the hybrid layout's unified hierarchy,
+// and cgroup2 at its usual place.
+var CgroupMounts = []string{"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"}
+
+// relCgroup strips the mount point from an absolute cgroup directory; a
+// relative one is returned as it is.
+func relCgroup(dir string) string {
+	if !strings.HasPrefix(dir, "/") {
+		return dir
+	}
+	for _, m := range CgroupMounts {
+		if r, ok := strings.CutPrefix(dir, m+"/"); ok {
+			return r
+		}
+	}
+	return ""
 }
 
 // UplinkDevice returns the configured device of the uplink.

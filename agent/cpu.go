@@ -1,0 +1,282 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"sort"
+
+	"sluice/alloc"
+	"sluice/cpuctl"
+	"sluice/policy"
+)
+
+// CgroupInventory is an Inventory that knows the CPU cgroup of each
+// running VM, relative to the root of the cgroup hierarchy (the lab's
+// "sl-<cluster>-<vm>", libvirt's machine scope). The agent sets the CPU
+// entitlements of the VMs it finds a group for (Config.Cgroups).
+type CgroupInventory interface {
+	VMCgroup(vm string) (group string, ok bool)
+}
+
+// CPU demand estimation (dynamic mode), as for the network: a VM that used
+// at least SaturatedFraction of its entitlement, or was throttled, in some
+// interval of the last DemandWindowNs may want more (unbounded demand);
+// otherwise its demand is Headroom × the most it used in that window plus
+// CPUHeadroomOfCore of one core.
+const CPUHeadroomOfCore = 0.02
+
+// defaultSetting is the kernel's setting of a new group: what a VM's group
+// gets back when the VM stops or leaves the policy.
+var defaultSetting = cpuctl.Setting{Weight: 100, Shares: 1024, QuotaUs: -1, PeriodUs: cpuctl.DefaultPeriodUs}
+
+// cpuVM is a running VM whose CPU the agent controls, and its history.
+type cpuVM struct {
+	vm     *policy.VM
+	group  string // "" when the inventory knows none: counted, not set
+	prev   cpuctl.Stats
+	prevNs int64
+	have   bool
+	rates  cpuctl.Rates
+	// window holds the MHz used in the intervals of the last
+	// DemandWindowNs; satUntilNs is when a recent saturation stops
+	// counting.
+	window     []float64
+	windowNs   []int64
+	satUntilNs int64
+	entMHz     float64
+}
+
+// CPUReading is one VM's cgroup counters as Measure read them.
+type CPUReading struct {
+	VM, Group string
+	Stats     cpuctl.Stats
+	Err       error
+}
+
+// CPUAction is the desired CPU state of one cgroup: a running VM's
+// derived setting, or (Reset) the kernel's defaults for the group of a VM
+// that stopped or left the policy.
+type CPUAction struct {
+	VM, Group string
+	Setting   cpuctl.Setting
+	Reset     bool
+}
+
+// CPUStat is one VM's CPU as the agent set and measured it. Percentages
+// are of one core over the last interval (200 is two cores busy).
+type CPUStat struct {
+	VM             string  `json:"vm"`
+	Cgroup         string  `json:"cgroup"`
+	EntitlementMHz float64 `json:"entitlement_mhz"`
+	Reason         string  `json:"reason"`
+	DemandMHz      float64 `json:"demand_mhz"` // -1: unbounded
+	Weight         int     `json:"weight"`     // cpu.weight (v2)
+	Shares         int     `json:"shares"`     // cpu.shares (v1)
+	CPUMax         string  `json:"cpu_max"`    // "QUOTA PERIOD" or "max PERIOD"
+	UsedPct        float64 `json:"used_pct"`
+	ThrottledPct   float64 `json:"throttled_pct"` // throttled time per wall time
+	// ReadyPct is the ready-time analog: run-queue wait per wall time,
+	// summed over the VM's threads (esxtop's %RDY).
+	ReadyPct    float64 `json:"ready_pct"`
+	PressurePct float64 `json:"pressure_pct,omitempty"` // PSI "some", where the kernel has it
+	Err         string  `json:"error,omitempty"`
+}
+
+// deriveCPU lists the running VMs of the policy on host with their cgroup,
+// keeping the history of those already known.
+func deriveCPU(p *policy.Policy, host string, inv Inventory, old map[string]*cpuVM) ([]*cpuVM, error) {
+	names, err := inv.VMs()
+	if err != nil {
+		return nil, fmt.Errorf("inventory: %w", err)
+	}
+	running := map[string]bool{}
+	for _, n := range names {
+		running[n] = true
+	}
+	ci, _ := inv.(CgroupInventory)
+	var out []*cpuVM
+	for i := range p.VMs {
+		vm := &p.VMs[i]
+		if !running[vm.Name] || (vm.Host != "" && vm.Host != host) {
+			continue
+		}
+		g := ""
+		if ci != nil {
+			g, _ = ci.VMCgroup(vm.Name)
+		}
+		c := old[vm.Name]
+		if c == nil || c.group != g {
+			c = &cpuVM{group: g}
+		}
+		c.vm = vm
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// setCPU installs the CPU VMs of a new derivation: the groups of VMs that
+// are gone get the kernel's defaults back at the next Apply.
+func (a *Agent) setCPU(vms []*cpuVM) {
+	keep := map[string]bool{}
+	for _, c := range vms {
+		keep[c.group] = true
+	}
+	for _, c := range a.cpuVMs {
+		if c.group != "" && !keep[c.group] {
+			a.cpuGone[c.group] = c.vm.Name
+		}
+	}
+	for _, c := range vms {
+		delete(a.cpuGone, c.group)
+	}
+	a.cpuVMs = vms
+}
+
+func (a *Agent) cpuByName() map[string]*cpuVM {
+	m := map[string]*cpuVM{}
+	for _, c := range a.cpuVMs {
+		m[c.vm.Name] = c
+	}
+	return m
+}
+
+// measureCPU reads the counters of every controlled VM's cgroup.
+func (a *Agent) measureCPU() []CPUReading {
+	if a.cfg.Cgroups == nil {
+		return nil
+	}
+	var out []CPUReading
+	for _, c := range a.cpuVMs {
+		r := CPUReading{VM: c.vm.Name, Group: c.group}
+		if c.group == "" {
+			r.Err = fmt.Errorf("cpu %s: the inventory knows no cgroup for it", c.vm.Name)
+		} else if st, err := a.cfg.Cgroups.Stats(c.group); err != nil {
+			r.Err = fmt.Errorf("cpu %s: stats %s: %w", c.vm.Name, c.group, err)
+		} else {
+			r.Stats = st
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// decideCPU computes the VMs' rates from the readings, their demand (in
+// dynamic mode) and their settings (cpuctl.Derive over the host's cores ×
+// MHz), and the statistics. It does no I/O.
+func (a *Agent) decideCPU(m Measurement, d *Decision) {
+	if a.cfg.Cgroups == nil {
+		return
+	}
+	h := a.cfg.Policy.Host(a.cfg.Host)
+	hc := cpuctl.HostCPU{Cores: h.CPU.Cores, MHz: h.CPU.MHz}
+	if hc.Cores <= 0 || hc.MHz <= 0 {
+		d.CPUErr = fmt.Errorf("cpu: host %s has no cpu (cores, mhz) in the policy; CPU control is off", a.cfg.Host)
+		return
+	}
+	readings := map[string]CPUReading{}
+	for _, r := range m.CPU {
+		readings[r.VM] = r
+	}
+	vms := make([]cpuctl.VM, len(a.cpuVMs))
+	for i, c := range a.cpuVMs {
+		r, ok := readings[c.vm.Name]
+		if ok && r.Err == nil {
+			if c.have && m.NowNs > c.prevNs {
+				c.rates = r.Stats.Rates(c.prev, m.NowNs-c.prevNs)
+				c.addSample(m.NowNs, c.rates.UsedCores*float64(hc.MHz), c.rates.NrThrottled > 0)
+			}
+			c.prev, c.prevNs, c.have = r.Stats, m.NowNs, true
+		}
+		vms[i] = cpuctl.FromPolicy(c.vm)
+		if a.cfg.Dynamic {
+			vms[i].DemandMHz = c.demandMHz(m.NowNs, hc.MHz)
+		}
+	}
+	set := cpuctl.Derive(hc, vms)
+	d.Stats.CPUCapacityMHz = hc.CapacityMHz()
+	for i, c := range a.cpuVMs {
+		s := set[i]
+		c.entMHz = s.EntitlementMHz
+		if c.group != "" {
+			d.CPU = append(d.CPU, CPUAction{VM: c.vm.Name, Group: c.group, Setting: s})
+		}
+		st := CPUStat{VM: c.vm.Name, Cgroup: c.group, EntitlementMHz: math.Round(s.EntitlementMHz), Reason: s.Reason.String(),
+			DemandMHz: -1, Weight: s.Weight, Shares: s.Shares, CPUMax: s.CPUMax(),
+			UsedPct: round1(100 * c.rates.UsedCores), ThrottledPct: round1(100 * c.rates.ThrottledFrac),
+			ReadyPct: round1(c.rates.ReadyPct), PressurePct: round1(c.rates.PressurePct)}
+		if !math.IsInf(vms[i].DemandMHz, 1) {
+			st.DemandMHz = math.Round(vms[i].DemandMHz)
+		}
+		if r := readings[c.vm.Name]; r.Err != nil {
+			st.Err = r.Err.Error()
+			d.CPUErrs = append(d.CPUErrs, r.Err)
+		}
+		d.Stats.CPU = append(d.Stats.CPU, st)
+	}
+	gone := make([]string, 0, len(a.cpuGone))
+	for g := range a.cpuGone {
+		gone = append(gone, g)
+	}
+	sort.Strings(gone)
+	for _, g := range gone {
+		d.CPU = append(d.CPU, CPUAction{VM: a.cpuGone[g], Group: g, Setting: defaultSetting, Reset: true})
+	}
+}
+
+func round1(v float64) float64 { return math.Round(v*10) / 10 }
+
+// addSample records the MHz used in the interval ending at nowNs.
+func (c *cpuVM) addSample(nowNs int64, usedMHz float64, throttled bool) {
+	c.window = append(c.window, usedMHz)
+	c.windowNs = append(c.windowNs, nowNs)
+	for len(c.windowNs) > 0 && c.windowNs[0] <= nowNs-DemandWindowNs {
+		c.window, c.windowNs = c.window[1:], c.windowNs[1:]
+	}
+	if throttled || (c.entMHz > 0 && usedMHz >= SaturatedFraction*c.entMHz) {
+		c.satUntilNs = nowNs + DemandWindowNs
+	}
+}
+
+// demandMHz is the VM's CPU demand: unbounded before it was measured or
+// when it was recently saturated (or throttled), else Headroom × the most
+// it used in the window plus CPUHeadroomOfCore of a core. Derive keeps at
+// least the reservation.
+func (c *cpuVM) demandMHz(nowNs int64, coreMHz int) float64 {
+	if len(c.window) == 0 || nowNs < c.satUntilNs {
+		return alloc.Inf
+	}
+	used := 0.0
+	for _, v := range c.window {
+		used = max(used, v)
+	}
+	return Headroom*used + CPUHeadroomOfCore*float64(coreMHz)
+}
+
+// applyCPU reconciles each cgroup with its action and returns the number
+// of files written. A reset group that is gone (libvirt removes a stopped
+// VM's scope) or was reset is forgotten.
+func (a *Agent) applyCPU(d Decision) (int, error) {
+	if a.cfg.Cgroups == nil {
+		return 0, nil
+	}
+	errs := append([]error{d.CPUErr}, d.CPUErrs...)
+	n := 0
+	for _, act := range d.CPU {
+		w, err := a.cfg.Cgroups.Apply(act.Group, act.Setting)
+		n += len(w)
+		if act.Reset {
+			if err == nil || errors.Is(err, fs.ErrNotExist) {
+				delete(a.cpuGone, act.Group)
+				continue
+			}
+			errs = append(errs, fmt.Errorf("cpu %s stopped: resetting %s: %w", act.VM, act.Group, err))
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cpu %s: apply %s: %w", act.VM, act.Group, err))
+		}
+	}
+	return n, errors.Join(errs...)
+}
