@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"sluice/agent"
+	"sluice/cpuctl"
 	"sluice/lab"
 	"sluice/policy"
 )
@@ -24,7 +25,7 @@ func init() {
 
 func agentUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: sluice agent --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--libvirt-socket PATH]")
-	fmt.Fprintln(w, "                    [--interval 100ms] [--dynamic=true|false] [--once] [--netns NS]")
+	fmt.Fprintln(w, "                    [--interval 100ms] [--dynamic=true|false] [--cpu] [--once] [--netns NS]")
 	fmt.Fprintln(w, "       sluice agent status --host NAME [--policy FILE] [-o table|json]")
 	fmt.Fprintln(w, "       sluice agent uninstall --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--netns NS]")
 }
@@ -45,6 +46,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	once := fs.Bool("once", false, "apply the tree once and exit")
 	nsName := fs.String("netns", "", "network namespace of the host (default: sl-<cluster>-<host> when it exists, else the current one)")
 	stateDir := fs.String("state-dir", lab.DefaultStateDir, "directory of the statistics file")
+	cpu := fs.Bool("cpu", false, "also enforce the VMs' CPU reservations, shares and limits on their cgroups (docs/cpu.md)")
 	var src inventoryFlags
 	src.register(fs)
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || *file == "" || *interval <= 0 || !src.valid() {
@@ -75,9 +77,18 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return exitBad
 	}
 	defer closeInv()
+	var cgroups cpuctl.Cgroups
+	if *cpu {
+		tree, err := cpuctl.Detect("")
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice agent: --cpu: %s\n", labOneLine(err))
+			return exitBad
+		}
+		cgroups = tree
+	}
 	policies := make(chan *policy.Policy)
 	a, err := agent.New(agent.Config{Policy: p, Host: *host, Kernel: k, Inventory: inv, Dynamic: *dynamic,
-		RecordPath: agent.RecordPath(*stateDir, p.Cluster, *host), Policies: policies})
+		RecordPath: agent.RecordPath(*stateDir, p.Cluster, *host), Policies: policies, Cgroups: cgroups})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 		return exitBad
@@ -120,7 +131,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", line)
 	})
 	invErr := src.follow(ctx, inv, stop)
-	fmt.Fprintf(stderr, "sluice agent: host %s (netns %q, inventory %s), %d uplinks, dynamic=%v, interval %s\n", *host, ns, src.kind, len(a.Trees()), *dynamic, *interval)
+	fmt.Fprintf(stderr, "sluice agent: host %s (netns %q, inventory %s), %d uplinks, dynamic=%v, cpu=%v, interval %s\n", *host, ns, src.kind, len(a.Trees()), *dynamic, *cpu, *interval)
 	err = agent.Run(ctx, a, nil, agent.NowNs(), interval.Nanoseconds(), func(s agent.Stats, ch agent.Changes, err error) {
 		if werr := agent.WriteStats(*stateDir, s); werr != nil && werr.Error() != lastErr {
 			fmt.Fprintf(stderr, "sluice agent: stats: %v\n", werr)
@@ -196,7 +207,33 @@ func runAgentStatus(args []string, stdout, stderr io.Writer) int {
 		}
 		tw.Flush()
 	}
+	writeCPUStatus(stdout, s)
 	return exitOK
+}
+
+// writeCPUStatus prints the VMs' CPU (agent --cpu): what the agent set and
+// what each VM used over the last interval, in percent of one core.
+func writeCPUStatus(w io.Writer, s *agent.Stats) {
+	if len(s.CPU) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "cpu: %.0f MHz shared\n", s.CPUCapacityMHz)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "VM\tENTITLED MHz\tREASON\tWEIGHT\tSHARES\tCPU.MAX\tUSED %\tTHROTTLED %\tREADY %\tPSI %\t")
+	for _, c := range s.CPU {
+		psi := "-"
+		if c.PressurePct > 0 {
+			psi = fmt.Sprintf("%.1f", c.PressurePct)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%d\t%d\t%s\t%.1f\t%.1f\t%.1f\t%s\t\n", c.VM, c.EntitlementMHz, c.Reason, c.Weight, c.Shares,
+			c.CPUMax, c.UsedPct, c.ThrottledPct, c.ReadyPct, psi)
+	}
+	tw.Flush()
+	for _, c := range s.CPU {
+		if c.Err != "" {
+			fmt.Fprintln(w, c.Err)
+		}
+	}
 }
 
 // agentNetns is the network namespace the agent works in: --netns, else
