@@ -27,10 +27,12 @@ is a rate (2Gbps) or unlimited (the default); PORT is VM/NIC or HOST/CLASS.
 example:
   sluice alloc examples/netioc-fig2.yaml --demand vm2/nic0=1Gbps -o json`,
 
-	"explain": `usage: sluice explain FILE PORT [--demand PORT=RATE ...]
+	"explain": `usage: sluice explain FILE PORT [--demand PORT=RATE ...] [--cpu-mhz-per-gbps MHZ]
 
 Why a port (VM/NIC, HOST/CLASS) or a disk (VM/DISK) gets what it gets,
-level by level.
+level by level. For a vNIC it also says whether its VM's CPU entitlement
+can drive its network entitlement, at a CPU cost per Gbps sent (default
+129.4 MHz above 115 MHz, the simulator's seed-003 model).
 
 example:
   sluice explain examples/netioc-fig2.yaml vm1/nic0`,
