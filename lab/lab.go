@@ -34,7 +34,10 @@ type State struct {
 	Processes  []Process   `json:"processes"`
 	// Cgroups are the VMs' CPU cgroups (VMCgroup), relative to the root
 	// of the cgroup hierarchy; Down finds them by prefix too.
-	Cgroups  []string `json:"cgroups,omitempty"`
+	Cgroups []string `json:"cgroups,omitempty"`
+	// Domains are the libvirt domains of the lab's QEMU guests; Down
+	// finds them by prefix too.
+	Domains  []string `json:"domains,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
 }
 
@@ -55,6 +58,17 @@ type Options struct {
 	// subcommand; empty means no gateways are started (with a warning).
 	Gateway string
 	Log     io.Writer // progress and warnings; nil discards
+	// GuestTTL, when positive, makes each QEMU guest power itself off
+	// after that long (tests set it, so that a killed test leaves no
+	// guest running for long).
+	GuestTTL time.Duration
+	// KVM runs the guests with KVM (<domain type='kvm'>, host CPU)
+	// instead of TCG; TCG is the default because nested KVM does not run
+	// stock guests on the project's machines (../shared/lab-vms.md).
+	KVM bool
+	// GuestIPv6Only names VMs whose guests get no IPv4 address: they send
+	// IPv6 only (tests of classification at the vNIC).
+	GuestIPv6Only map[string]bool
 }
 
 // StatePath is the state file of a cluster's lab.
@@ -127,11 +141,26 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 	if err := checkTools(); err != nil {
 		return nil, err
 	}
+	if pl.HasGuests() {
+		if _, _, err := checkGuestTools(); err != nil {
+			return nil, err
+		}
+	}
+	if ds, err := ExistingDomains(p.Cluster); err != nil {
+		return nil, err
+	} else if len(ds) > 0 {
+		return nil, fmt.Errorf("lab %s is already up (%d libvirt domains, e.g. %s): run 'sluice lab down' first", p.Cluster, len(ds), ds[0])
+	}
 	logw := o.Log
 	if logw == nil {
 		logw = io.Discard
 	}
 	st = &State{Cluster: p.Cluster, Policy: o.PolicyFile, Namespaces: pl.Namespaces()}
+	for i, ns := range st.Namespaces {
+		if ns.Kind == policy.LabQemu {
+			st.Namespaces[i].Console = guestConsole(o.StateDir, p.Cluster, ns.Entity)
+		}
+	}
 	if err := writeState(o.StateDir, st); err != nil {
 		return nil, fmt.Errorf("state file: %w", err)
 	}
@@ -146,6 +175,12 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 	createCgroups(pl, st, logw)
 	if err := writeState(o.StateDir, st); err != nil {
 		return nil, err
+	}
+	// The guests boot while the servers start.
+	if pl.HasGuests() {
+		if err := startGuests(pl, st, o, logw); err != nil {
+			return nil, err
+		}
 	}
 	start := func(name, ns, logName string, args ...string) error {
 		pr, err := startIn(ns, o.StateDir, logName, args...)
@@ -195,6 +230,9 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 		if err := waitListening(d.Name, []int{NBDPort}, 10*time.Second); err != nil {
 			return nil, fmt.Errorf("nbdkit of %s: %w", d.Datastore, err)
 		}
+	}
+	if err := waitGuests(pl, o.StateDir, GuestBootTimeout); err != nil {
+		return nil, err
 	}
 	for _, h := range pl.Hosts {
 		dss := map[string]bool{}
@@ -295,7 +333,12 @@ func batch(lines []string) error {
 }
 
 func buildLinks(pl *Plan) error {
-	nss := pl.Namespaces()
+	var nss []Namespace
+	for _, ns := range pl.Namespaces() {
+		if ns.Kind != policy.LabQemu { // a guest is a domain, not a namespace
+			nss = append(nss, ns)
+		}
+	}
 	var l []string
 	for _, ns := range nss {
 		l = append(l, "netns add "+ns.Name)
@@ -340,6 +383,9 @@ func buildLinks(pl *Plan) error {
 		}
 	}
 	for _, v := range pl.VMs {
+		if v.Kind == policy.LabQemu {
+			continue // startGuests puts the guest's taps on the bridges
+		}
 		hostNS := pl.Prefix + v.Host
 		for _, n := range v.NICs {
 			l = append(l, veth(v.Name, n.Dev, hostNS, n.HostDev)...)
@@ -445,6 +491,14 @@ func Down(cluster, stateDir string) error {
 	}
 	var pids []int
 	nsSet := map[string]bool{}
+	// The guests go first: destroying one ends its QEMU and its taps.
+	var doms []string
+	if st != nil {
+		doms = st.Domains
+	}
+	if err := removeDomains(cluster, doms); err != nil {
+		errs = append(errs, err)
+	}
 	if st != nil {
 		for _, pr := range st.Processes {
 			if alive(pr) {
@@ -484,7 +538,7 @@ func Down(cluster, stateDir string) error {
 		errs = append(errs, err)
 	}
 	// Pid files and agent statistics of the cluster go too; logs stay.
-	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json"} {
+	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json", "lab-" + cluster + "-initrd"} {
 		m, _ := filepath.Glob(filepath.Join(stateDirOr(stateDir), pat))
 		for _, f := range m {
 			_ = os.Remove(f)
@@ -582,7 +636,12 @@ func GetStatus(cluster, stateDir string) (*Status, error) {
 	if st != nil {
 		s.Warnings = st.Warnings
 		for _, ns := range st.Namespaces {
-			s.Namespaces = append(s.Namespaces, NamespaceStat{Namespace: ns, Exists: ex[ns.Name]})
+			e := ex[ns.Name]
+			if ns.Kind == policy.LabQemu {
+				e = domainActive(ns.Name)
+				s.Up = s.Up || e
+			}
+			s.Namespaces = append(s.Namespaces, NamespaceStat{Namespace: ns, Exists: e})
 			seen[ns.Name] = true
 		}
 		for _, pr := range st.Processes {
@@ -594,7 +653,7 @@ func GetStatus(cluster, stateDir string) (*Status, error) {
 			s.Namespaces = append(s.Namespaces, NamespaceStat{Namespace: Namespace{Name: n, Role: "unknown"}, Exists: true})
 		}
 	}
-	s.Up = len(ex) > 0
+	s.Up = s.Up || len(ex) > 0
 	return s, nil
 }
 

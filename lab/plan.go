@@ -5,6 +5,10 @@
 // the uplink veths to the fabric, one namespace per VM whose vNIC is a veth on
 // its host's bridge, and one namespace per datastore running nbdkit.
 //
+// A VM with `lab: {kind: qemu}` is a real QEMU guest under libvirt instead
+// (qemu.go): the domain sl-<cluster>-<vm>, whose taps the lab moves onto its
+// host's bridge.
+//
 // Everything the lab creates is named with the prefix `sl-<cluster>-` (for
 // namespaces) or `sl-` (for links, which live only inside those namespaces)
 // and recorded in a state file, so that Down removes all of it, also after a
@@ -66,6 +70,11 @@ type Namespace struct {
 	Entity string     `json:"entity"` // host, VM or datastore name; "fabric"
 	Addrs  []Addr     `json:"addresses"`
 	Disks  []DiskPlan `json:"disks,omitempty"`
+	// Kind is policy.LabQemu for a VM that is a real QEMU guest: then
+	// Name is its libvirt domain, not a network namespace, and Console
+	// is its serial console's log.
+	Kind    string `json:"kind,omitempty"`
+	Console string `json:"console,omitempty"`
 }
 
 // Addr is an address of a device of a namespace.
@@ -108,6 +117,10 @@ type VMPlan struct {
 }
 
 // NICPlan is one vNIC: a veth from the VM namespace to a host bridge.
+//
+// For a QEMU guest (VMPlan.Kind policy.LabQemu), Dev is the guest's
+// ethN and HostDev its tap: libvirt creates the tap as Tap in the root
+// namespace, and the lab moves it into the host namespace as HostDev.
 type NICPlan struct {
 	Name      string // the policy's NIC name
 	Port      string // "VM/NIC"
@@ -117,8 +130,10 @@ type NICPlan struct {
 	Uplink    string // the policy's uplink name it sends through
 	IP        netip.Addr
 	IP6       netip.Addr // ULA, on the same device (PrefixLen6)
-	IperfPort int        // the iperf3 server for this vNIC in the fabric (IPv4 and IPv6)
+	IperfPort int        // the iperf3 server for this vNIC in the fabric (IPv4 and IPv6); a guest runs its own on this port too
 	GlobalIdx int
+	Tap       string // QEMU guests: the tap's name in the root namespace, "sl-t" + 8 hex digits
+	MAC       string // QEMU guests: the guest's MAC address
 }
 
 // DatastorePlan is a datastore namespace running nbdkit.
@@ -214,6 +229,10 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 		}
 		vp := VMPlan{VM: vm.Name, Host: vm.Host}
 		vp.Namespace = Namespace{Name: pre + vm.Name, Role: RoleVM, Entity: vm.Name}
+		guest := vm.Lab.Kind == policy.LabQemu
+		if guest {
+			vp.Kind = policy.LabQemu
+		}
 		for ni, n := range vm.NICs {
 			if k >= 250*200 {
 				return nil, fmt.Errorf("lab: too many vNICs")
@@ -229,6 +248,11 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 			np := NICPlan{Name: n.Name, Port: policy.PortName(vm.Name, n.Name),
 				Dev: fmt.Sprintf("sl-eth%d", ni), HostDev: fmt.Sprintf("sl-v%dn%d", vi, ni),
 				Bridge: up.Bridge, Uplink: up.Name, IP: ip, IP6: nicIP6(k), IperfPort: IperfBasePort + k, GlobalIdx: k}
+			if guest {
+				np.Dev = fmt.Sprintf("eth%d", ni)
+				np.Tap = tapName(p.Cluster, np.Port)
+				np.MAC = fmt.Sprintf("52:54:00:51:%02x:%02x", k>>8, k&0xff)
+			}
 			vp.NICs = append(vp.NICs, np)
 			vp.Addrs = append(vp.Addrs, Addr{Dev: np.Dev, IP: ip.String()})
 			k++

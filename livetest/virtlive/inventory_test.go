@@ -3,7 +3,7 @@
 // a missing piece fails the test with its reason. Everything a run creates
 // carries its ID: the domain sl-virtlive-ID, the bridge sl-vlbrID, the files
 // in $TMPDIR/sl-virtlive-ID-…; all are removed when the test ends, also
-// when it fails, and a guest powers itself off after 3 minutes.
+// when it fails, and a guest powers itself off after 3 minutes (sl.ttl).
 package virtlive
 
 import (
@@ -80,7 +80,7 @@ func domainXML(name, kernel, initrd, bridge, mac, console string) string {
     <type arch='x86_64' machine='pc'>hvm</type>
     <kernel>%s</kernel>
     <initrd>%s</initrd>
-    <cmdline>console=ttyS0 quiet panic=-1</cmdline>
+    <cmdline>console=ttyS0 quiet panic=-1 sl.ttl=180</cmdline>
   </os>
   <cpu mode='maximum' check='none'/>
   <on_poweroff>destroy</on_poweroff>
@@ -233,11 +233,11 @@ func TestInventoryFollowsDomain(t *testing.T) {
 
 	// A real guest: it boots the host's kernel and mounts the host's
 	// filesystem as its root.
-	bootAt, err := waitConsole(console, "sl-virtlive: root up", 40*time.Second)
+	bootAt, err := waitConsole(console, "sl-guest: root up", 40*time.Second)
 	if err != nil {
 		t.Fatalf("guest did not boot: %v", err)
 	}
-	t.Logf("guest up %v after create: %s", bootAt.Sub(t0).Round(time.Millisecond), lastLine(console, "sl-virtlive: root up"))
+	t.Logf("guest up %v after create: %s", bootAt.Sub(t0).Round(time.Millisecond), lastLine(console, "sl-guest: root up"))
 
 	if err := c.DomainDestroy(dom); err != nil {
 		t.Fatalf("DomainDestroy: %v", err)
