@@ -1,0 +1,696 @@
+package virtlive
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"sluice/agent"
+	"sluice/alloc"
+	"sluice/entitle"
+	"sluice/lab"
+	"sluice/policy"
+)
+
+// labPolicy is Fig. 2 step a at 3/10 scale with real guests: three QEMU
+// guests on one host whose uplink is 300 Mbps (three TCG guests share the
+// machine's 2 vCPUs; together they can drive a few hundred Mbps), equal
+// shares, vm1 reserving 225 Mbps (75%, as 750 of 1000 in the seed).
+const labPolicy = `cluster: %s
+hosts:
+  - name: h1
+    uplinks: [{name: up0, speed: 300Mbps}]
+trafficClasses:
+  vm: {shares: normal, reservation: 225Mbps}
+vms:
+  - {name: vm1, host: h1, lab: {kind: qemu}, nics: [{name: nic0, shares: normal, reservation: 225Mbps}]}
+  - {name: vm2, host: h1, lab: {kind: qemu}, nics: [{name: nic0, shares: normal}]}
+  - {name: vm3, host: h1, lab: {kind: qemu}, nics: [{name: nic0, shares: normal}]}
+`
+
+// ipv6Guest is the guest that gets no IPv4 address: it sends IPv6 only.
+const ipv6Guest = "vm3"
+
+// guestLab is a lab of real guests brought up for one test.
+type guestLab struct {
+	t        *testing.T
+	p        *policy.Policy
+	plan     *lab.Plan
+	stateDir string
+}
+
+// TestLabGuests brings up a lab whose three VMs are QEMU guests under the
+// real libvirtd (`lab: {kind: qemu}`), checks what `lab status` and the
+// inventory say of them, and then:
+//
+//   - Fig. 2 step a: with the uplink's usable rate measured first (static
+//     tree, the three guests sending together), the agent in dynamic mode
+//     holds each guest's received rate within 5% of alloc's entitlement
+//     (median of the judged seconds, judged as livetest/netlive does:
+//     every class backlogged, no receiver behind, the link full);
+//   - IPv6: vm3 has no IPv4 address; limited to 60 Mbps next to vm2 (IPv4,
+//     also 60 Mbps), both stay within 5% of the limit.
+//
+// `lab down` then leaves no domain, tap or namespace of the cluster.
+func TestLabGuests(t *testing.T) {
+	l := upGuestLab(t)
+	ports := []string{"vm1/nic0", "vm2/nic0", "vm3/nic0"}
+
+	usable := l.measureUsable(ports)
+	p := l.withUsable(usable)
+	want := entitlements(p, "h1", usable, append([]string{"h1/vm"}, ports...)...)
+	func() {
+		_, stop := l.runAgent(p, true)
+		defer stop()
+		res := l.judged(ports, usable, dynamicS, dynamicWarmupS, func() []result { return l.runFlows(dynamicS, ports...) })
+		for _, r := range res {
+			got := r.median(dynamicWarmupS)
+			t.Logf("dynamic %s per second (Mbps): %s; median %s, entitled %s (%+.1f%%)", r.Name, r.series(), mbps(got), mbps(want[r.Name]), 100*relErr(got, want[r.Name]))
+			if e := relErr(got, want[r.Name]); math.Abs(e) > 0.05 {
+				t.Errorf("%s: got %s Mbps, entitled %s Mbps: error %+.1f%% exceeds ±5%%", r.Name, mbps(got), mbps(want[r.Name]), 100*e)
+			}
+		}
+	}()
+
+	// Limits: vm2 (IPv4) and vm3 (IPv6 only), 60 Mbps each, together.
+	q := *p
+	q.VMs = append([]policy.VM(nil), p.VMs...)
+	for i := range q.VMs {
+		if q.VMs[i].Name == "vm2" || q.VMs[i].Name == "vm3" {
+			q.VMs[i].NICs = append([]policy.NIC(nil), q.VMs[i].NICs...)
+			q.VMs[i].NICs[0].Limit = 60e6
+		}
+	}
+	_, stop := l.runAgent(&q, true)
+	defer stop()
+	for _, r := range l.runFlows(8, "vm2/nic0", "vm3/nic0") {
+		got := r.mean(warmupS)
+		fam := "IPv4"
+		if strings.HasPrefix(r.Name, ipv6Guest+"/") {
+			fam = "IPv6 only"
+		}
+		t.Logf("%s (%s) limited to 60 Mbps: mean %s Mbps, per second %s", r.Name, fam, mbps(got), r.series())
+		if math.Abs(relErr(got, 60e6)) > 0.05 {
+			t.Errorf("%s (%s): mean %s Mbps, want 57–63 (its 60 Mbps limit ±5%%)", r.Name, fam, mbps(got))
+		}
+	}
+}
+
+// upGuestLab brings the lab of labPolicy up with a fresh cluster name and
+// registers its removal (also when the test fails); guests power
+// themselves off after 5 minutes in any case.
+func upGuestLab(t *testing.T) *guestLab {
+	t.Helper()
+	preflight(t)
+	for _, tool := range []string{"iperf3", "sockperf", "nbdkit", "tc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found: run scripts/deps.sh", tool)
+		}
+	}
+	cluster := "vg" + randHex(2)
+	dir, err := os.MkdirTemp("", "sl-"+cluster+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	file := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(file, []byte(fmt.Sprintf(labPolicy, cluster)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := lab.NewPlan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lab.Down(p.Cluster, dir); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+		if left := lab.Existing(p.Cluster); len(left) > 0 {
+			t.Errorf("lab down left namespaces: %v", left)
+		}
+		if left, err := lab.ExistingDomains(p.Cluster); err != nil || len(left) > 0 {
+			t.Errorf("lab down left domains: %v (%v)", left, err)
+		}
+		for _, v := range pl.VMs {
+			for _, n := range v.NICs {
+				if _, err := os.Stat("/sys/class/net/" + n.Tap); err == nil {
+					t.Errorf("lab down left tap %s in the root namespace", n.Tap)
+				}
+			}
+		}
+	})
+	t0 := time.Now()
+	if _, err := lab.Up(p, lab.Options{StateDir: dir, PolicyFile: file, GuestTTL: 5 * time.Minute,
+		GuestIPv6Only: map[string]bool{ipv6Guest: true}}); err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	t.Logf("lab up with %d guests in %v", len(pl.VMs), time.Since(t0).Round(100*time.Millisecond))
+	for _, v := range pl.VMs {
+		t.Logf("%s: %s", v.VM, lastLine(filepath.Join(dir, "lab-"+p.Cluster+"-guest-"+v.VM+".log"), "sl-guest: ready"))
+	}
+
+	st, err := lab.GetStatus(p.Cluster, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guests := 0
+	for _, ns := range st.Namespaces {
+		if ns.Kind == policy.LabQemu {
+			guests++
+			if !ns.Exists || ns.Role != lab.RoleVM {
+				t.Errorf("status: guest %+v, want role vm, running", ns)
+			}
+		}
+	}
+	if guests != 3 || !st.Up {
+		t.Errorf("status lists %d running guests (up %v), want 3", guests, st.Up)
+	}
+	inv, err := pl.Inventory("h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := pl.Host("h1").Name
+	for port, m := range inv.VNICs {
+		n := pl.NIC(port)
+		out, err := lab.Exec(context.Background(), host, "cat", "/sys/class/net/"+m.HostDev+"/tun_flags")
+		master, _ := lab.Exec(context.Background(), host, "readlink", "/sys/class/net/"+m.HostDev+"/master")
+		if err != nil || filepath.Base(strings.TrimSpace(string(master))) != n.Bridge {
+			t.Errorf("%s: HostDev %s in %s: tun_flags %q (%v), master %q, want a tap on %s", port, m.HostDev, host, out, err, master, n.Bridge)
+		}
+	}
+	return &guestLab{t: t, p: p, plan: pl, stateDir: dir}
+}
+
+// runAgent starts the agent of h1 in this process for p with the lab's
+// inventory; it returns after the first step installed the tree.
+func (l *guestLab) runAgent(p *policy.Policy, dynamic bool) (*agent.Agent, func()) {
+	t := l.t
+	t.Helper()
+	k, err := agent.NewNetlinkKernel(l.plan.Host("h1").Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := l.plan.Inventory("h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Policy: p, Host: "h1", Kernel: k, Inventory: inv, Dynamic: dynamic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Step(agent.NowNs()); err != nil {
+		t.Fatalf("agent first step: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var mu sync.Mutex
+	var lastErr error
+	go func() {
+		defer close(done)
+		_ = agent.Run(ctx, a, nil, agent.NowNs(), (100 * time.Millisecond).Nanoseconds(), func(_ agent.Stats, _ agent.Changes, err error) {
+			if err != nil {
+				mu.Lock()
+				lastErr = err
+				mu.Unlock()
+			}
+		})
+	}()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			k.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			if lastErr != nil {
+				t.Errorf("agent step failed: %v", lastErr)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return a, stop
+}
+
+// withUsable returns a copy of the policy whose uplinks have the measured
+// usable rate.
+func (l *guestLab) withUsable(usable float64) *policy.Policy {
+	q := *l.p
+	q.Hosts = append([]policy.Host(nil), l.p.Hosts...)
+	for i := range q.Hosts {
+		q.Hosts[i].Uplinks = append([]policy.Uplink(nil), q.Hosts[i].Uplinks...)
+		for j := range q.Hosts[i].Uplinks {
+			q.Hosts[i].Uplinks[j].Usable = policy.Bps(usable)
+		}
+	}
+	return &q
+}
+
+// measureUsable: the ports' flows together for 10 s under a static tree;
+// the upper quartile of their summed rates in the judged seconds (the
+// link full by MinCarried of what full segments carry at line rate).
+func (l *guestLab) measureUsable(ports []string) float64 {
+	_, stop := l.runAgent(l.p, false)
+	defer stop()
+	maxBps := agent.MaxPayloadBps(l.p.Host("h1").Uplinks[0].Speed)
+	res := l.judged(ports, maxBps, 10, 3, func() []result { return l.runFlows(10, ports...) })
+	sums := judgedSums(res, 3)
+	sort.Float64s(sums)
+	u := sums[len(sums)*3/4]
+	l.t.Logf("usable rate (three guests together, static tree, 300 Mbps HTB root): %s Mbps (upper quartile of the judged seconds %s; full segments could carry %s)",
+		mbps(u), mbpsList(sums), mbps(maxBps))
+	return u
+}
+
+// guestDst is the address the fabric's client reaches a port's guest at.
+func (l *guestLab) guestDst(port string) string {
+	n := l.plan.NIC(port)
+	if strings.HasPrefix(port, ipv6Guest+"/") {
+		return n.IP6.String()
+	}
+	return n.IP.String()
+}
+
+// GuestTCP is the congestion control of the guests' senders (CUBIC, as in
+// livetest/netlive; the guest's kernel applies it on iperf3's request).
+const GuestTCP = "cubic"
+
+// result is the receiver's per-second rates of one flow, in bits/s, and
+// the seconds that were not judged.
+type result struct {
+	Name      string
+	Intervals []float64
+	Short     []bool
+}
+
+// runFlows has each port's guest send for durS seconds: the iperf3 client
+// in the fabric asks the guest's server to send (-R) and counts what it
+// receives.
+func (l *guestLab) runFlows(durS int, ports ...string) []result {
+	t := l.t
+	t.Helper()
+	out := make([]result, len(ports))
+	errs := make([]error, len(ports))
+	var wg sync.WaitGroup
+	for i, port := range ports {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			args := []string{"iperf3", "-c", l.guestDst(port), "-p", strconv.Itoa(l.plan.NIC(port).IperfPort), "-R",
+				"-t", strconv.Itoa(durS), "-J", "-C", GuestTCP}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(durS+30)*time.Second)
+			defer cancel()
+			var b []byte
+			var err error
+			for try := 0; ; try++ {
+				b, err = lab.Exec(ctx, l.plan.Fabric.Name, args...)
+				var j struct {
+					Error string `json:"error"`
+				}
+				_ = json.Unmarshal(b, &j)
+				if err == nil && j.Error != "" {
+					err = errors.New(j.Error)
+				}
+				// After a test the guest's server listens again a moment
+				// later (refused), or is still busy with the last client.
+				if err == nil || try == 10 || !retryable(err) {
+					break
+				}
+				time.Sleep(300 * time.Millisecond)
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %v %s", port, err, tailOf(string(b)))
+				return
+			}
+			var j struct {
+				Intervals []struct {
+					Sum struct {
+						Seconds       float64 `json:"seconds"`
+						BitsPerSecond float64 `json:"bits_per_second"`
+					} `json:"sum"`
+				} `json:"intervals"`
+			}
+			if err := json.Unmarshal(b, &j); err != nil {
+				errs[i] = fmt.Errorf("%s: iperf3 output: %v", port, err)
+				return
+			}
+			r := result{Name: port}
+			for _, iv := range j.Intervals {
+				if iv.Sum.Seconds >= 0.5 {
+					r.Intervals = append(r.Intervals, iv.Sum.BitsPerSecond)
+				}
+			}
+			out[i] = r
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func tailOf(s string) string {
+	if len(s) > 300 {
+		return s[len(s)-300:]
+	}
+	return s
+}
+
+// The judgement of seconds is livetest/netlive's (queues_test.go), kept
+// small here: a second counts when every port's HTB class had packets
+// waiting in ≥ MinBacklogged of the 20-ms samples of it and of the next
+// second (an iperf3 interval overlaps both), no receiver moved more than
+// MaxShift of its bytes into the next second (unread bytes on its socket),
+// and the flows together carried ≥ MinCarried of the usable rate. A run
+// with fewer than half its seconds after warm-up judged is measured again,
+// up to maxTries times: the machine (2 vCPUs shared by three TCG guests,
+// the agent and the receivers) was short of CPU.
+const (
+	MinBacklogged    = 0.95
+	MaxShift         = 0.10
+	MinCarried       = 0.97
+	queueSampleEvery = 20 * time.Millisecond
+	maxTries         = 3
+	warmupS          = 4
+	// The dynamic run is longer and its first seconds are left out
+	// longer than in livetest/netlive: with three TCG guests on 2 vCPUs
+	// the agent converged 4–6 s after the flows started (2026-11-24).
+	dynamicS       = 14
+	dynamicWarmupS = 6
+)
+
+type second struct {
+	samples int
+	busy    map[string]int
+	unread  map[string]uint32
+}
+
+// watch samples the ports' classes on h1's uplink and their receivers in
+// the fabric until the returned function is called.
+func (l *guestLab) watch(ports []string) func() []second {
+	t := l.t
+	t.Helper()
+	inv, err := l.plan.Inventory("h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trees, err := agent.Build(entitle.Derive(l.p, entitle.Live{}).HostUplinks("h1"), inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[agent.Handle]string{}
+	for _, n := range trees[0].Nodes {
+		for _, p := range ports {
+			if n.Name == p {
+				ids[n.ID] = p
+			}
+		}
+	}
+	k, err := agent.NewNetlinkKernel(l.plan.Host("h1").Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fns, err := netns.GetFromName(l.plan.Fabric.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	diag, err := netlink.NewHandleAt(fns, unix.NETLINK_INET_DIAG)
+	fns.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPort := map[uint16]string{}
+	for _, p := range ports {
+		byPort[uint16(l.plan.NIC(p).IperfPort)] = p
+	}
+	var secs []second
+	var readErr error
+	quit, done := make(chan struct{}), make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		defer k.Close()
+		defer diag.Close()
+		tick := time.NewTicker(queueSampleEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case now := <-tick.C:
+				cs, err := k.Classes(trees[0].Dev)
+				if err != nil {
+					readErr = err
+					return
+				}
+				for b := int(now.Sub(start) / time.Second); len(secs) <= b; {
+					secs = append(secs, second{busy: map[string]int{}})
+				}
+				sec := &secs[len(secs)-1]
+				sec.samples++
+				for _, c := range cs {
+					if p, ok := ids[c.ID]; ok && c.Queued > 0 {
+						sec.busy[p]++
+					}
+				}
+				if sec.samples > 1 {
+					continue
+				}
+				sec.unread = map[string]uint32{}
+				for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
+					socks, err := diag.SocketDiagTCP(fam)
+					if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+						readErr = err
+						return
+					}
+					for _, sk := range socks {
+						// The receivers are the fabric's clients: their
+						// peer port is the guest's server.
+						if p, ok := byPort[sk.ID.DestinationPort]; ok && sk.State == 1 {
+							sec.unread[p] += sk.RQueue
+						}
+					}
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	stop := func() []second {
+		once.Do(func() { close(quit); <-done })
+		if readErr != nil {
+			t.Fatalf("watch: %v", readErr)
+		}
+		return secs
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// judged runs a saturating measurement of durS seconds and marks its
+// unjudged seconds (see above); it measures again when fewer than half the
+// seconds after warm-up count.
+func (l *guestLab) judged(ports []string, usable float64, durS, fromS int, run func() []result) []result {
+	t := l.t
+	t.Helper()
+	ok := func(secs []second, b int) bool {
+		if b >= len(secs) || secs[b].samples < int(time.Second/queueSampleEvery)/2 {
+			return false
+		}
+		for _, p := range ports {
+			if float64(secs[b].busy[p]) < MinBacklogged*float64(secs[b].samples) {
+				return false
+			}
+		}
+		return true
+	}
+	for try := 1; ; try++ {
+		stop := l.watch(ports)
+		res := run()
+		secs := stop()
+		n := 0
+		for _, r := range res {
+			n = max(n, len(r.Intervals))
+		}
+		short := make([]bool, n)
+		starved, lag, thin, judged := 0, 0, 0, 0
+		for i := range short {
+			sum, behind := 0.0, false
+			for _, r := range res {
+				if i < len(r.Intervals) {
+					sum += r.Intervals[i]
+					for b := i; b <= i+1 && b+1 < len(secs); b++ {
+						d := math.Abs(float64(secs[b+1].unread[r.Name]) - float64(secs[b].unread[r.Name]))
+						behind = behind || d > MaxShift*r.Intervals[i]/8
+					}
+				}
+			}
+			switch {
+			case !ok(secs, i) || i+1 >= n || !ok(secs, i+1):
+				// (The last interval ends with the flows: iperf3 reports
+				// what its receiver read up to then, not one second's worth.)
+				short[i] = true
+				starved++
+			case behind:
+				short[i] = true
+				lag++
+			case sum < MinCarried*usable:
+				short[i] = true
+				thin++
+			}
+			if !short[i] && i >= fromS {
+				judged++
+			}
+		}
+		for i := range res {
+			res[i].Short = short
+		}
+		var b strings.Builder
+		for _, r := range res {
+			busy, all := 0, 0
+			for _, sec := range secs[:min(n, len(secs))] {
+				busy += sec.busy[r.Name]
+				all += sec.samples
+			}
+			fmt.Fprintf(&b, "\n  %s per second: %s (packets waiting in %.0f%% of the samples)", r.Name, r.series(), 100*float64(busy)/float64(max(all, 1)))
+		}
+		why := fmt.Sprintf("%d of %d seconds judged after %d s warm-up; not judged (of all %d): %d with a class not backlogged, %d with a receiver behind, %d with the link under %.0f%% of %s Mbps",
+			judged, n-fromS, fromS, n, starved, lag, thin, 100*MinCarried, mbps(usable))
+		if judged >= (durS-fromS+1)/2 {
+			t.Logf("%s", why)
+			return res
+		}
+		if try == maxTries {
+			t.Fatalf("%d runs in a row, the machine could not drive three guests: %s (in parentheses the seconds not judged):%s", maxTries, why, b.String())
+		}
+		t.Logf("run %d: %s; measuring again:%s", try, why, b.String())
+	}
+}
+
+func judgedSums(res []result, from int) []float64 {
+	var sums []float64
+	for i := from; len(res) > 0 && i < len(res[0].Intervals); i++ {
+		if res[0].Short[i] {
+			continue
+		}
+		s := 0.0
+		for _, r := range res {
+			if i < len(r.Intervals) {
+				s += r.Intervals[i]
+			}
+		}
+		sums = append(sums, s)
+	}
+	return sums
+}
+
+// entitlements are alloc's entitlements (payload bits/s) of the ports of
+// host's first uplink on capacity usable with the active ones backlogged.
+func entitlements(p *policy.Policy, host string, usable float64, active ...string) map[string]float64 {
+	u := entitle.Derive(p, entitle.Live{}).HostUplinks(host)[0]
+	u.UsableBps = usable
+	n := entitle.NewNet(&entitle.Desired{Uplinks: []entitle.UplinkSpec{u}})
+	on := map[string]bool{}
+	for _, a := range active {
+		on[a] = true
+	}
+	for _, pt := range n.Ports {
+		pt.Node.Demand = 0
+		if on[pt.Name] {
+			pt.Node.Demand = alloc.Inf
+		}
+	}
+	n.Compute()
+	out := map[string]float64{}
+	for _, pt := range n.Ports {
+		out[pt.Name] = pt.AllocBps()
+	}
+	return out
+}
+
+func (r result) median(from int) float64 {
+	var v []float64
+	for i := from; i < len(r.Intervals); i++ {
+		if i >= len(r.Short) || !r.Short[i] {
+			v = append(v, r.Intervals[i])
+		}
+	}
+	sort.Float64s(v)
+	if len(v) == 0 {
+		return 0
+	}
+	return v[len(v)/2]
+}
+
+func (r result) mean(from int) float64 {
+	if from >= len(r.Intervals) {
+		return 0
+	}
+	s := 0.0
+	for _, v := range r.Intervals[from:] {
+		s += v
+	}
+	return s / float64(len(r.Intervals)-from)
+}
+
+func (r result) series() string {
+	var parts []string
+	for i, v := range r.Intervals {
+		if i < len(r.Short) && r.Short[i] {
+			parts = append(parts, fmt.Sprintf("(%.0f)", v/1e6))
+		} else {
+			parts = append(parts, fmt.Sprintf("%.0f", v/1e6))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func mbps(v float64) string { return fmt.Sprintf("%.1f", v/1e6) }
+
+func mbpsList(v []float64) string {
+	var parts []string
+	for _, x := range v {
+		parts = append(parts, fmt.Sprintf("%.0f", x/1e6))
+	}
+	return strings.Join(parts, " ")
+}
+
+func relErr(got, want float64) float64 {
+	if want == 0 {
+		return math.Inf(1)
+	}
+	return (got - want) / want
+}
+
+// retryable tells an iperf3 error of a guest's server that is still
+// finishing its last test (TCG guests take a moment to listen again):
+// refused, busy, or the control connection reset.
+func retryable(err error) bool {
+	for _, s := range []string{"refused", "busy", "reset by peer"} {
+		if strings.Contains(err.Error(), s) {
+			return true
+		}
+	}
+	return false
+}
