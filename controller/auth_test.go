@@ -21,6 +21,7 @@ var routes = []struct{ method, path, body string }{
 	{"GET", "/v1/events", ""},
 	{"GET", "/v1/decisions", ""},
 	{"POST", "/v1/set", `{"changes":["vm1/nic0.reservation=1Gbps"]}`},
+	{"POST", "/v1/decisions/1/approve", `{}`},
 	{"GET", "/v1/explain?port=vm1/nic0", ""},
 	{"POST", "/v1/vms/vm3/power-on", `{}`},
 	{"POST", "/v1/vms/vm2/migrate", `{"to":"h2"}`},

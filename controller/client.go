@@ -167,10 +167,16 @@ func (c *Client) PowerOn(ctx context.Context, vm string, req PowerOnRequest) (Re
 	return r, c.do(ctx, "POST", "/v1/vms/"+url.PathEscape(vm)+"/power-on", req, &r)
 }
 
-// Migrate records a migration.
+// Migrate moves a VM (the agents carry it out).
 func (c *Client) Migrate(ctx context.Context, vm string, req MigrateRequest) (Result, error) {
 	var r Result
 	return r, c.do(ctx, "POST", "/v1/vms/"+url.PathEscape(vm)+"/migrate", req, &r)
+}
+
+// Approve carries out a recommended decision.
+func (c *Client) Approve(ctx context.Context, seq int64, reason string) (Result, error) {
+	var r Result
+	return r, c.do(ctx, "POST", fmt.Sprintf("/v1/decisions/%d/approve", seq), ApproveRequest{Reason: reason}, &r)
 }
 
 // Register registers host with its first report and returns its lease.

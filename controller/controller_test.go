@@ -322,16 +322,22 @@ func TestMigrate(t *testing.T) {
 		t.Fatalf("migrate: %+v %v", r, err)
 	}
 	ds, _ := f.cl.Decisions(f.ctx)
-	if len(ds) != 1 || ds[0].Status != "pending" || ds[0].From != "h1" || ds[0].To != "h2" {
+	if len(ds) != 1 || ds[0].Status != "moving" || ds[0].From != "h1" || ds[0].To != "h2" {
 		t.Fatalf("decisions %+v", ds)
 	}
-	if f.vm("vm2").Host != "h1" {
-		t.Fatal("migrate moved the VM before an agent did")
+	// The placement changes at once: both hosts' desired states say so.
+	if f.vm("vm2").Host != "h2" {
+		t.Fatal("migrate did not move the VM's placement")
+	}
+	d1, _ := f.cl.WatchDesired(f.ctx, "h1", 0, 0)
+	d2, _ := f.cl.WatchDesired(f.ctx, "h2", 0, 0)
+	if jsonOf(d1.VMs, d2.VMs) != jsonOf([]string{"vm1", "vm3"}, []string{"vm2"}) {
+		t.Fatalf("desired VMs: %v %v", d1.VMs, d2.VMs)
 	}
 	for _, tc := range []struct {
 		vm, to string
 		want   int
-	}{{"vm2", "h1", 409}, {"vm2", "h9", 404}, {"vm9", "h2", 404}} {
+	}{{"vm2", "h2", 409}, {"vm2", "h9", 404}, {"vm9", "h2", 404}} {
 		if _, err := f.cl.Migrate(f.ctx, tc.vm, MigrateRequest{To: tc.to}); StatusOf(err) != tc.want {
 			t.Errorf("migrate %s to %s: %v, want %d", tc.vm, tc.to, err, tc.want)
 		}

@@ -123,6 +123,9 @@ func (c *Controller) Register(ctx context.Context, host string, r Report) (Lease
 	if err := c.putReport(ctx, host, int64(g.ID), r); err != nil {
 		return Lease{}, err
 	}
+	if err := c.finishMoves(ctx, host, r.VMs); err != nil {
+		return Lease{}, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, err := c.load(ctx); err == nil {
@@ -176,7 +179,10 @@ func (c *Controller) Report(ctx context.Context, host string, lease int64, r Rep
 	if err := c.Heartbeat(ctx, host, lease); err != nil {
 		return err
 	}
-	return c.putReport(ctx, host, lease, r)
+	if err := c.putReport(ctx, host, lease, r); err != nil {
+		return err
+	}
+	return c.finishMoves(ctx, host, r.VMs)
 }
 
 // MaxWatch bounds the wait of one WatchDesired.
@@ -227,7 +233,7 @@ func (c *Controller) desiredFrom(ctx context.Context, host string, kvs []*mvccKV
 		if st.p != nil && st.p.Host(host) == nil {
 			return DesiredHost{}, apiErr(http.StatusNotFound, "no host %q in the policy", host)
 		}
-		return DesiredHost{Host: host, Uplinks: []WireUplink{}, Disks: []WireDisk{}}, nil
+		return DesiredHost{Host: host, VMs: []string{}, Uplinks: []WireUplink{}, Disks: []WireDisk{}}, nil
 	}
 	var d DesiredHost
 	if err := json.Unmarshal(kvs[0].Value, &d); err != nil {

@@ -33,7 +33,7 @@ func TestOpenAPI(t *testing.T) {
 			continue
 		}
 		p, _, _ := strings.Cut(r.path, "?")
-		p = strings.NewReplacer("/vms/vm3/", "/vms/{vm}/", "/vms/vm2/", "/vms/{vm}/", "/hosts/h1/", "/hosts/{host}/").Replace(p)
+		p = strings.NewReplacer("/vms/vm3/", "/vms/{vm}/", "/vms/vm2/", "/vms/{vm}/", "/hosts/h1/", "/hosts/{host}/", "/decisions/1/", "/decisions/{seq}/").Replace(p)
 		served = append(served, r.method+" "+p)
 	}
 	sort.Strings(described)

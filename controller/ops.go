@@ -178,10 +178,10 @@ func (c *Controller) Set(ctx context.Context, req SetRequest) (Result, error) {
 	var decs []Decision
 	if len(faults) > 0 {
 		r := placement.Plan(p, place, placement.Demand{}, placement.Options{Threshold: 1, Changed: changed})
-		for _, d := range r.Moves() {
-			decs = append(decs, Decision{VM: d.VM, From: d.From, To: d.To, Status: "recommended", Reason: d.Why})
-			evs = append(evs, Event{Kind: "recommend", Subject: d.VM, Message: fmt.Sprintf("move %s from %s to %s (not carried out yet)", d.VM, d.From, d.To), Reason: d.Why})
-		}
+		st.place = clonePlace(place)
+		var mevs []Event
+		decs, mevs = c.plannedMoves(r.Moves(), st.place)
+		evs = append(evs, mevs...)
 	}
 	evs, err = c.commit(ctx, old, st, evs, decs)
 	if err != nil {
@@ -309,9 +309,9 @@ func mustParse(spec string) placement.Change {
 	return ch
 }
 
-// Migrate records the decision to move a running VM to another host where
-// its reservations fit. The move is not carried out yet: the decision
-// stays pending (docs/controller.md).
+// Migrate moves a running VM to another host where its reservations fit:
+// its placement changes at once and the agents carry the move out (the
+// decision is moving, then done when the destination reports the VM).
 func (c *Controller) Migrate(ctx context.Context, vm string, req MigrateRequest) (Result, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -342,13 +342,15 @@ func (c *Controller) Migrate(ctx context.Context, vm string, req MigrateRequest)
 		_, _ = c.commit(ctx, old, &state{doc: old.doc, p: old.p, place: old.place}, []Event{ev}, nil)
 		return Result{}, apiErr(http.StatusConflict, "migrate %s refused: %s", vm, re.Reason)
 	}
-	st := &state{p: old.p, doc: old.doc, place: old.place}
-	decs := []Decision{{VM: vm, From: from, To: req.To, Status: "pending", Reason: reason}}
-	evs := []Event{{Kind: "migrate", Subject: vm, Message: fmt.Sprintf("move %s from %s to %s recorded (pending: not carried out yet)", vm, from, req.To), Reason: reason}}
+	st := &state{p: old.p, doc: old.doc, place: clonePlace(old.place)}
+	st.place[vm] = req.To
+	decs := []Decision{{VM: vm, From: from, To: req.To, Status: "moving", Reason: reason}}
+	evs := []Event{{Kind: "migrate", Subject: vm, Message: fmt.Sprintf("moving %s from %s to %s", vm, from, req.To), Reason: reason}}
 	evs, err = c.commit(ctx, old, st, evs, decs)
 	if err != nil {
 		return Result{}, err
 	}
+	c.noteMove(vm, from, req.To)
 	return Result{Revision: st.doc.Revision, Events: evs}, nil
 }
 

@@ -30,6 +30,7 @@ func Handler(c *Controller, tokens *Tokens, errLog *log.Logger) http.Handler {
 	mux.HandleFunc("GET /v1/events", s.getEvents)
 	mux.HandleFunc("GET /v1/decisions", s.getDecisions)
 	mux.HandleFunc("POST /v1/set", s.set)
+	mux.HandleFunc("POST /v1/decisions/{seq}/approve", s.approve)
 	mux.HandleFunc("GET /v1/explain", s.explain)
 	mux.HandleFunc("POST /v1/vms/{vm}/power-on", s.powerOn)
 	mux.HandleFunc("POST /v1/vms/{vm}/migrate", s.migrate)
@@ -173,6 +174,23 @@ func (s *server) set(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.c.Set(r.Context(), req)
+	s.reply(w, res, err)
+}
+
+func (s *server) approve(w http.ResponseWriter, r *http.Request) {
+	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
+	if err != nil || seq <= 0 {
+		s.reply(w, nil, apiErr(http.StatusBadRequest, "decision %q: want its number", r.PathValue("seq")))
+		return
+	}
+	var req ApproveRequest
+	if r.ContentLength != 0 {
+		if err := decode(r, &req); err != nil {
+			s.reply(w, nil, err)
+			return
+		}
+	}
+	res, err := s.c.Approve(r.Context(), seq, req.Reason)
 	s.reply(w, res, err)
 }
 

@@ -33,6 +33,14 @@ type Config struct {
 	ChooseHosts bool
 	// HostTTLSeconds is the lease of a registered host; 0 means 10.
 	HostTTLSeconds int64
+	// DRS says what becomes of placement's repairs and rebalancing moves:
+	// DRSManual (the default) records them as recommended decisions that
+	// Approve carries out; DRSAutomatic carries them out at once.
+	DRS DRSMode
+	// RebalanceThreshold is placement's migration threshold of the
+	// periodic pass (RunDRS): 1 repairs faults only, 2..5 also rebalance,
+	// more and more eagerly; 0 means 1.
+	RebalanceThreshold int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -44,6 +52,9 @@ type Controller struct {
 	cfg   Config
 	mu    sync.Mutex // serializes changes
 	cache *state     // the last state read; its policy is reused while its revision holds
+	// history is each VM's last migration carried out by this process,
+	// so that rebalancing never undoes itself (placement.Options.History).
+	history map[string]placement.LastMove
 }
 
 // Key names under the prefix (docs/controller.md, "State in etcd").
@@ -71,7 +82,13 @@ func New(cfg Config) *Controller {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Controller{cfg: cfg}
+	if cfg.DRS == "" {
+		cfg.DRS = DRSManual
+	}
+	if cfg.RebalanceThreshold <= 0 {
+		cfg.RebalanceThreshold = 1
+	}
+	return &Controller{cfg: cfg, history: map[string]placement.LastMove{}}
 }
 
 func (c *Controller) key(name string) string { return c.cfg.Prefix + name }
@@ -84,6 +101,8 @@ type state struct {
 	seq   int64
 	// The mod revisions of the keys read, for the commit's comparison.
 	policyRev, placeRev, seqRev int64
+	// extra are further writes of the commit (a decision's new status).
+	extra []clientv3.Op
 }
 
 // load reads the state. The policy is rebuilt (document plus changes)
@@ -181,6 +200,7 @@ func (c *Controller) commit(ctx context.Context, old, st *state, evs []Event, de
 		put(fmt.Sprintf("%s%020d", dirEvents, st.seq), evs[i])
 	}
 	put(keySeq, st.seq)
+	ops = append(ops, st.extra...)
 	pub, err := c.publishOps(ctx, st)
 	if err != nil {
 		return nil, err
@@ -225,7 +245,7 @@ func (c *Controller) publishOps(ctx context.Context, st *state) ([]clientv3.Op, 
 	d := entitle.Derive(st.p, entitle.Live{Hosts: st.place})
 	var ops []clientv3.Op
 	for _, h := range st.p.Hosts {
-		b, err := json.Marshal(desiredOf(h.Name, d))
+		b, err := json.Marshal(desiredOf(h.Name, d, st.place))
 		if err != nil {
 			return nil, fmt.Errorf("desired state of %s: %w", h.Name, err)
 		}

@@ -57,6 +57,11 @@ type MigrateRequest struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// ApproveRequest approves a recommended decision.
+type ApproveRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
 // Result is the answer to a change: the policy revision after it and the
 // events it recorded.
 type Result struct {
@@ -68,14 +73,18 @@ type Result struct {
 type Event struct {
 	Seq     int64     `json:"seq"`
 	Time    time.Time `json:"time"`
-	Kind    string    `json:"kind"`    // apply, set, power-on, refuse, migrate, fault, recommend, register
+	Kind    string    `json:"kind"`    // apply, set, power-on, refuse, migrate, migrated, fault, recommend, register
 	Subject string    `json:"subject"` // VM, VM/NIC, host or file
 	Message string    `json:"message"`
 	Reason  string    `json:"reason"`
 }
 
-// Decision is a migration recorded by the controller. Status pending: not
-// carried out yet (agents carry it out in a later step).
+// Decision is a migration recorded by the controller. Status:
+// recommended (placement's repair or rebalancing move, waiting for
+// Approve in manual mode), moving (carried out: the VM's placement
+// changed and the agents move it), done (the destination's agent reports
+// the VM), or superseded (the VM no longer runs where the decision
+// found it).
 type Decision struct {
 	Seq    int64     `json:"seq"`
 	Time   time.Time `json:"time"`
@@ -162,10 +171,14 @@ type ReportRequest struct {
 // Revision is the etcd revision at which it last changed; a watch returns
 // when it is larger than the one the agent has.
 type DesiredHost struct {
-	Host     string       `json:"host"`
-	Revision int64        `json:"revision"` // 0: nothing published yet
-	Uplinks  []WireUplink `json:"uplinks"`
-	Disks    []WireDisk   `json:"disks"`
+	Host     string `json:"host"`
+	Revision int64  `json:"revision"` // 0: nothing published yet
+	// VMs are the VMs the controller runs on the host, in name order: a
+	// VM new here is one migrating in (the agent's executor moves it), a
+	// VM gone is one that left.
+	VMs     []string     `json:"vms"`
+	Uplinks []WireUplink `json:"uplinks"`
+	Disks   []WireDisk   `json:"disks"`
 }
 
 // WireUplink is entitle.UplinkSpec in JSON.
@@ -220,8 +233,13 @@ func limitOf(p *float64) float64 {
 }
 
 // desiredOf renders host's share of d.
-func desiredOf(host string, d *entitle.Desired) DesiredHost {
-	out := DesiredHost{Host: host, Uplinks: []WireUplink{}, Disks: []WireDisk{}}
+func desiredOf(host string, d *entitle.Desired, place map[string]string) DesiredHost {
+	out := DesiredHost{Host: host, VMs: []string{}, Uplinks: []WireUplink{}, Disks: []WireDisk{}}
+	for _, vm := range sortedKeys(place) {
+		if place[vm] == host {
+			out.VMs = append(out.VMs, vm)
+		}
+	}
 	for _, u := range d.HostUplinks(host) {
 		wu := WireUplink{Uplink: u.Uplink, SpeedBps: u.SpeedBps, UsableBps: u.UsableBps, Down: u.Down}
 		for _, c := range u.Classes {

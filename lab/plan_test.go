@@ -66,3 +66,40 @@ func TestPlan(t *testing.T) {
 		t.Errorf("datastore nbdkit args\n got %s\nwant %s", args, want)
 	}
 }
+
+// TestMoveLines: a namespace VM moves by taking its host-side veths to
+// the destination's namespace and its bridge of the same uplink (or the
+// first); a move in place only re-attaches; unknown names are errors.
+func TestMoveLines(t *testing.T) {
+	p, err := policy.Parse("c1.yaml", []byte(twoHosts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := NewPlan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pl.MoveLines("vm1", "h1", "h2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `-n sl-c1-h1 link set sl-v0n0 netns sl-c1-h2
+-n sl-c1-h2 link set sl-v0n0 master sl-br0 up
+-n sl-c1-h1 link set sl-v0n1 netns sl-c1-h2
+-n sl-c1-h2 link set sl-v0n1 master sl-br0 up`
+	if strings.Join(got, "\n") != want {
+		t.Fatalf("move vm1 h1→h2:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
+	}
+	got, _ = pl.MoveLines("vm2", "h2", "h1")
+	if strings.Join(got, "\n") != "-n sl-c1-h2 link set sl-v1n0 netns sl-c1-h1\n-n sl-c1-h1 link set sl-v1n0 master sl-br0 up" {
+		t.Fatalf("move vm2 h2→h1: %q", got)
+	}
+	if got, _ = pl.MoveLines("vm2", "h2", "h2"); len(got) != 1 {
+		t.Fatalf("move in place: %q", got)
+	}
+	for _, c := range [][3]string{{"vm9", "h1", "h2"}, {"vm1", "h1", "h9"}, {"vm1", "h9", "h2"}} {
+		if _, err := pl.MoveLines(c[0], c[1], c[2]); err == nil {
+			t.Errorf("move %v: no error", c)
+		}
+	}
+}

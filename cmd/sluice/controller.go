@@ -23,6 +23,7 @@ func init() {
 	register(command{name: "controller", summary: "the cluster controller: state in etcd, HTTPS API for ctl and agents", run: runController})
 	helps["controller"] = `usage: sluice controller [--data-dir DIR] [--listen ADDR:PORT] [--tls-cert FILE --tls-key FILE] [--tokens FILE]
                          [--etcd-endpoints URL,...] [--etcd-client-port N] [--etcd-peer-port N] [--prefix /sluice/] [--placement=true|false]
+                         [--drs manual|automatic] [--drs-interval 30s] [--rebalance-threshold 1..5]
 
 The cluster controller. It keeps the cluster's state (policy, placement,
 hosts, desired state per host, decisions, events) in etcd: a member
@@ -33,7 +34,12 @@ the API of api/openapi.yaml over HTTPS on --listen (default
 at first start; every request needs a bearer token of --tokens (one per
 line), else the one generated into DIR/token (mode 0600). --placement=false:
 a power-on without a host goes to the VM's policy host instead of where
-placement puts it. See docs/controller.md.
+placement puts it. --drs: what becomes of placement's repairs of a
+fault (a change that breaks a host's reservations) and of the periodic
+pass (every --drs-interval; --rebalance-threshold 2..5 also rebalances,
+1 only repairs): manual records them as recommended decisions that
+sluice ctl approve carries out; automatic carries them out at once (the
+agents move the VMs). See docs/controller.md.
 
 example:
   sluice controller --data-dir /var/lib/sluice/controller`
@@ -64,11 +70,19 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	prefix := fs.String("prefix", "/sluice/", "etcd key prefix")
 	choose := fs.Bool("placement", true, "placement chooses the host of a power-on")
 	ttl := fs.Int64("host-ttl", 10, "lease of a registered host, seconds")
+	drs := fs.String("drs", "manual", "manual (recommend; ctl approve) or automatic")
+	drsEvery := fs.Duration("drs-interval", 30*time.Second, "period of the DRS pass (0: none)")
+	threshold := fs.Int("rebalance-threshold", 1, "migration threshold of the DRS pass: 1 repairs only, 2..5 also rebalance")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		if err == nil {
 			err = fmt.Errorf("unexpected argument %s", fs.Arg(0))
 		}
 		fmt.Fprintf(stderr, "sluice controller: %v (sluice controller --help)\n", err)
+		return exitUsage
+	}
+	mode, err := controller.ParseDRSMode(*drs)
+	if err != nil || *threshold < 1 || *threshold > 5 || *drsEvery < 0 {
+		fmt.Fprintln(stderr, "sluice controller: --drs manual|automatic, --rebalance-threshold 1..5, --drs-interval ≥ 0 (sluice controller --help)")
 		return exitUsage
 	}
 	if *clientPort <= 0 || *clientPort > 65535 || *peerPort <= 0 || *peerPort > 65535 || *clientPort == *peerPort || *ttl <= 0 {
@@ -107,13 +121,19 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	if e.Embedded != nil {
 		where = fmt.Sprintf("embedded etcd in %s (127.0.0.1:%d)", ec.Dir, *clientPort)
 	}
-	c := controller.New(controller.Config{Client: e.Client, Prefix: *prefix, ChooseHosts: *choose, HostTTLSeconds: *ttl})
+	c := controller.New(controller.Config{Client: e.Client, Prefix: *prefix, ChooseHosts: *choose, HostTTLSeconds: *ttl,
+		DRS: mode, RebalanceThreshold: *threshold})
 	l, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fail("%v", err)
 	}
 	srv := controller.NewHTTPServer(*listen, controller.Handler(c, toks, log.New(stderr, "sluice controller: ", 0)))
 	fmt.Fprintf(stdout, "sluice controller: %s ready in %v; API on https://%s (certificate %s)\n", where, e.StartTime.Round(time.Millisecond), l.Addr(), certPath)
+	if *drsEvery > 0 {
+		dctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go c.RunDRS(dctx, *drsEvery, log.New(stderr, "sluice controller: ", 0).Printf)
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.ServeTLS(l, certPath, keyPath) }()
 	sig := make(chan os.Signal, 1)

@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register(command{name: "ctl", summary: "talk to the controller: apply, get, set, explain, power-on, migrate", run: runCtl})
+	register(command{name: "ctl", summary: "talk to the controller: apply, get, set, explain, power-on, migrate, approve", run: runCtl})
 	const conn = `
 Connection (before or after the verb): --server URL (default
 https://127.0.0.1:7443), --token-file FILE (default DATA-DIR/token),
@@ -35,6 +35,7 @@ verbs:
   explain PORT                          why PORT (VM/NIC, HOST/CLASS, VM/DISK) gets what it gets
   power-on VM [--on HOST] [--reason TEXT]
   migrate VM --to HOST [--reason TEXT]
+  approve DECISION [--reason TEXT]      carry out a recommended migration (DRS manual)
 ` + conn + `
 
 example:
@@ -86,12 +87,23 @@ example:
   sluice ctl power-on vm4`
 	helps["ctl migrate"] = `usage: sluice ctl migrate VM --to HOST [--reason TEXT]
 
-Record the decision to move VM to HOST (refused when it does not fit there).
-Carrying it out through the agents is not built yet.
+Move VM to HOST (refused when it does not fit there): its placement
+changes at once and the agents carry the move out; the decision is moving,
+then done when the destination's agent reports the VM.
 ` + conn + `
 
 example:
   sluice ctl migrate vm2 --to h2`
+	helps["ctl approve"] = `usage: sluice ctl approve DECISION [--reason TEXT]
+
+Carry out a migration that DRS recommended (controller --drs manual):
+DECISION is its number in sluice ctl get decisions. Refused (exit 1) when
+the VM no longer runs on the decision's source or no longer fits on its
+destination.
+` + conn + `
+
+example:
+  sluice ctl approve 7`
 }
 
 // ctlArgs is the parsed command line of sluice ctl.
@@ -146,12 +158,12 @@ func parseCtlArgs(args []string) (ctlArgs, error) {
 		a.after = n
 	}
 	if len(a.pos) == 0 {
-		return a, usageError{"missing VERB (apply, get, set, explain, power-on, migrate)"}
+		return a, usageError{"missing VERB (apply, get, set, explain, power-on, migrate, approve)"}
 	}
-	want := map[string][2]int{"apply": {1, 1}, "get": {2, 2}, "set": {3, 1 << 20}, "explain": {2, 2}, "power-on": {2, 2}, "migrate": {2, 2}}
+	want := map[string][2]int{"apply": {1, 1}, "get": {2, 2}, "set": {3, 1 << 20}, "explain": {2, 2}, "power-on": {2, 2}, "migrate": {2, 2}, "approve": {2, 2}}
 	n, ok := want[a.pos[0]]
 	if !ok {
-		return a, usageError{fmt.Sprintf("unknown verb %q (apply, get, set, explain, power-on, migrate)", a.pos[0])}
+		return a, usageError{fmt.Sprintf("unknown verb %q (apply, get, set, explain, power-on, migrate, approve)", a.pos[0])}
 	}
 	if len(a.pos) < n[0] || len(a.pos) > n[1] {
 		return a, usageError{fmt.Sprintf("%s: wrong number of arguments (sluice ctl %s --help)", a.pos[0], a.pos[0])}
@@ -170,6 +182,10 @@ func parseCtlArgs(args []string) (ctlArgs, error) {
 	case "migrate":
 		if a.to == "" {
 			return a, usageError{"migrate: missing --to HOST"}
+		}
+	case "approve":
+		if n, err := strconv.ParseInt(a.pos[1], 10, 64); err != nil || n <= 0 {
+			return a, usageError{fmt.Sprintf("approve %s: want a decision number", a.pos[1])}
 		}
 	}
 	return a, nil
@@ -249,6 +265,11 @@ func runCtl(args []string, stdout, stderr io.Writer) int {
 		}
 	case "migrate":
 		if out, err = cl.Migrate(ctx, a.pos[1], controller.MigrateRequest{To: a.to, Reason: a.reason}); err != nil {
+			return fail(err)
+		}
+	case "approve":
+		seq, _ := strconv.ParseInt(a.pos[1], 10, 64)
+		if out, err = cl.Approve(ctx, seq, a.reason); err != nil {
 			return fail(err)
 		}
 	case "explain":
