@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"sluice/agent"
+	"sluice/controller"
 	"sluice/cpuctl"
 	"sluice/lab"
 	"sluice/policy"
@@ -25,6 +26,7 @@ func init() {
 
 func agentUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: sluice agent --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--libvirt-socket PATH]")
+	fmt.Fprintln(w, "       sluice agent --host NAME --controller https://HOST:PORT --token-file F [--ca F] [...]")
 	fmt.Fprintln(w, "                    [--interval 100ms] [--dynamic=true|false] [--cpu] [--once] [--netns NS]")
 	fmt.Fprintln(w, "       sluice agent status --host NAME [--policy FILE] [-o table|json]")
 	fmt.Fprintln(w, "       sluice agent uninstall --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--netns NS]")
@@ -49,16 +51,37 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	cpu := fs.Bool("cpu", false, "also enforce the VMs' CPU reservations, shares and limits on their cgroups (docs/cpu.md)")
 	var src inventoryFlags
 	src.register(fs)
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || *file == "" || *interval <= 0 || !src.valid() {
+	var ctlf controllerFlags
+	ctlf.register(fs)
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || (*file == "") == (ctlf.server == "") || *interval <= 0 || !src.valid() {
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice agent: %v\n", err)
 		}
 		agentUsage(stderr)
 		return exitUsage
 	}
-	p, code := loadPolicy(*file, stderr)
-	if p == nil {
-		return code
+	var p *policy.Policy
+	var cl *controller.Client
+	var desired controller.DesiredHost
+	if ctlf.server != "" {
+		var err error
+		if cl, err = ctlf.client(); err != nil {
+			fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+			return exitBad
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		p, desired, err = ctlf.startState(sctx, cl, *host)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+			return exitBad
+		}
+		*file = ctlf.server
+	} else {
+		var code int
+		if p, code = loadPolicy(*file, stderr); p == nil {
+			return code
+		}
 	}
 	if p.Host(*host) == nil {
 		fmt.Fprintf(stderr, "sluice agent: host %q is not in %s\n", *host, *file)
@@ -77,6 +100,18 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return exitBad
 	}
 	defer closeInv()
+	policies := make(chan *policy.Policy)
+	var side *agentSide
+	if cl != nil {
+		side, inv, err = newAgentSide(&src, p, *host, inv, policies)
+		if err == nil {
+			err = side.arrive(desired)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+			return exitBad
+		}
+	}
 	var cgroups cpuctl.Cgroups
 	if *cpu {
 		tree, err := cpuctl.Detect("")
@@ -86,7 +121,6 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 		cgroups = tree
 	}
-	policies := make(chan *policy.Policy)
 	a, err := agent.New(agent.Config{Policy: p, Host: *host, Kernel: k, Inventory: inv, Dynamic: *dynamic,
 		RecordPath: agent.RecordPath(*stateDir, p.Cluster, *host), Policies: policies, Cgroups: cgroups})
 	if err != nil {
@@ -127,12 +161,23 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}()
-	go agent.WatchPolicy(ctx, *file, nil, policyPollNs, hup, policy.Load, policies, func(line string) {
-		fmt.Fprintf(stderr, "sluice agent: %s\n", line)
-	})
+	if side != nil {
+		side.ctx = ctx
+		fol := &controller.Follower{Client: cl, Host: *host, Agent: side, Logf: func(format string, args ...any) {
+			fmt.Fprintf(stderr, "sluice agent: "+format+"\n", args...)
+		}}
+		go fol.Run(ctx)
+	} else {
+		go agent.WatchPolicy(ctx, *file, nil, policyPollNs, hup, policy.Load, policies, func(line string) {
+			fmt.Fprintf(stderr, "sluice agent: %s\n", line)
+		})
+	}
 	invErr := src.follow(ctx, inv, stop)
 	fmt.Fprintf(stderr, "sluice agent: host %s (netns %q, inventory %s), %d uplinks, dynamic=%v, cpu=%v, interval %s\n", *host, ns, src.kind, len(a.Trees()), *dynamic, *cpu, *interval)
 	err = agent.Run(ctx, a, nil, agent.NowNs(), interval.Nanoseconds(), func(s agent.Stats, ch agent.Changes, err error) {
+		if side != nil {
+			side.setStats(s)
+		}
 		if werr := agent.WriteStats(*stateDir, s); werr != nil && werr.Error() != lastErr {
 			fmt.Fprintf(stderr, "sluice agent: stats: %v\n", werr)
 			lastErr = werr.Error()

@@ -1,0 +1,167 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"sluice/placement"
+	"sluice/policy"
+)
+
+// AgentSide is what Follow drives on an agent's host.
+type AgentSide interface {
+	// Apply takes the policy in force and the host's desired state: it
+	// moves in the VMs that migrate here (DesiredHost.VMs), lets go of
+	// those that left, and has the agent enforce p. An error leaves the
+	// agent enforcing what it had; Follow tries again.
+	Apply(p *policy.Policy, d DesiredHost) error
+	// Report is what the host reports now: its VMs, uplinks and measured
+	// per-port rates.
+	Report() Report
+}
+
+// Follower keeps an agent on the controller: it registers the host (a
+// lease, renewed by the reports), watches the host's desired state and
+// hands each new one to the agent with the policy in force. When the
+// controller or etcd is unreachable the agent keeps enforcing the last
+// state; the follower retries every RetryEvery and registers again when
+// its lease expired.
+type Follower struct {
+	Client *Client
+	Host   string
+	Agent  AgentSide
+	// RetryEvery is the wait after a failed request; 0 means 1 s.
+	RetryEvery time.Duration
+	// Wait is the long poll of one watch; 0 means 30 s.
+	Wait time.Duration
+	// Logf gets a line when the connection is lost or back, and errors of
+	// Apply; nil discards.
+	Logf func(format string, args ...any)
+}
+
+func (f *Follower) logf(format string, args ...any) {
+	if f.Logf != nil {
+		f.Logf(format, args...)
+	}
+}
+
+// Run follows until ctx ends.
+func (f *Follower) Run(ctx context.Context) {
+	if f.RetryEvery <= 0 {
+		f.RetryEvery = time.Second
+	}
+	if f.Wait <= 0 {
+		f.Wait = 30 * time.Second
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); f.lease(ctx) }()
+	f.watch(ctx)
+	<-done
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// lease registers the host and reports every TTL/3.
+func (f *Follower) lease(ctx context.Context) {
+	var id int64
+	every, down := f.RetryEvery, false
+	for ctx.Err() == nil {
+		var err error
+		if id == 0 {
+			var l Lease
+			if l, err = f.Client.Register(ctx, f.Host, f.Agent.Report()); err == nil {
+				id, every = l.ID, max(time.Duration(l.TTLSeconds)*time.Second/3, 100*time.Millisecond)
+				f.logf("registered %s with the controller (lease %x, %d s)", f.Host, id, l.TTLSeconds)
+			}
+		} else if err = f.Client.Report(ctx, f.Host, id, f.Agent.Report()); StatusOf(err) == http.StatusNotFound {
+			id = 0 // the lease expired: register again at once
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && !down {
+			f.logf("controller unreachable (%v): enforcing the last state, retrying every %v", err, f.RetryEvery)
+		} else if err == nil && down {
+			f.logf("controller reachable again")
+		}
+		down = err != nil
+		wait := every
+		if down {
+			wait = f.RetryEvery
+		}
+		if !sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+// watch hands every new desired state to the agent.
+func (f *Follower) watch(ctx context.Context) {
+	var rev, policyRev int64 = 0, -1
+	var p *policy.Policy
+	lastErr := ""
+	fail := func(err error) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		if err.Error() != lastErr {
+			f.logf("%v", err)
+			lastErr = err.Error()
+		}
+		return sleep(ctx, f.RetryEvery)
+	}
+	for ctx.Err() == nil {
+		d, err := f.Client.WatchDesired(ctx, f.Host, rev, f.Wait)
+		if err != nil {
+			if !fail(fmt.Errorf("watching the desired state of %s: %w", f.Host, err)) {
+				return
+			}
+			continue
+		}
+		if d.Revision == 0 || d.Revision == rev {
+			continue // nothing published yet, or the wait ended
+		}
+		ps, err := f.Client.Policy(ctx)
+		if err != nil {
+			if !fail(fmt.Errorf("reading the policy: %w", err)) {
+				return
+			}
+			continue
+		}
+		if ps.Revision != policyRev {
+			np, err := ps.Build()
+			if err != nil {
+				if !fail(err) {
+					return
+				}
+				continue
+			}
+			p, policyRev = np, ps.Revision
+		}
+		if err := f.Agent.Apply(p, d); err != nil {
+			if !fail(fmt.Errorf("desired state %d: %w", d.Revision, err)) {
+				return
+			}
+			continue // rev unchanged: the watch returns at once and Apply is tried again
+		}
+		rev, lastErr = d.Revision, ""
+	}
+}
+
+// Build returns the policy in force: the document with the changes made
+// again.
+func (ps PolicyState) Build() (*policy.Policy, error) {
+	return rebuild(ps, placement.Placement{})
+}
