@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"sluice/policy"
 )
@@ -55,6 +56,9 @@ func (e *RefusedError) Error() string { return fmt.Sprintf("change %q refused: %
 // ParseChange parses TARGET[/SUB].FIELD[=VALUE]. Its errors wrap ErrUsage.
 func ParseChange(spec string) (Change, error) {
 	c := Change{Spec: spec}
+	if i := strings.IndexFunc(spec, unicode.IsControl); i >= 0 {
+		return c, fmt.Errorf("%w: change %q: control character at byte %d", ErrUsage, spec, i)
+	}
 	lhs := spec
 	if i := strings.IndexByte(spec, '='); i >= 0 {
 		lhs, c.Value, c.HasValue = spec[:i], spec[i+1:], true
