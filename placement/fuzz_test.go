@@ -25,7 +25,9 @@ vms:
 		f.Fatal(err)
 	}
 	for _, s := range []string{"vm1/nic0.reservation=7.5Gbps", "vm1/nic0.limit=0", "vm1/d0.limit=unlimited", "vm2.cpu.limit=800MHz",
-		"h2/u1.down", "vm1.host=h2", "h1.memory=1GiB", "vm2/nic0.shares=high", "vm1/nic0.uplink=u9", "vm9=1", "="} {
+		"h2/u1.down", "vm1.host=h2", "h1.memory=1GiB", "vm2/nic0.shares=high", "vm1/nic0.uplink=u9", "vm9=1", "=",
+		"vm1/d0.\n=", // found by the fuzzer: a newline echoed unquoted
+	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, spec string) {
