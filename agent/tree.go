@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 
-	"sluice/alloc"
 	"sluice/entitle"
 	"sluice/policy"
 )
@@ -324,7 +323,3 @@ func (t *Tree) Entitlements(demand map[string]float64) map[string]float64 {
 	}
 	return out
 }
-
-// AllocRoot returns the alloc tree of the uplink as the last Entitlements
-// call left it (for explanations and tests).
-func (t *Tree) AllocRoot() *alloc.Node { return t.net.Uplinks[0].Root }

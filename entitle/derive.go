@@ -202,20 +202,6 @@ func hostOf(vm *policy.VM, live Live) string {
 	return live.Hosts[vm.Name]
 }
 
-// VNICUplinks returns the uplink of every scheduled vNIC, keyed by port
-// name (VM/NIC), as HOST/UPLINK.
-func (d *Desired) VNICUplinks() map[string]string {
-	m := map[string]string{}
-	for _, u := range d.Uplinks {
-		for _, c := range u.Classes {
-			for _, v := range c.VNICs {
-				m[v.Port] = u.Host + "/" + u.Uplink
-			}
-		}
-	}
-	return m
-}
-
 // HostUplinks returns the uplink trees of host, in file order.
 func (d *Desired) HostUplinks(host string) []UplinkSpec {
 	var out []UplinkSpec

@@ -140,9 +140,6 @@ type Result struct {
 	Decisions []Decision
 	// Placement is the placement after every decision (refused VMs absent).
 	Placement Placement
-	// NICUplinks maps each reserving vNIC ("VM/NIC") to the uplink that
-	// holds its reservation after the pass.
-	NICUplinks map[string]string
 	// DownUplinks are the lost uplinks the pass took into account,
 	// "HOST/UPLINK" (Options.DownUplinks).
 	DownUplinks []string
@@ -202,7 +199,6 @@ func Plan(p *policy.Policy, cur Placement, d Demand, o Options) Result {
 
 	r.ImbalanceAfter = s.bal.imbalance()
 	r.Placement = Placement{}
-	r.NICUplinks = map[string]string{}
 	r.OK = true
 	for vi := range s.vms {
 		v := &s.vms[vi]
@@ -211,11 +207,6 @@ func Plan(p *policy.Policy, cur Placement, d Demand, o Options) Result {
 		}
 		h := &s.hosts[v.host]
 		r.Placement[v.name] = h.name
-		for k, u := range v.nicUp {
-			if u >= 0 {
-				r.NICUplinks[policy.PortName(v.name, v.nics[k].name)] = h.uplinks[u].name
-			}
-		}
 	}
 	for hi := range s.hosts {
 		if !s.hostOK(hi) {
