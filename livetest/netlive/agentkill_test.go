@@ -13,6 +13,7 @@ import (
 	"sluice/agent"
 	"sluice/entitle"
 	"sluice/lab"
+	"sluice/livetest/livelab"
 	"sluice/policy"
 )
 
@@ -36,7 +37,7 @@ func TestAgentKilledLive(t *testing.T) {
 	ports := []string{"vm1/nic0", "vm2/nic0", "vm3/nic0"}
 	usable := l.measureUsable("h1", ports...)
 	p := l.withUsable(usable)
-	want := entitlements(t, p, "h1", usable, append([]string{"h1/vm"}, ports...)...)
+	want := livelab.Entitlements(p, "h1", usable, append([]string{"h1/vm"}, ports...)...)
 	rate := policy.FormatRate(policy.Bps(int64(usable/1e3) * 1e3))
 	pfile := filepath.Join(dir, "policy-usable.yaml")
 	text := strings.ReplaceAll(fig2Policy, "cluster: nf2", "cluster: nak")

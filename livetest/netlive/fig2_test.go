@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"sluice/livetest/livelab"
 )
 
 const fig2Policy = `# Fig. 2 step a at 1/10 scale: three VMs, equal shares, VM1 reserves 750 Mbps.
@@ -28,7 +30,7 @@ func TestFig2StepA(t *testing.T) {
 	usable := l.measureUsable("h1", "vm1/nic0", "vm2/nic0", "vm3/nic0")
 	p := l.withUsable(usable)
 	ports := []string{"vm1/nic0", "vm2/nic0", "vm3/nic0"}
-	want := entitlements(t, p, "h1", usable, append([]string{"h1/vm"}, ports...)...)
+	want := livelab.Entitlements(p, "h1", usable, append([]string{"h1/vm"}, ports...)...)
 
 	measure := func(dynamic bool) map[string]float64 {
 		a, stop := l.runAgent(p, "h1", dynamic)

@@ -20,9 +20,8 @@ import (
 	"time"
 
 	"sluice/agent"
-	"sluice/alloc"
-	"sluice/entitle"
 	"sluice/lab"
+	"sluice/livetest/livelab"
 	"sluice/policy"
 )
 
@@ -91,70 +90,16 @@ func upLab(t *testing.T, yaml string) *liveLab {
 // (also called at cleanup). It returns after the first step installed the
 // tree.
 func (l *liveLab) runAgent(p *policy.Policy, host string, dynamic bool) (*agent.Agent, func()) {
-	t := l.t
-	t.Helper()
+	l.t.Helper()
 	if p == nil {
 		p = l.p
 	}
-	k, err := agent.NewNetlinkKernel(l.plan.Host(host).Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv, err := l.plan.Inventory(host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Config{Policy: p, Host: host, Kernel: k, Inventory: inv, Dynamic: dynamic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Step(agent.NowNs()); err != nil {
-		t.Fatalf("agent first step: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	var mu sync.Mutex
-	var lastErr error
-	go func() {
-		defer close(done)
-		_ = agent.Run(ctx, a, nil, agent.NowNs(), (100 * time.Millisecond).Nanoseconds(), func(s agent.Stats, ch agent.Changes, err error) {
-			if err != nil {
-				mu.Lock()
-				lastErr = err
-				mu.Unlock()
-			}
-		})
-	}()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			<-done
-			k.Close()
-			mu.Lock()
-			defer mu.Unlock()
-			if lastErr != nil {
-				t.Errorf("agent step failed: %v", lastErr)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return a, stop
+	return livelab.RunAgent(l.t, l.plan, p, host, dynamic)
 }
 
 // withUsable returns a copy of the lab's policy whose uplinks have the
 // measured usable rate.
-func (l *liveLab) withUsable(usable float64) *policy.Policy {
-	q := *l.p
-	q.Hosts = append([]policy.Host(nil), l.p.Hosts...)
-	for i := range q.Hosts {
-		q.Hosts[i].Uplinks = append([]policy.Uplink(nil), q.Hosts[i].Uplinks...)
-		for j := range q.Hosts[i].Uplinks {
-			q.Hosts[i].Uplinks[j].Usable = policy.Bps(usable)
-		}
-	}
-	return &q
-}
+func (l *liveLab) withUsable(usable float64) *policy.Policy { return livelab.WithUsable(l.p, usable) }
 
 // measureUsable runs the ports' flows together for a few seconds under a
 // static tree and returns the upper quartile of their summed per-second
@@ -422,31 +367,6 @@ func (l *liveLab) startServer(port int) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// entitlements computes alloc's additive entitlements (payload bits/s) of
-// the ports of host's first uplink on capacity usable, given which ports
-// and classes are active (unbounded demand); everything else is idle.
-func entitlements(t *testing.T, p *policy.Policy, host string, usable float64, active ...string) map[string]float64 {
-	u := entitle.Derive(p, entitle.Live{}).HostUplinks(host)[0]
-	u.UsableBps = usable
-	n := entitle.NewNet(&entitle.Desired{Uplinks: []entitle.UplinkSpec{u}})
-	on := map[string]bool{}
-	for _, a := range active {
-		on[a] = true
-	}
-	for _, pt := range n.Ports {
-		pt.Node.Demand = 0
-		if on[pt.Name] {
-			pt.Node.Demand = alloc.Inf
-		}
-	}
-	n.Compute()
-	out := map[string]float64{}
-	for _, pt := range n.Ports {
-		out[pt.Name] = pt.AllocBps()
-	}
-	return out
 }
 
 func mbps(v float64) string { return fmt.Sprintf("%.1f", v/1e6) }

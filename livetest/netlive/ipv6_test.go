@@ -3,6 +3,8 @@ package netlive
 import (
 	"math"
 	"testing"
+
+	"sluice/livetest/livelab"
 )
 
 const ipv6Policy = `# IPv6-only VMs next to IPv4 ones: a reservation and limits.
@@ -45,7 +47,7 @@ func TestIPv6Classified(t *testing.T) {
 
 	ports := []string{"vm1/nic0", "vm2/nic0"}
 	res := l.runSaturating("h1", 12, warmupS, usable, l.nicFlow(ports[0], 1), l.nicFlow(ports[1], 1))
-	want := entitlements(t, p, "h1", usable, "h1/vm", ports[0], ports[1])
+	want := livelab.Entitlements(p, "h1", usable, "h1/vm", ports[0], ports[1])
 	for _, r := range res {
 		got := r.median(warmupS)
 		t.Logf("%s (%s) per second: %s; median %s Mbps, entitled %s (%+.1f%%)", r.Name, map[bool]string{true: "IPv6", false: "IPv4"}[l.ipv6[r.Name]],

@@ -1,20 +1,13 @@
 package netlive
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
-
-	"sluice/agent"
-	"sluice/entitle"
+	"sluice/livetest/livelab"
 )
 
 // A flow meant to fill its share of a link must keep packets waiting in
@@ -29,7 +22,7 @@ import (
 const MinBacklogged = 0.95
 
 // queueSampleEvery is how often the classes' queues are read.
-const queueSampleEvery = 20 * time.Millisecond
+const queueSampleEvery = livelab.SampleEvery
 
 // maxTries is how many times a run with too few judged seconds is measured.
 const maxTries = 3
@@ -42,13 +35,7 @@ type queueSeconds struct {
 }
 
 // second is one second of a watch.
-type second struct {
-	samples int
-	busy    map[string]int // per port: samples in which its class had packets waiting
-	// unread is, per port, how many bytes its receiver (the iperf3 server
-	// in the fabric) had received and not yet read at the first sample.
-	unread map[string]uint32
-}
+type second = livelab.Second
 
 // MaxShift bounds how many of a second's bytes a lagging receiver may
 // move into the next second in a judged one. The receiver counts bytes
@@ -65,7 +52,7 @@ const MaxShift = 0.10
 // interval i's bytes (at rate bits/s) across its ends.
 func (q queueSeconds) lagged(port string, i int, rate float64) bool {
 	for b := i; b <= i+1 && b+1 < len(q.secs); b++ {
-		d := math.Abs(float64(q.secs[b+1].unread[port]) - float64(q.secs[b].unread[port]))
+		d := math.Abs(float64(q.secs[b+1].Unread[port]) - float64(q.secs[b].Unread[port]))
 		if d > MaxShift*rate/8 {
 			return true
 		}
@@ -75,11 +62,11 @@ func (q queueSeconds) lagged(port string, i int, rate float64) bool {
 
 // ok tells whether every port kept its queue in second b.
 func (q queueSeconds) ok(b int) bool {
-	if b >= len(q.secs) || q.secs[b].samples < int(time.Second/queueSampleEvery)/2 {
+	if b >= len(q.secs) || q.secs[b].Samples < int(time.Second/queueSampleEvery)/2 {
 		return false // the machine stood still: no judgement possible
 	}
 	for _, p := range q.ports {
-		if float64(q.secs[b].busy[p]) < MinBacklogged*float64(q.secs[b].samples) {
+		if float64(q.secs[b].Busy[p]) < MinBacklogged*float64(q.secs[b].Samples) {
 			return false
 		}
 	}
@@ -101,115 +88,9 @@ func (q queueSeconds) short(n int) []bool {
 // watchQueues samples, until the returned function is called, whether the
 // HTB class of each port on host's first uplink has packets waiting.
 func (l *liveLab) watchQueues(host string, ports []string) func() queueSeconds {
-	t := l.t
-	t.Helper()
-	inv, err := l.plan.Inventory(host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	trees, err := agent.Build(entitle.Derive(l.p, entitle.Live{}).HostUplinks(host), inv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := map[agent.Handle]string{}
-	for _, n := range trees[0].Nodes {
-		for _, p := range ports {
-			if n.Name == p {
-				ids[n.ID] = p
-			}
-		}
-	}
-	if len(ids) != len(ports) {
-		t.Fatalf("watch queues: ports %v not all on %s's first uplink", ports, host)
-	}
-	k, err := agent.NewNetlinkKernel(l.plan.Host(host).Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fabric := l.fabricDiag()
-	servers := map[uint16]string{}
-	for _, p := range ports {
-		servers[uint16(l.plan.NIC(p).IperfPort)] = p
-	}
-	q := queueSeconds{ports: ports}
-	var readErr error
-	quit, done := make(chan struct{}), make(chan struct{})
-	start := time.Now()
-	go func() {
-		defer close(done)
-		defer k.Close()
-		defer fabric.Close()
-		tick := time.NewTicker(queueSampleEvery)
-		defer tick.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case now := <-tick.C:
-				cs, err := k.Classes(trees[0].Dev)
-				if err != nil {
-					readErr = err
-					return
-				}
-				for b := int(now.Sub(start) / time.Second); len(q.secs) <= b; {
-					q.secs = append(q.secs, second{busy: map[string]int{}})
-				}
-				sec := &q.secs[len(q.secs)-1]
-				sec.samples++
-				for _, c := range cs {
-					if p, ok := ids[c.ID]; ok && c.Queued > 0 {
-						sec.busy[p]++
-					}
-				}
-				if sec.samples > 1 {
-					continue // the receivers are read once a second, at its start
-				}
-				// The servers listen on IPv4 and IPv6: their connections are
-				// IPv6 sockets (IPv4 ones with mapped addresses).
-				socks, err := fabric.SocketDiagTCP(unix.AF_INET6)
-				if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-					readErr = err
-					return
-				}
-				sec.unread = map[string]uint32{}
-				for _, sk := range socks {
-					if p, ok := servers[sk.ID.SourcePort]; ok && sk.State == tcpEstablished {
-						sec.unread[p] += sk.RQueue
-					}
-				}
-			}
-		}
-	}()
-	var once sync.Once
-	stop := func() queueSeconds {
-		once.Do(func() { close(quit); <-done })
-		if readErr != nil {
-			t.Fatalf("watch queues: %v", readErr)
-		}
-		return q
-	}
-	t.Cleanup(func() { stop() })
-	return stop
-}
-
-// tcpEstablished is TCP_ESTABLISHED in sock_diag's state field.
-const tcpEstablished = 1
-
-// fabricDiag opens a sock_diag netlink handle in the lab's fabric
-// namespace, where the iperf3 servers receive.
-func (l *liveLab) fabricDiag() *netlink.Handle {
-	t := l.t
-	t.Helper()
-	ns, err := netns.GetFromName(l.plan.Fabric.Name)
-	if err != nil {
-		t.Fatalf("fabric namespace: %v", err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_INET_DIAG)
-	if err != nil {
-		t.Fatalf("sock_diag in the fabric: %v", err)
-	}
-	return h
+	l.t.Helper()
+	stop := livelab.Watch(l.t, l.plan, l.p, host, ports, livelab.ServerSide)
+	return func() queueSeconds { return queueSeconds{ports: ports, secs: stop()} }
 }
 
 // judgedAtLeast returns a run requirement: at least n judged seconds from
@@ -368,8 +249,8 @@ func (q queueSeconds) summary(n int) string {
 	for _, p := range q.ports {
 		busy, all := 0, 0
 		for _, sec := range q.secs[:min(n, len(q.secs))] {
-			all += sec.samples
-			busy += sec.busy[p]
+			all += sec.Samples
+			busy += sec.Busy[p]
 		}
 		parts = append(parts, fmt.Sprintf("%s %.1f%%", p, 100*float64(busy)/float64(max(all, 1))))
 	}
@@ -381,7 +262,7 @@ func (q queueSeconds) summary(n int) string {
 func TestQueueSecondsJudgement(t *testing.T) {
 	full := int(time.Second / queueSampleEvery)
 	sec := func(samples, busy int, unread uint32) second {
-		return second{samples: samples, busy: map[string]int{"a": busy}, unread: map[string]uint32{"a": unread}}
+		return second{Samples: samples, Busy: map[string]int{"a": busy}, Unread: map[string]uint32{"a": unread}}
 	}
 	q := queueSeconds{ports: []string{"a"}, secs: []second{
 		sec(full, full, 0), sec(full, full, 0),

@@ -3,6 +3,8 @@ package netlive
 import (
 	"math"
 	"testing"
+
+	"sluice/livetest/livelab"
 )
 
 const sharesPolicy = `# Limits, shares and an idle reservation on one 1 Gbps uplink.
@@ -52,7 +54,7 @@ func TestLimitSharesIdle(t *testing.T) {
 
 	res := l.runSaturating("h1", 12, warmupS, usable, l.nicFlow("vm1/nic0", 1), l.nicFlow("vm2/nic0", 1), l.nicFlow("vm3/nic0", 1))
 	r1, r2, r3 := res[0].median(warmupS), res[1].median(warmupS), res[2].median(warmupS)
-	want := entitlements(t, p, "h1", usable, "h1/vm", "vm1/nic0", "vm2/nic0", "vm3/nic0")
+	want := livelab.Entitlements(p, "h1", usable, "h1/vm", "vm1/nic0", "vm2/nic0", "vm3/nic0")
 	t.Logf("shares 25:50:100 (vm5 reserves 500 Mbps, idle), medians: %s / %s / %s Mbps (entitled %s / %s / %s); ratios 1 : %.2f : %.2f",
 		mbps(r1), mbps(r2), mbps(r3), mbps(want["vm1/nic0"]), mbps(want["vm2/nic0"]), mbps(want["vm3/nic0"]), r2/r1, r3/r1)
 	for _, r := range res {

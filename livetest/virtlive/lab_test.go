@@ -16,14 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
-
 	"sluice/agent"
-	"sluice/alloc"
-	"sluice/entitle"
 	"sluice/lab"
+	"sluice/livetest/livelab"
 	"sluice/policy"
 )
 
@@ -73,7 +68,7 @@ func TestLabGuests(t *testing.T) {
 
 	usable := l.measureUsable(ports)
 	p := l.withUsable(usable)
-	want := entitlements(p, "h1", usable, append([]string{"h1/vm"}, ports...)...)
+	want := livelab.Entitlements(p, "h1", usable, append([]string{"h1/vm"}, ports...)...)
 	func() {
 		_, stop := l.runAgent(p, true)
 		defer stop()
@@ -203,67 +198,13 @@ func upGuestLab(t *testing.T) *guestLab {
 // runAgent starts the agent of h1 in this process for p with the lab's
 // inventory; it returns after the first step installed the tree.
 func (l *guestLab) runAgent(p *policy.Policy, dynamic bool) (*agent.Agent, func()) {
-	t := l.t
-	t.Helper()
-	k, err := agent.NewNetlinkKernel(l.plan.Host("h1").Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv, err := l.plan.Inventory("h1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Config{Policy: p, Host: "h1", Kernel: k, Inventory: inv, Dynamic: dynamic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Step(agent.NowNs()); err != nil {
-		t.Fatalf("agent first step: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	var mu sync.Mutex
-	var lastErr error
-	go func() {
-		defer close(done)
-		_ = agent.Run(ctx, a, nil, agent.NowNs(), (100 * time.Millisecond).Nanoseconds(), func(_ agent.Stats, _ agent.Changes, err error) {
-			if err != nil {
-				mu.Lock()
-				lastErr = err
-				mu.Unlock()
-			}
-		})
-	}()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			<-done
-			k.Close()
-			mu.Lock()
-			defer mu.Unlock()
-			if lastErr != nil {
-				t.Errorf("agent step failed: %v", lastErr)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return a, stop
+	l.t.Helper()
+	return livelab.RunAgent(l.t, l.plan, p, "h1", dynamic)
 }
 
 // withUsable returns a copy of the policy whose uplinks have the measured
 // usable rate.
-func (l *guestLab) withUsable(usable float64) *policy.Policy {
-	q := *l.p
-	q.Hosts = append([]policy.Host(nil), l.p.Hosts...)
-	for i := range q.Hosts {
-		q.Hosts[i].Uplinks = append([]policy.Uplink(nil), q.Hosts[i].Uplinks...)
-		for j := range q.Hosts[i].Uplinks {
-			q.Hosts[i].Uplinks[j].Usable = policy.Bps(usable)
-		}
-	}
-	return &q
-}
+func (l *guestLab) withUsable(usable float64) *policy.Policy { return livelab.WithUsable(l.p, usable) }
 
 // measureUsable: the ports' flows together for 10 s under a static tree;
 // the upper quartile of their summed rates in the judged seconds (the
@@ -391,7 +332,7 @@ const (
 	MinBacklogged    = 0.95
 	MaxShift         = 0.10
 	MinCarried       = 0.97
-	queueSampleEvery = 20 * time.Millisecond
+	queueSampleEvery = livelab.SampleEvery
 	maxTries         = 3
 	warmupS          = 4
 	// The dynamic run is longer and its first seconds are left out
@@ -401,111 +342,14 @@ const (
 	dynamicWarmupS = 6
 )
 
-type second struct {
-	samples int
-	busy    map[string]int
-	unread  map[string]uint32
-}
+type second = livelab.Second
 
 // watch samples the ports' classes on h1's uplink and their receivers in
-// the fabric until the returned function is called.
+// the fabric (the clients of the guests' iperf3 servers) until the
+// returned function is called.
 func (l *guestLab) watch(ports []string) func() []second {
-	t := l.t
-	t.Helper()
-	inv, err := l.plan.Inventory("h1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	trees, err := agent.Build(entitle.Derive(l.p, entitle.Live{}).HostUplinks("h1"), inv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := map[agent.Handle]string{}
-	for _, n := range trees[0].Nodes {
-		for _, p := range ports {
-			if n.Name == p {
-				ids[n.ID] = p
-			}
-		}
-	}
-	k, err := agent.NewNetlinkKernel(l.plan.Host("h1").Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fns, err := netns.GetFromName(l.plan.Fabric.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	diag, err := netlink.NewHandleAt(fns, unix.NETLINK_INET_DIAG)
-	fns.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	byPort := map[uint16]string{}
-	for _, p := range ports {
-		byPort[uint16(l.plan.NIC(p).IperfPort)] = p
-	}
-	var secs []second
-	var readErr error
-	quit, done := make(chan struct{}), make(chan struct{})
-	start := time.Now()
-	go func() {
-		defer close(done)
-		defer k.Close()
-		defer diag.Close()
-		tick := time.NewTicker(queueSampleEvery)
-		defer tick.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case now := <-tick.C:
-				cs, err := k.Classes(trees[0].Dev)
-				if err != nil {
-					readErr = err
-					return
-				}
-				for b := int(now.Sub(start) / time.Second); len(secs) <= b; {
-					secs = append(secs, second{busy: map[string]int{}})
-				}
-				sec := &secs[len(secs)-1]
-				sec.samples++
-				for _, c := range cs {
-					if p, ok := ids[c.ID]; ok && c.Queued > 0 {
-						sec.busy[p]++
-					}
-				}
-				if sec.samples > 1 {
-					continue
-				}
-				sec.unread = map[string]uint32{}
-				for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
-					socks, err := diag.SocketDiagTCP(fam)
-					if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-						readErr = err
-						return
-					}
-					for _, sk := range socks {
-						// The receivers are the fabric's clients: their
-						// peer port is the guest's server.
-						if p, ok := byPort[sk.ID.DestinationPort]; ok && sk.State == 1 {
-							sec.unread[p] += sk.RQueue
-						}
-					}
-				}
-			}
-		}
-	}()
-	var once sync.Once
-	stop := func() []second {
-		once.Do(func() { close(quit); <-done })
-		if readErr != nil {
-			t.Fatalf("watch: %v", readErr)
-		}
-		return secs
-	}
-	t.Cleanup(func() { stop() })
-	return stop
+	l.t.Helper()
+	return livelab.Watch(l.t, l.plan, l.p, "h1", ports, livelab.ClientSide)
 }
 
 // judged runs a saturating measurement of durS seconds and marks its
@@ -515,11 +359,11 @@ func (l *guestLab) judged(ports []string, usable float64, durS, fromS int, run f
 	t := l.t
 	t.Helper()
 	ok := func(secs []second, b int) bool {
-		if b >= len(secs) || secs[b].samples < int(time.Second/queueSampleEvery)/2 {
+		if b >= len(secs) || secs[b].Samples < int(time.Second/queueSampleEvery)/2 {
 			return false
 		}
 		for _, p := range ports {
-			if float64(secs[b].busy[p]) < MinBacklogged*float64(secs[b].samples) {
+			if float64(secs[b].Busy[p]) < MinBacklogged*float64(secs[b].Samples) {
 				return false
 			}
 		}
@@ -541,7 +385,7 @@ func (l *guestLab) judged(ports []string, usable float64, durS, fromS int, run f
 				if i < len(r.Intervals) {
 					sum += r.Intervals[i]
 					for b := i; b <= i+1 && b+1 < len(secs); b++ {
-						d := math.Abs(float64(secs[b+1].unread[r.Name]) - float64(secs[b].unread[r.Name]))
+						d := math.Abs(float64(secs[b+1].Unread[r.Name]) - float64(secs[b].Unread[r.Name]))
 						behind = behind || d > MaxShift*r.Intervals[i]/8
 					}
 				}
@@ -570,8 +414,8 @@ func (l *guestLab) judged(ports []string, usable float64, durS, fromS int, run f
 		for _, r := range res {
 			busy, all := 0, 0
 			for _, sec := range secs[:min(n, len(secs))] {
-				busy += sec.busy[r.Name]
-				all += sec.samples
+				busy += sec.Busy[r.Name]
+				all += sec.Samples
 			}
 			fmt.Fprintf(&b, "\n  %s per second: %s (packets waiting in %.0f%% of the samples)", r.Name, r.series(), 100*float64(busy)/float64(max(all, 1)))
 		}
@@ -603,30 +447,6 @@ func judgedSums(res []result, from int) []float64 {
 		sums = append(sums, s)
 	}
 	return sums
-}
-
-// entitlements are alloc's entitlements (payload bits/s) of the ports of
-// host's first uplink on capacity usable with the active ones backlogged.
-func entitlements(p *policy.Policy, host string, usable float64, active ...string) map[string]float64 {
-	u := entitle.Derive(p, entitle.Live{}).HostUplinks(host)[0]
-	u.UsableBps = usable
-	n := entitle.NewNet(&entitle.Desired{Uplinks: []entitle.UplinkSpec{u}})
-	on := map[string]bool{}
-	for _, a := range active {
-		on[a] = true
-	}
-	for _, pt := range n.Ports {
-		pt.Node.Demand = 0
-		if on[pt.Name] {
-			pt.Node.Demand = alloc.Inf
-		}
-	}
-	n.Compute()
-	out := map[string]float64{}
-	for _, pt := range n.Ports {
-		out[pt.Name] = pt.AllocBps()
-	}
-	return out
 }
 
 func (r result) median(from int) float64 {
