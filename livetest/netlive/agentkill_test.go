@@ -100,12 +100,12 @@ func TestAgentKilledLive(t *testing.T) {
 		return m
 	}
 
-	const durS, killAtS, restartAtS = 18, 8, 11
+	const durS, killAtS, restartAtS = convergeS + 14, convergeS + 4, convergeS + 7
 	var before, after map[agent.Handle]agent.ClassState
 	var firstStep time.Duration
 	var restartedS float64
 	res := l.judged("h1", ports, usable, func(short []bool) bool {
-		return countJudged(short[:min(killAtS, len(short))], warmupS) >= 1 &&
+		return countJudged(short[:min(killAtS, len(short))], convergeS) >= 1 &&
 			countJudged(short[:min(restartAtS, len(short))], killAtS+1) >= 1 &&
 			countJudged(short, restartAtS+2) >= 3
 	}, func() []result {
@@ -158,7 +158,7 @@ func TestAgentKilledLive(t *testing.T) {
 		for _, ph := range []struct {
 			name   string
 			lo, hi int
-		}{{"before the kill", warmupS, killAtS}, {"without an agent", killAtS + 1, restartAtS}, {"from 1 s after the restart", from, len(r.Intervals)}} {
+		}{{"before the kill", convergeS, killAtS}, {"without an agent", killAtS + 1, restartAtS}, {"from 1 s after the restart", from, len(r.Intervals)}} {
 			v := part(ph.lo, ph.hi)
 			if len(v) == 0 {
 				continue

@@ -12,11 +12,11 @@ import (
 // per-second rate moves by more than 10% from its median around the restart.
 func TestAgentRestartLive(t *testing.T) {
 	l := upLab(t, strings.ReplaceAll(fig2Policy, "cluster: nf2", "cluster: nrs"))
-	const durS, restartAtS = 12, 7
+	const durS, restartAtS = convergeS + 6, convergeS + 2
 	ports := []string{"vm1/nic0", "vm2/nic0", "vm3/nic0"}
 	// The seconds around the restart must all be judged.
 	around := func(short []bool) bool {
-		return len(short) > restartAtS+2 && countJudged(short[restartAtS-1:restartAtS+3], 0) == 4 && countJudged(short, warmupS) >= 6
+		return len(short) > restartAtS+2 && countJudged(short[restartAtS-1:restartAtS+3], 0) == 4 && countJudged(short, convergeS) >= 4
 	}
 	res := l.judged("h1", ports, 0, around, func() []result {
 		_, stop := l.runAgent(nil, "h1", true)
@@ -31,7 +31,7 @@ func TestAgentRestartLive(t *testing.T) {
 		return <-results
 	})
 	for _, r := range res {
-		med := r.median(warmupS)
+		med := r.median(convergeS)
 		t.Logf("%s per second (agent restarted at ~%d s): %s; median %s Mbps", r.Name, restartAtS, r.series(), mbps(med))
 		for i := restartAtS - 1; i < len(r.Intervals) && i <= restartAtS+2; i++ {
 			if e := relErr(r.Intervals[i], med); math.Abs(e) > 0.10 {
