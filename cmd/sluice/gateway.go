@@ -40,11 +40,14 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "status" {
 		return runGatewayStatus(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "disk-xml" {
+		return runGatewayDiskXML(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	host := fs.String("host", "", "policy host this gateway serves (required)")
 	pol := fs.String("policy", "", "policy file (required)")
-	listen := fs.String("listen", ":10809", "NBD listen address: ADDR:PORT (TCP) or unix:PATH (Unix socket)")
+	listen := fs.String("listen", gatewayListenDefault, "NBD listen address: ADDR:PORT (TCP) or unix:PATH (Unix socket)")
 	period := fs.Duration("period", 0, "control period (default: the datastore's sioc.controlPeriod)")
 	statusFile := fs.String("status-file", "", "status JSON file (default "+statusDir+"/gateway-CLUSTER-HOST.json; removed on exit)")
 	// One OS thread runs the gateway by default: the request path is a few

@@ -107,6 +107,7 @@ example:
 
 	"gateway": `usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT[/export] [--listen ADDR:PORT|unix:PATH] [--period 4s] [--status-file FILE] [--cpus N] [--poll DUR]
        sluice gateway status [--host H] [-o table|json] [--dir DIR]
+       sluice gateway disk-xml --policy FILE --host H [--listen unix:PATH|ADDR:PORT] VM/DISK
 
 The storage gateway of a host: NBD exports per VM disk with mClock and
 PARDA against each datastore (--datastore is repeatable).
@@ -121,6 +122,17 @@ windows, latencies and every disk's IOPS.
 
 example:
   sluice gateway status --host h1 -o json`,
+
+	"gateway disk-xml": `usage: sluice gateway disk-xml --policy FILE --host H [--listen unix:PATH|ADDR:PORT] [--reconnect-delay 30] [--form disk|qemu] VM/DISK
+
+Print the libvirt XML that attaches a VM's disk to its host's gateway: a
+<disk> with an NBD source on the gateway's --listen address and QEMU's
+reconnect delay (seconds QEMU holds I/O while the gateway restarts), or
+with --form qemu a <qemu:commandline> element for libvirt 9.0, which drops
+the reconnect delay (docs/storage.md, "QEMU").
+
+example:
+  sluice gateway disk-xml --policy examples/lab-1g.yaml --host h1 --listen unix:/run/sluice/gw-h1.sock vm1/disk0`,
 
 	"version": `usage: sluice version
 
