@@ -18,10 +18,13 @@ import (
 // disk image is built or downloaded; the guest runs the host's programs
 // (iperf3, sockperf, fio). See ../shared/lab-vms.md for what was measured.
 
-// GuestModules are the kernel modules a guest needs for virtio-net and a 9p
-// root; their own dependencies are loaded first, from modules.dep.
+// GuestModules are the kernel modules a guest needs for virtio-net, a 9p
+// root and virtio-blk disks (a VM's disks, attached over NBD from its
+// host's gateway); their own dependencies are loaded first, from
+// modules.dep.
 var GuestModules = []string{"virtio_ring", "virtio", "virtio_pci_modern_dev", "virtio_pci_legacy_dev",
-	"virtio_pci", "failover", "net_failover", "virtio_net", "netfs", "fscache", "9pnet", "9pnet_virtio", "9p"}
+	"virtio_pci", "failover", "net_failover", "virtio_net", "netfs", "fscache", "9pnet", "9pnet_virtio", "9p",
+	"virtio_blk"}
 
 // GuestRootTag is the 9p mount tag of the host's root filesystem.
 const GuestRootTag = "hostroot"

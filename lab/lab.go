@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -176,12 +177,6 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 	if err := writeState(o.StateDir, st); err != nil {
 		return nil, err
 	}
-	// The guests boot while the servers start.
-	if pl.HasGuests() {
-		if err := startGuests(pl, st, o, logw); err != nil {
-			return nil, err
-		}
-	}
 	start := func(name, ns, logName string, args ...string) error {
 		pr, err := startIn(ns, o.StateDir, logName, args...)
 		if err != nil {
@@ -191,21 +186,8 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 		st.Processes = append(st.Processes, pr)
 		return writeState(o.StateDir, st)
 	}
-	fab := pl.Fabric.Name
-	var ports []int
-	for _, v := range pl.VMs {
-		for _, n := range v.NICs {
-			// Not bound to an address: the server takes IPv4 and IPv6.
-			if err := start(fmt.Sprintf("iperf3:%d", n.IperfPort), fab, "", "iperf3", "-s", "-J", "-p", strconv.Itoa(n.IperfPort)); err != nil {
-				return nil, err
-			}
-			ports = append(ports, n.IperfPort)
-		}
-	}
-	if err := start("sockperf", fab, "", "sockperf", "server", "--tcp", "-i", FabricIP.String(), "-p", strconv.Itoa(SockperfPort)); err != nil {
-		return nil, err
-	}
-	ports = append(ports, SockperfPort)
+	// Storage first: a guest's QEMU opens its disks at its gateway when it
+	// starts.
 	for _, d := range pl.Datastores {
 		// nbdkit in the foreground dies with the thread that started it
 		// (it behaves as with --exit-with-parent when started from Go), so
@@ -223,16 +205,10 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 			return nil, err
 		}
 	}
-	if err := waitListening(fab, ports, 10*time.Second); err != nil {
-		return nil, err
-	}
 	for _, d := range pl.Datastores {
 		if err := waitListening(d.Name, []int{NBDPort}, 10*time.Second); err != nil {
 			return nil, fmt.Errorf("nbdkit of %s: %w", d.Datastore, err)
 		}
-	}
-	if err := waitGuests(pl, o.StateDir, GuestBootTimeout); err != nil {
-		return nil, err
 	}
 	for _, h := range pl.Hosts {
 		dss := map[string]bool{}
@@ -253,6 +229,9 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 			continue
 		}
 		args := []string{o.Gateway, "gateway", "--host", h.Host, "--policy", o.PolicyFile}
+		if h.GatewaySocket != "" {
+			args = append(args, "--listen", "unix:"+h.GatewaySocket)
+		}
 		for _, d := range pl.Datastores {
 			if dss[d.Datastore] {
 				args = append(args, "--datastore", fmt.Sprintf("%s=nbd://%s:%d", d.Datastore, d.IP, NBDPort))
@@ -261,6 +240,39 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 		if err := start("gateway:"+h.Host, h.Name, "lab-"+p.Cluster+"-gateway-"+h.Host+".log", args...); err != nil {
 			return nil, err
 		}
+		if h.GatewaySocket != "" {
+			// A guest's QEMU connects to its disks when it starts.
+			if err := waitSocket(h.GatewaySocket, 10*time.Second); err != nil {
+				return nil, fmt.Errorf("gateway of %s: %w", h.Host, err)
+			}
+		}
+	}
+	// The guests boot while the servers start.
+	if pl.HasGuests() {
+		if err := startGuests(pl, st, o, logw); err != nil {
+			return nil, err
+		}
+	}
+	fab := pl.Fabric.Name
+	var ports []int
+	for _, v := range pl.VMs {
+		for _, n := range v.NICs {
+			// Not bound to an address: the server takes IPv4 and IPv6.
+			if err := start(fmt.Sprintf("iperf3:%d", n.IperfPort), fab, "", "iperf3", "-s", "-J", "-p", strconv.Itoa(n.IperfPort)); err != nil {
+				return nil, err
+			}
+			ports = append(ports, n.IperfPort)
+		}
+	}
+	if err := start("sockperf", fab, "", "sockperf", "server", "--tcp", "-i", FabricIP.String(), "-p", strconv.Itoa(SockperfPort)); err != nil {
+		return nil, err
+	}
+	ports = append(ports, SockperfPort)
+	if err := waitListening(fab, ports, 10*time.Second); err != nil {
+		return nil, err
+	}
+	if err := waitGuests(pl, o.StateDir, GuestBootTimeout); err != nil {
+		return nil, err
 	}
 	if err := writeState(o.StateDir, st); err != nil {
 		return nil, err
@@ -479,6 +491,22 @@ func waitListening(ns string, ports []int, within time.Duration) error {
 	}
 }
 
+// waitSocket polls until a Unix socket accepts connections.
+func waitSocket(path string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		c, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("lab: %s not accepting after %s: %v", path, within, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // Down removes the lab of cluster: it kills the processes the state file
 // records and every process in the cluster's namespaces, deletes those
 // namespaces (which deletes their links), and removes the state file. It
@@ -540,6 +568,12 @@ func Down(cluster, stateDir string) error {
 	// Pid files and agent statistics of the cluster go too; logs stay.
 	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json", "lab-" + cluster + "-initrd"} {
 		m, _ := filepath.Glob(filepath.Join(stateDirOr(stateDir), pat))
+		for _, f := range m {
+			_ = os.Remove(f)
+		}
+	}
+	// A gateway killed with SIGKILL leaves its socket (GatewaySocket).
+	if m, _ := filepath.Glob(GatewaySocket(cluster, "*")); len(m) > 0 {
 		for _, f := range m {
 			_ = os.Remove(f)
 		}

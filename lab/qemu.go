@@ -69,8 +69,27 @@ func guestInitrd(stateDir, cluster string) string {
 	return filepath.Join(stateDirOr(stateDir), "lab-"+cluster+"-initrd")
 }
 
-// domainXML is the libvirt domain of a guest VM.
-func domainXML(v VMPlan, kernel, initrd, console string, o Options) string {
+// guestDisks are the NBD disks of a guest: each of its disks from its
+// host's gateway socket, vda, vdb, … in policy order, serial = disk name.
+func guestDisks(pl *Plan, v VMPlan) []virt.NBDDisk {
+	hp := pl.Host(v.Host)
+	var out []virt.NBDDisk
+	for i, d := range v.Disks {
+		out = append(out, virt.NBDDisk{Export: v.VM + "/" + d.Name, Socket: hp.GatewaySocket,
+			Target: virt.TargetName(i), Serial: d.Name, ReconnectDelayS: virt.DefaultReconnectDelayS})
+	}
+	return out
+}
+
+// firstDiskSlot is the PCI slot of a guest's first disk when its disks are
+// passed to QEMU directly (virt.CommandlineXML): above the slots libvirt
+// gives the guest's own devices.
+const firstDiskSlot = 0x18
+
+// domainXML is the libvirt domain of a guest VM. Its disks are libvirt
+// <disk> elements, or, with passthrough, QEMU arguments
+// (virt.CommandlineXML) for a libvirt that drops the NBD reconnect delay.
+func domainXML(v VMPlan, kernel, initrd, console string, disks []virt.NBDDisk, passthrough bool, o Options) string {
 	typ, cpu := "qemu", "<cpu mode='maximum' check='none'/>"
 	if o.KVM {
 		typ, cpu = "kvm", "<cpu mode='host-passthrough' check='none'/>"
@@ -94,7 +113,16 @@ func domainXML(v VMPlan, kernel, initrd, console string, o Options) string {
 	if o.GuestTTL > 0 {
 		cmd = append(cmd, fmt.Sprintf("sl.ttl=%d", int(o.GuestTTL.Seconds())))
 	}
-	return fmt.Sprintf(`<domain type='%s'>
+	ns, qemuArgs := "", ""
+	if passthrough && len(disks) > 0 {
+		ns = " xmlns:qemu='" + virt.QemuNamespace + "'"
+		qemuArgs = virt.CommandlineXML(disks, firstDiskSlot)
+	} else {
+		for _, d := range disks {
+			ifs.WriteString(d.DiskXML())
+		}
+	}
+	return fmt.Sprintf(`<domain type='%s'%s>
   <name>%s</name>
   <memory unit='MiB'>%d</memory>
   <vcpu>%d</vcpu>
@@ -120,7 +148,7 @@ func domainXML(v VMPlan, kernel, initrd, console string, o Options) string {
     </serial>
     <memballoon model='none'/>
   </devices>
-</domain>`, typ, v.Name, GuestMemoryMiB, GuestVCPUs, kernel, initrd, strings.Join(cmd, " "), cpu, GuestRootTag, ifs.String(), console)
+%s</domain>`, typ, ns, v.Name, GuestMemoryMiB, GuestVCPUs, kernel, initrd, strings.Join(cmd, " "), cpu, GuestRootTag, ifs.String(), console, qemuArgs)
 }
 
 // checkGuestTools says what a lab with guests is missing.
@@ -159,9 +187,27 @@ func startGuests(pl *Plan, st *State, o Options, logw io.Writer) error {
 		if err := writeState(o.StateDir, st); err != nil {
 			return err
 		}
-		dom, err := l.DomainDefineXML(domainXML(v, kernel, initrd, console, o))
+		disks := guestDisks(pl, v)
+		dom, err := l.DomainDefineXML(domainXML(v, kernel, initrd, console, disks, false, o))
 		if err != nil {
 			return fmt.Errorf("lab: define domain %s: %w", v.Name, err)
+		}
+		if len(disks) > 0 {
+			// libvirt 9.0 drops the NBD reconnect delay without an error:
+			// then the disks go to QEMU as arguments.
+			x, err := l.DomainGetXMLDesc(dom, libvirt.DomainXMLInactive)
+			if err != nil {
+				return fmt.Errorf("lab: domain %s: %w", v.Name, err)
+			}
+			if !strings.Contains(x, "<reconnect ") {
+				if err := l.DomainUndefineFlags(dom, 0); err != nil {
+					return fmt.Errorf("lab: undefine domain %s: %w", v.Name, err)
+				}
+				if dom, err = l.DomainDefineXML(domainXML(v, kernel, initrd, console, disks, true, o)); err != nil {
+					return fmt.Errorf("lab: define domain %s: %w", v.Name, err)
+				}
+				fmt.Fprintf(logw, "guest %s: this libvirt drops the NBD reconnect delay; its disks are QEMU arguments\n", v.VM)
+			}
 		}
 		if err := l.DomainCreate(dom); err != nil {
 			return fmt.Errorf("lab: start domain %s: %w", v.Name, err)
