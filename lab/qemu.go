@@ -142,13 +142,17 @@ func domainXML(v VMPlan, kernel, initrd, console string, disks []virt.NBDDisk, p
       <target dir='%s'/>
       <readonly/>
     </filesystem>
-%s    <serial type='file'>
+%s    <channel type='unix'>
+      <source mode='bind'/>
+      <target type='virtio' name='%s'/>
+    </channel>
+    <serial type='file'>
       <source path='%s'/>
       <target port='0'/>
     </serial>
     <memballoon model='none'/>
   </devices>
-%s</domain>`, typ, ns, v.Name, GuestMemoryMiB, GuestVCPUs, kernel, initrd, strings.Join(cmd, " "), cpu, GuestRootTag, ifs.String(), console, qemuArgs)
+%s</domain>`, typ, ns, v.Name, GuestMemoryMiB, GuestVCPUs, kernel, initrd, strings.Join(cmd, " "), cpu, GuestRootTag, ifs.String(), GuestAgentPort, console, qemuArgs)
 }
 
 // checkGuestTools says what a lab with guests is missing.
