@@ -121,7 +121,7 @@ exec $B switch_root /root /bin/sh /tmp/sl-guest.sh
 const GuestScript = `#!/bin/sh
 echo "sl-guest: root up, uptime $(cut -d' ' -f1 /proc/uptime) s"
 ip link set lo up
-ttl=0
+ttl=0 iperf=
 for a in $(cat /proc/cmdline); do
   case "$a" in
   sl.net=*)
@@ -132,6 +132,7 @@ for a in $(cat /proc/cmdline); do
     ;;
   sl.iperf=*)
     iperf3 -s -p "${a#sl.iperf=}" >/dev/null 2>&1 &
+    iperf=1
     ;;
   sl.ttl=*)
     ttl=${a#sl.ttl=}
@@ -145,6 +146,7 @@ for p in /sys/class/virtio-ports/*; do
   fi
 done
 i=0
+[ -n "$iperf" ] || i=50 # no server to wait for (a guest with disks only)
 while [ $i -lt 50 ] && ! grep -q ' 0A ' /proc/net/tcp6 /proc/net/tcp 2>/dev/null; do sleep 0.1; i=$((i+1)); done
 echo "sl-guest: ready, uptime $(cut -d' ' -f1 /proc/uptime) s"
 if [ "$ttl" -gt 0 ]; then sleep "$ttl"; else while :; do sleep 3600; done; fi
