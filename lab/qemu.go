@@ -94,7 +94,9 @@ func domainXML(v VMPlan, kernel, initrd, console string, disks []virt.NBDDisk, p
 	if o.KVM {
 		typ, cpu = "kvm", "<cpu mode='host-passthrough' check='none'/>"
 	}
-	cmd := []string{"console=ttyS0", "quiet", "panic=-1"}
+	// no_timer_check: on a busy machine a TCG guest's timer check at boot fails
+	// ("IO-APIC + timer doesn't work!") and the kernel panics.
+	cmd := []string{"console=ttyS0", "quiet", "panic=-1", "no_timer_check"}
 	var ifs strings.Builder
 	for _, n := range v.NICs {
 		ip4 := fmt.Sprintf("%s/%d", n.IP, PrefixLen)
@@ -133,6 +135,8 @@ func domainXML(v VMPlan, kernel, initrd, console string, disks []virt.NBDDisk, p
     <cmdline>%s</cmdline>
   </os>
   %s
+  <features><acpi/><apic/></features>
+  <clock offset='utc'/>
   <on_poweroff>destroy</on_poweroff>
   <on_reboot>destroy</on_reboot>
   <on_crash>destroy</on_crash>
