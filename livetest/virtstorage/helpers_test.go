@@ -254,19 +254,26 @@ func (l *guestLab) gatewayStatus(host string) (storage.Status, error) {
 	return storage.ReadStatusFile(filepath.Join(lab.DefaultStateDir, "gateway-"+l.p.Cluster+"-"+host+".json"))
 }
 
-// fioResult is what the tests read from fio's JSON report (one job).
+// fioResult is what the tests read from fio's JSON report: the first job,
+// and every job by name.
 type fioResult struct {
+	fioJob
 	Exit                 int
 	Err                  error
 	Stderr               string
-	JobError             int
-	ReadIOs, WriteIOs    int64
-	ReadIOPS, WriteIOPS  float64
-	ReadLatMs            float64
-	WriteRuntimeMs       int64
-	UsrCPU, SysCPU       float64
-	ReadKiB, WriteKiB    int64
+	Jobs                 map[string]fioJob
 	VerifyErrorsReported bool // fio's stderr reports a verification failure
+}
+
+// fioJob is one job of a fio report.
+type fioJob struct {
+	JobError            int
+	ReadIOs, WriteIOs   int64
+	ReadIOPS, WriteIOPS float64
+	ReadLatMs           float64
+	WriteRuntimeMs      int64
+	UsrCPU, SysCPU      float64
+	ReadKiB, WriteKiB   int64
 }
 
 // guestFio runs fio in the guest vm with the given options (without the
@@ -291,7 +298,7 @@ func (l *guestLab) startFio(ctx context.Context, vm string, opts ...string) (int
 
 func (l *guestLab) waitFio(ctx context.Context, vm string, pid int) fioResult {
 	res, err := lab.GuestWait(ctx, l.p.Cluster, vm, pid)
-	r := fioResult{Exit: res.Exit, Err: err, Stderr: string(res.Stderr)}
+	r := fioResult{Exit: res.Exit, Err: err, Stderr: string(res.Stderr), Jobs: map[string]fioJob{}}
 	r.VerifyErrorsReported = strings.Contains(r.Stderr, "verify") &&
 		(strings.Contains(r.Stderr, "bad") || strings.Contains(r.Stderr, "failed") || strings.Contains(r.Stderr, "mismatch"))
 	out := res.Stdout
@@ -300,6 +307,7 @@ func (l *guestLab) waitFio(ctx context.Context, vm string, pid int) fioResult {
 	}
 	var rep struct {
 		Jobs []struct {
+			Name  string  `json:"jobname"`
 			Error int     `json:"error"`
 			Usr   float64 `json:"usr_cpu"`
 			Sys   float64 `json:"sys_cpu"`
@@ -307,19 +315,21 @@ func (l *guestLab) waitFio(ctx context.Context, vm string, pid int) fioResult {
 			Write ioStats `json:"write"`
 		} `json:"jobs"`
 	}
-	if jerr := json.Unmarshal(out, &rep); jerr != nil || len(rep.Jobs) != 1 {
+	if jerr := json.Unmarshal(out, &rep); jerr != nil || len(rep.Jobs) == 0 {
 		if r.Err == nil {
 			r.Err = fmt.Errorf("fio report in %s: %v (%d bytes of output)", vm, jerr, len(res.Stdout))
 		}
 		return r
 	}
-	j := rep.Jobs[0]
-	r.JobError, r.UsrCPU, r.SysCPU = j.Error, j.Usr, j.Sys
-	r.ReadIOs, r.WriteIOs = j.Read.TotalIOs, j.Write.TotalIOs
-	r.ReadIOPS, r.WriteIOPS = j.Read.IOPS, j.Write.IOPS
-	r.ReadKiB, r.WriteKiB = j.Read.IOKiB, j.Write.IOKiB
-	r.ReadLatMs = j.Read.Clat.Mean / 1e6
-	r.WriteRuntimeMs = j.Write.Runtime
+	for i, j := range rep.Jobs {
+		fj := fioJob{JobError: j.Error, UsrCPU: j.Usr, SysCPU: j.Sys,
+			ReadIOs: j.Read.TotalIOs, WriteIOs: j.Write.TotalIOs, ReadIOPS: j.Read.IOPS, WriteIOPS: j.Write.IOPS,
+			ReadKiB: j.Read.IOKiB, WriteKiB: j.Write.IOKiB, ReadLatMs: j.Read.Clat.Mean / 1e6, WriteRuntimeMs: j.Write.Runtime}
+		if i == 0 {
+			r.fioJob = fj
+		}
+		r.Jobs[j.Name] = fj
+	}
 	return r
 }
 

@@ -1,0 +1,245 @@
+package virtstorage
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/lab"
+)
+
+// SIOC Test 3 (seed 002) with QEMU guests: hosts h1 and h2, disk shares
+// 1000/1000 on h1 and 1000/2000 on h2 (host aggregates 2000:3000), control
+// period 1 s. The seed's four VMs are two guests with two disks each here
+// (vm1: a, b on h1; vm2: a, b on h2): the gateways schedule disks, and two
+// TCG guests boot in half the time of four on this 2-vCPU machine.
+//
+// The datastore is an array of 1 slot × 4 ms (250 IOPS of 4 KiB) and the
+// threshold 60 ms, not issue 8's 12 ms. A TCG guest costs about a
+// millisecond of the machine's CPU per I/O, so only a datastore of a few
+// hundred IOPS is congested by guests whose CPU is not the bottleneck
+// (with 1200 IOPS the guests could not fill it: the windows grew to 256
+// and the split followed the guests' CPU, not their shares). And QEMU's
+// NBD client keeps at most 16 requests in flight per disk: the disk with
+// 2000 shares has 16 queued at its gateway, which its share of the
+// datastore (100 IOPS here) drains in 160 ms; with 500 IOPS (200 for that
+// disk, 80 ms) QEMU starved of CPU on the shared machine let the queue run
+// dry often enough that the disk beside it got its slots (1.2–1.5:1 instead
+// of 2:1). At the threshold the windows add up to latency × IOPS: 15 at
+// 60 ms × 250 IOPS, 6 and 9 at 2:3, above PARDA's minimum window of 4 per
+// host (12 ms × 250 IOPS would be 3 in all). The windows' maximum is 32
+// (default 256; 32 outstanding I/Os are already twice the threshold's
+// latency on this array): while the guests boot the gateways are idle, an
+// idle gateway's window climbs to its maximum, and from 256 the first
+// congestion took 10–15 periods to bring it down.
+const siocPolicy = `cluster: %s
+hosts:
+  - name: h1
+    uplinks: [{name: up0, speed: 1Gbps}]
+  - name: h2
+    uplinks: [{name: up0, speed: 1Gbps}]
+datastores:
+  - name: ds1
+    sioc: {enabled: true, congestionThreshold: 60ms, controlPeriod: 1s, maxWindow: 32}
+    array: {slots: 1, serviceTime: 4ms}
+vms:
+  - name: vm1
+    host: h1
+    lab: {kind: qemu}
+    disks: [{name: a, datastore: ds1, size: 64MiB, shares: 1000}, {name: b, datastore: ds1, size: 64MiB, shares: 1000}]
+  - name: vm2
+    host: h2
+    lab: {kind: qemu}
+    disks: [{name: a, datastore: ds1, size: 64MiB, shares: 1000}, {name: b, datastore: ds1, size: 64MiB, shares: 2000}]
+`
+
+// siocThresholdMs is the policy's congestion threshold.
+const siocThresholdMs = 60
+
+// The fio run in every guest: rampS seconds not counted in fio's report
+// (the windows settle), then runS seconds measured.
+const (
+	siocRampS = 12
+	siocRunS  = 15
+)
+
+// TestGuestSIOCTest3: fio in both guests at once, one job per disk (4 KiB
+// random reads, queue depth 64: a backlog at the gateway that lasts
+// through a second of a guest starved of CPU; direct I/O on /dev/vda and /dev/vdb, whose
+// serial numbers are checked to be the policy's disks a and b). Over the
+// measured part: the median of the hosts' window ratio h2/h1 is 1.5 ± 15%,
+// the median datastore latency the threshold ± 25%, and each disk's share
+// of the IOPS fio reports (fio's JSON, ramp excluded) is 20/20/20/40% ±
+// 15%.
+func TestGuestSIOCTest3(t *testing.T) {
+	l := upLab(t, "vss", siocPolicy)
+	vms := []string{"vm1", "vm2"}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for _, vm := range vms {
+		r, err := lab.GuestExec(ctx, l.p.Cluster, vm, "/bin/sh", "-c", "for d in vda vdb; do cat /sys/block/$d/serial; echo; done")
+		if got := strings.Fields(string(r.Stdout)); err != nil || len(got) != 2 || got[0] != "a" || got[1] != "b" {
+			t.Fatalf("%s: serial numbers of vda, vdb = %q (%v), want a, b", vm, r.Stdout, err)
+		}
+	}
+	job := []string{"direct=1", "ioengine=libaio", "iodepth=64", "rw=randread", "bs=4k", "size=64M", "time_based",
+		"ramp_time=" + strconv.Itoa(siocRampS), "runtime=" + strconv.Itoa(siocRunS),
+		"name=a", "filename=/dev/vda", "name=b", "filename=/dev/vdb"}
+
+	var mu sync.Mutex
+	starts := map[string]time.Time{}
+	results := map[string]fioResult{}
+	var wg sync.WaitGroup
+	for _, vm := range vms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pid, err := l.startFio(ctx, vm, job...)
+			mu.Lock()
+			starts[vm] = time.Now()
+			mu.Unlock()
+			r := fioResult{Err: err}
+			if err == nil {
+				r = l.waitFio(ctx, vm, pid)
+			}
+			mu.Lock()
+			results[vm] = r
+			mu.Unlock()
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	samples := l.collectStatus(done, "h1", "h2")
+
+	first, last := time.Time{}, time.Time{}
+	for _, vm := range vms {
+		s := starts[vm]
+		if first.IsZero() || s.Before(first) {
+			first = s
+		}
+		if s.After(last) {
+			last = s
+		}
+		r := results[vm]
+		if r.Err != nil || len(r.Jobs) != 2 {
+			t.Fatalf("fio in %s: %v (%d jobs): %s", vm, r.Err, len(r.Jobs), tail(r.Stderr, 5))
+		}
+		for name, j := range r.Jobs {
+			if j.JobError != 0 {
+				t.Fatalf("fio in %s, disk %s: job error %d: %s", vm, name, j.JobError, tail(r.Stderr, 5))
+			}
+		}
+	}
+	from, to := last.Add(siocRampS*time.Second), first.Add((siocRampS+siocRunS)*time.Second)
+	var ratios, lats []float64
+	for _, s := range samples {
+		if s.begin.Before(from) || s.end.After(to) {
+			continue
+		}
+		t.Logf("period to %s: windows h1 %5.1f h2 %5.1f (ratio %.2f), datastore latency %5.1f ms, IOPS h1 %4.0f h2 %4.0f (%s)",
+			s.end.Format("15:04:05.0"), s.window[0], s.window[1], s.window[1]/s.window[0], s.latMs, s.iops[0], s.iops[1], s.disks)
+		ratios = append(ratios, s.window[1]/s.window[0])
+		lats = append(lats, s.latMs)
+	}
+	if len(ratios) < siocRunS/2 {
+		t.Fatalf("only %d control periods of both hosts in the measured %d s (from %s to %s): gateways' status not written?", len(ratios), siocRunS, from.Format("15:04:05.0"), to.Format("15:04:05.0"))
+	}
+	disks := []string{"vm1/a", "vm1/b", "vm2/a", "vm2/b"}
+	iops := map[string]float64{}
+	var total float64
+	for _, d := range disks {
+		vm, disk, _ := strings.Cut(d, "/")
+		iops[d] = results[vm].Jobs[disk].ReadIOPS
+		total += iops[d]
+	}
+	want := map[string]float64{"vm1/a": 0.2, "vm1/b": 0.2, "vm2/a": 0.2, "vm2/b": 0.4}
+	for _, d := range disks {
+		vm, disk, _ := strings.Cut(d, "/")
+		j := results[vm].Jobs[disk]
+		t.Logf("%s: fio %.0f IOPS (%.1f%% of %.0f), mean latency %.1f ms; guest CPU usr %.0f%% sys %.0f%%",
+			d, j.ReadIOPS, 100*j.ReadIOPS/total, total, j.ReadLatMs, j.UsrCPU, j.SysCPU)
+	}
+	w, lat := median(ratios), median(lats)
+	t.Logf("median window ratio h2/h1 %.2f (want 1.5 ± 15%%), median datastore latency %.1f ms (want %d ± 25%%), %d periods; load %s",
+		w, lat, siocThresholdMs, len(ratios), loadavg())
+	if !within(w, 1.5, 0.15) {
+		t.Errorf("window ratio h2/h1 = %.2f, want 1.5 ± 15%% (aggregate shares 3000:2000)", w)
+	}
+	if !within(lat, siocThresholdMs, 0.25) {
+		t.Errorf("datastore latency %.1f ms, want %d ms ± 25%%", lat, siocThresholdMs)
+	}
+	for _, d := range disks {
+		if got := iops[d] / total; !within(got, want[d], 0.15) {
+			t.Errorf("%s: %.1f%% of the IOPS fio reports, want %.0f%% ± 15%%", d, 100*got, 100*want[d])
+		}
+	}
+}
+
+// statusSample is one control period of both hosts' gateways.
+type statusSample struct {
+	begin, end time.Time
+	window     [2]float64
+	iops       [2]float64
+	latMs      float64 // datastore-wide, as h1 saw it
+	disks      string  // each disk's IOPS at its gateway
+}
+
+// collectStatus reads both hosts' gateway status files until done, and
+// pairs the records of the two hosts whose periods ended within half a
+// period of each other.
+func (l *guestLab) collectStatus(done <-chan struct{}, h1, h2 string) []statusSample {
+	type rec struct {
+		end                 time.Time
+		period              time.Duration
+		window, iops, latMs float64
+		disks               string
+	}
+	recs := [2]map[int64]rec{{}, {}}
+	for {
+		for i, h := range []string{h1, h2} {
+			st, err := l.gatewayStatus(h)
+			if err != nil || len(st.Datastores) == 0 {
+				continue
+			}
+			d := st.Datastores[0]
+			var dk []string
+			for _, x := range st.Disks {
+				dk = append(dk, fmt.Sprintf("%s %.0f", x.Disk, x.IOPS))
+			}
+			recs[i][st.TimeUnixNs] = rec{time.Unix(0, st.TimeUnixNs), time.Duration(st.PeriodS * 1e9), d.Window, d.HostIOPS, d.DatastoreLatencyMs, strings.Join(dk, ", ")}
+		}
+		select {
+		case <-done:
+			var out []statusSample
+			for _, a := range recs[0] {
+				for _, b := range recs[1] {
+					if math.Abs(float64(a.end.Sub(b.end))) < float64(a.period)/2 {
+						out = append(out, statusSample{begin: a.end.Add(-a.period), end: a.end,
+							window: [2]float64{a.window, b.window}, iops: [2]float64{a.iops, b.iops}, latMs: a.latMs,
+							disks: a.disks + "; " + b.disks})
+					}
+				}
+			}
+			sort.Slice(out, func(i, j int) bool { return out[i].end.Before(out[j].end) })
+			return out
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func within(got, want, tol float64) bool { return math.Abs(got-want) <= tol*want }
