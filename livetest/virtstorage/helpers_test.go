@@ -85,6 +85,10 @@ type guestLab struct {
 	start time.Time
 }
 
+// guestTTL is how long a test's guests live at most (they power themselves
+// off: a killed test leaves no guest running for long).
+var guestTTL = 4 * time.Minute
+
 // upLab brings up the lab of policyYAML (a format string whose %s is the
 // cluster name: prefix + 4 random hex digits) and registers its removal.
 func upLab(t *testing.T, prefix, policyYAML string) *guestLab {
@@ -126,7 +130,7 @@ func upLab(t *testing.T, prefix, policyYAML string) *guestLab {
 	})
 	var logb bytes.Buffer
 	t0 := time.Now()
-	if _, err := lab.Up(p, lab.Options{StateDir: dir, PolicyFile: file, Gateway: sluiceBin, Log: &logb, GuestTTL: 4 * time.Minute}); err != nil {
+	if _, err := lab.Up(p, lab.Options{StateDir: dir, PolicyFile: file, Gateway: sluiceBin, Log: &logb, GuestTTL: guestTTL}); err != nil {
 		t.Fatalf("lab up: %v\n%s", err, logb.String())
 	}
 	t.Logf("lab %s up in %v (guests ready; load %s):\n%s", p.Cluster, time.Since(t0).Round(100*time.Millisecond), loadavg(), strings.TrimSpace(logb.String()))
@@ -271,6 +275,7 @@ type fioJob struct {
 	ReadIOs, WriteIOs   int64
 	ReadIOPS, WriteIOPS float64
 	ReadLatMs           float64
+	ReadP50Us           float64
 	WriteRuntimeMs      int64
 	UsrCPU, SysCPU      float64
 	ReadKiB, WriteKiB   int64
@@ -324,7 +329,8 @@ func (l *guestLab) waitFio(ctx context.Context, vm string, pid int) fioResult {
 	for i, j := range rep.Jobs {
 		fj := fioJob{JobError: j.Error, UsrCPU: j.Usr, SysCPU: j.Sys,
 			ReadIOs: j.Read.TotalIOs, WriteIOs: j.Write.TotalIOs, ReadIOPS: j.Read.IOPS, WriteIOPS: j.Write.IOPS,
-			ReadKiB: j.Read.IOKiB, WriteKiB: j.Write.IOKiB, ReadLatMs: j.Read.Clat.Mean / 1e6, WriteRuntimeMs: j.Write.Runtime}
+			ReadKiB: j.Read.IOKiB, WriteKiB: j.Write.IOKiB, ReadLatMs: j.Read.Clat.Mean / 1e6, WriteRuntimeMs: j.Write.Runtime,
+			ReadP50Us: j.Read.Clat.Percentile["50.000000"] / 1e3}
 		if i == 0 {
 			r.fioJob = fj
 		}
@@ -339,7 +345,8 @@ type ioStats struct {
 	TotalIOs int64   `json:"total_ios"`
 	Runtime  int64   `json:"runtime"` // ms
 	Clat     struct {
-		Mean float64 `json:"mean"` // ns
+		Mean       float64            `json:"mean"`       // ns
+		Percentile map[string]float64 `json:"percentile"` // ns
 	} `json:"clat_ns"`
 }
 
