@@ -103,3 +103,60 @@ func TestMoveLines(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanGuestDisks: a host with a QEMU guest that has disks serves them
+// on a Unix socket (QEMU runs in the root namespace), and every disk of
+// that host, a namespace VM's too, gets its nbd+unix URI; the guest's
+// domain attaches them as virtio disks vda, vdb with the reconnect delay.
+func TestPlanGuestDisks(t *testing.T) {
+	p, err := policy.Parse("g.yaml", []byte(`cluster: g1
+hosts:
+  - {name: h1, uplinks: [{name: up0, speed: 1Gbps}]}
+  - {name: h2, uplinks: [{name: up0, speed: 1Gbps}]}
+datastores: [{name: ds1}]
+vms:
+  - {name: vm1, host: h1, lab: {kind: qemu}, disks: [{name: a, datastore: ds1}, {name: b, datastore: ds1}]}
+  - {name: vm2, host: h1, nics: [{name: nic0}], disks: [{name: d0, datastore: ds1}]}
+  - {name: vm3, host: h2, nics: [{name: nic0}], disks: [{name: d0, datastore: ds1}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := NewPlan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := "/run/sluice/lab-g1-gw-h1.sock"
+	if h := pl.Host("h1"); h.GatewaySocket != sock {
+		t.Errorf("h1's gateway socket %q, want %q", h.GatewaySocket, sock)
+	}
+	if h := pl.Host("h2"); h.GatewaySocket != "" {
+		t.Errorf("h2 has no guest, its gateway stays on TCP; got socket %q", h.GatewaySocket)
+	}
+	for vm, want := range map[string]string{
+		"vm1": "nbd+unix:///vm1/b?socket=" + sock,
+		"vm2": "nbd+unix:///vm2/d0?socket=" + sock,
+		"vm3": "nbd://198.18.1.2:10809/vm3/d0",
+	} {
+		d := pl.VM(vm).Disks
+		if got := d[len(d)-1].URI; got != want {
+			t.Errorf("%s: disk URI %s, want %s", vm, got, want)
+		}
+	}
+	x := domainXML(*pl.VM("vm1"), "/boot/k", "/run/i", "/run/c", guestDisks(pl, *pl.VM("vm1")), false, Options{})
+	for _, want := range []string{"<source protocol='nbd' name='vm1/b'>", "<host transport='unix' socket='" + sock + "'/>",
+		"<reconnect delay='30'/>", "<target dev='vdb' bus='virtio'/>", "<serial>b</serial>", "<acpi/>"} {
+		if !strings.Contains(x, want) {
+			t.Errorf("domain XML lacks %s:\n%s", want, x)
+		}
+	}
+	x = domainXML(*pl.VM("vm1"), "/boot/k", "/run/i", "/run/c", guestDisks(pl, *pl.VM("vm1")), true, Options{})
+	for _, want := range []string{"xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'", "&#34;reconnect-delay&#34;:30", "addr=0x19,serial=b"} {
+		if !strings.Contains(x, strings.ReplaceAll(want, "&#34;", "\"")) {
+			t.Errorf("passthrough domain XML lacks %s:\n%s", want, x)
+		}
+	}
+	if strings.Contains(x, "<disk ") {
+		t.Errorf("passthrough domain XML still has <disk>:\n%s", x)
+	}
+}
