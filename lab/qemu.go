@@ -166,6 +166,9 @@ func startGuests(pl *Plan, st *State, o Options, logw io.Writer) error {
 		if err := l.DomainCreate(dom); err != nil {
 			return fmt.Errorf("lab: start domain %s: %w", v.Name, err)
 		}
+		if err := attachGuest(st, v); err != nil {
+			return err
+		}
 		hostNS := pl.Prefix + v.Host
 		var lines []string
 		for _, n := range v.NICs {
