@@ -1,0 +1,382 @@
+package cpulive
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/agent"
+	"sluice/cpuctl"
+	"sluice/lab"
+	"sluice/policy"
+	"sluice/sim"
+)
+
+// sweepCluster names the lab of TestSeed003Live.
+const sweepCluster = "cpusw"
+
+// sweepPolicy is seed 003's test bed in the lab: a sending QEMU guest (tx,
+// 1 vCPU) and a receiving namespace VM (rx) on one host, the host's CPU
+// as this machine's (2 cores at 2600 MHz, /proc/cpuinfo). The traffic
+// stays on the host's bridge, as the seed's stays on one port group.
+const sweepPolicy = `cluster: ` + sweepCluster + `
+hosts:
+  - name: h1
+    cpu: {cores: 2, mhz: 2600}
+    uplinks: [{name: up0, speed: 10Gbps}]
+vms:
+  - {name: tx, host: h1, cpu: {vcpus: 1}, lab: {kind: qemu}, nics: [{name: nic0}]}
+  - {name: rx, host: h1, cpu: {vcpus: 1}, nics: [{name: nic0}]}
+`
+
+// sweepLimitsMHz are the sender's CPU limits, after an unlimited point:
+// 100% of a core down to 15% (390 of 2600 MHz), 9 points in all.
+var sweepLimitsMHz = []int{2600, 2210, 1820, 1430, 1170, 910, 650, 520, 390}
+
+// Per point: the flow runs sweepWarmS + sweepMeasureS seconds; the first
+// sweepWarmS are not counted.
+const (
+	sweepWarmS    = 1
+	sweepMeasureS = 4
+	sweepStreams  = 4 // as the seed's iperf: four threads
+)
+
+// sweepOut is where the test writes its points for the reproduction
+// report (scripts/reproduce.sh), relative to the module's root.
+const sweepOut = "out/live/cpu-limit-sweep"
+
+// TestSeed003Live is seed 003 on a real QEMU guest: the guest sends iperf3
+// (-R: the iperf3 server in the guest sends, 4 streams) to a namespace VM
+// on the same host while the agent (sluice agent --cpu, run in this
+// process on the lab's inventory) sets the guest's CPU limit from the
+// policy: unlimited, then sweepLimitsMHz. The guest's whole QEMU process
+// is in its lab cgroup (lab.VMCgroup), so the limit is the cfs quota of
+// everything the guest costs the host. It asserts:
+//
+//   - throughput against allocation is a straight line, R² ≥ 0.95 (the
+//     allocation of the unlimited point is what the guest used);
+//   - the ready-time analog (run-queue wait of the QEMU threads,
+//     /proc/TID/schedstat) rises as the limit falls: Spearman's rank
+//     correlation between the limit and the ready % is ≤ −0.9 over the
+//     limited points, and the ready % at 15% is at least 50 points above
+//     the unlimited point's;
+//
+// and writes the points to out/live/cpu-limit-sweep.csv.
+func TestSeed003Live(t *testing.T) {
+	tree := requireSweep(t)
+	p, err := policy.Parse("sweep.yaml", []byte(sweepPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := lab.NewPlan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	_ = lab.Down(sweepCluster, dir) // a crashed run's
+	t.Cleanup(func() {
+		if err := lab.Down(sweepCluster, dir); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	t0 := time.Now()
+	if _, err := lab.Up(p, lab.Options{StateDir: dir, GuestTTL: 5 * time.Minute}); err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	t.Logf("lab up in %v", time.Since(t0).Round(100*time.Millisecond))
+	txGroup, rxGroup := lab.VMCgroup(pl, "tx"), lab.VMCgroup(pl, "rx")
+	if pids, err := tree.Procs(txGroup); err != nil || len(pids) != 1 {
+		t.Fatalf("cgroup %s holds %v (%v), want the guest's QEMU process", txGroup, pids, err)
+	}
+
+	policies := make(chan *policy.Policy, 1)
+	runSweepAgent(t, pl, p, tree, policies)
+
+	var pts []sim.SweepPoint
+	for _, lim := range append([]int{0}, sweepLimitsMHz...) {
+		policies <- withTxLimit(p, lim)
+		waitQuota(t, tree, txGroup, lim, 2600)
+		pt := measurePoint(t, tree, pl, txGroup, rxGroup, lim)
+		pts = append(pts, pt)
+	}
+
+	slope, icpt, r2 := sim.FitSweep(pts)
+	t.Logf("fit: %.4f Gbps per %% of a core (%.0f MHz per Gbps at 2600 MHz), intercept %.3f Gbps, R² %.4f",
+		slope, 26/slope, icpt, r2)
+	if !(r2 >= 0.95) {
+		t.Errorf("throughput against CPU allocation is not linear: R² %.4f < 0.95 (points above)", r2)
+	}
+	var lim, rdy []float64
+	for _, pt := range pts[1:] {
+		lim = append(lim, float64(pt.LimitMHz))
+		rdy = append(rdy, pt.ReadyPct)
+	}
+	rho := spearman(lim, rdy)
+	rise := pts[len(pts)-1].ReadyPct - pts[0].ReadyPct
+	t.Logf("ready: Spearman ρ(limit, ready) %.3f; %.1f%% at 15%% vs %.1f%% unlimited (+%.1f points)", rho, pts[len(pts)-1].ReadyPct, pts[0].ReadyPct, rise)
+	if !(rho <= -0.9) {
+		t.Errorf("ready time does not rise as the limit falls: Spearman ρ %.3f > −0.9", rho)
+	}
+	if !(rise >= 50) {
+		t.Errorf("ready time at 15%% is only %.1f points above unlimited (want ≥ 50)", rise)
+	}
+	writeSweep(t, pts, slope, icpt, r2)
+}
+
+// runSweepAgent runs the agent of h1 with the lab's inventory and the
+// machine's cgroups (static mode, 100 ms steps), taking new policies from
+// policies.
+func runSweepAgent(t *testing.T, pl *lab.Plan, p *policy.Policy, tree cpuctl.Tree, policies chan *policy.Policy) {
+	t.Helper()
+	k, err := agent.NewNetlinkKernel(pl.Host("h1").Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := pl.Inventory("h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Policy: p, Host: "h1", Kernel: k, Inventory: inv, Cgroups: tree, Policies: policies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var mu sync.Mutex
+	var lastErr error
+	go func() {
+		defer close(done)
+		_ = agent.Run(ctx, a, nil, agent.NowNs(), (100 * time.Millisecond).Nanoseconds(), func(_ agent.Stats, _ agent.Changes, err error) {
+			if err != nil {
+				mu.Lock()
+				lastErr = err
+				mu.Unlock()
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		k.Close()
+		if lastErr != nil {
+			t.Errorf("agent step failed: %v", lastErr)
+		}
+	})
+}
+
+// withTxLimit is p with the sender's CPU limit set (0: unlimited).
+func withTxLimit(p *policy.Policy, mhz int) *policy.Policy {
+	q := *p
+	q.VMs = append([]policy.VM(nil), p.VMs...)
+	for i := range q.VMs {
+		if q.VMs[i].Name == "tx" {
+			q.VMs[i].CPU.LimitMHz = mhz
+		}
+	}
+	return &q
+}
+
+// waitQuota polls the group's cfs quota until the agent set the limit
+// (-1 when unlimited), for at most 5 s.
+func waitQuota(t *testing.T, tree cpuctl.Tree, group string, mhz, coreMHz int) {
+	t.Helper()
+	want := int64(-1)
+	if mhz > 0 {
+		want = (int64(mhz)*100000 + int64(coreMHz) - 1) / int64(coreMHz)
+	}
+	file := filepath.Join(tree.Dir(group), "cpu.cfs_quota_us")
+	if _, ok := tree.(cpuctl.V2); ok {
+		file = filepath.Join(tree.Dir(group), "cpu.max")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile(file)
+		have := strings.Fields(string(b))
+		if err == nil && len(have) > 0 {
+			q := have[0]
+			if (want < 0 && (q == "-1" || q == "max")) || q == strconv.FormatInt(want, 10) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not set the limit %d MHz on %s within 5 s: %s holds %q (%v), want quota %d", mhz, group, file, b, err, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// measurePoint runs the flow at the current limit and measures the
+// guest's cgroup over the counted seconds.
+func measurePoint(t *testing.T, tree cpuctl.Tree, pl *lab.Plan, txGroup, rxGroup string, limitMHz int) sim.SweepPoint {
+	t.Helper()
+	n := pl.NIC("tx/nic0")
+	dur := sweepWarmS + sweepMeasureS
+	cmd := exec.Command("ip", "netns", "exec", pl.VM("rx").Name, "iperf3", "-c", n.IP.String(), "-p", strconv.Itoa(n.IperfPort),
+		"-R", "-P", strconv.Itoa(sweepStreams), "-t", strconv.Itoa(dur), "-i", "1", "-J")
+	var out, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := tree.Attach(rxGroup, cmd.Process.Pid); err != nil {
+		t.Logf("receiver not in %s: %v", rxGroup, err)
+	}
+	sample := func() (cpuctl.Stats, cpuTimes, time.Time) {
+		s, err := tree.Stats(txGroup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, readCPU(t, -1), time.Now()
+	}
+	time.Sleep(time.Duration(sweepWarmS)*time.Second + 150*time.Millisecond - time.Since(start))
+	s0, b0, t0 := sample()
+	err := cmd.Wait()
+	s1, b1, t1 := sample()
+	if err != nil {
+		t.Fatalf("iperf3 (limit %d MHz): %v: %s %s", limitMHz, err, stderr.String(), tail(out.String()))
+	}
+	gbps, err := iperfMean(out.String(), sweepWarmS)
+	if err != nil {
+		t.Fatalf("iperf3 (limit %d MHz): %v", limitMHz, err)
+	}
+	el := t1.Sub(t0)
+	r := s1.Rates(s0, el.Nanoseconds())
+	tick := el.Seconds() * 100 // USER_HZ jiffies in the interval
+	others := float64(b1.busy-b0.busy)/tick - r.UsedCores
+	steal := float64(b1.steal-b0.steal) / tick
+	pt := sim.SweepPoint{LimitMHz: limitMHz, Gbps: gbps, UsedPct: 100 * r.UsedCores, ReadyPct: r.ReadyPct, ThrottledPct: 100 * r.ThrottledFrac}
+	pt.AllocPct = 100 * float64(limitMHz) / 2600
+	name := fmt.Sprintf("%d MHz (%.0f%%)", limitMHz, pt.AllocPct)
+	if limitMHz == 0 {
+		pt.AllocPct = pt.UsedPct
+		name = "unlimited"
+	}
+	t.Logf("%-16s %.3f Gbps; guest used %.1f%% of a core, ready %.1f%% (%d threads), throttled %.1f%%; the rest of the machine used %.1f%% of a core, the hypervisor stole %.1f%%",
+		name, gbps, pt.UsedPct, pt.ReadyPct, s1.Threads, pt.ThrottledPct, 100*max(others, 0), 100*steal)
+	return pt
+}
+
+// iperfMean is the mean received rate (Gbps) of a client's -J report over
+// its intervals after the first skip.
+func iperfMean(js string, skip int) (float64, error) {
+	var r struct {
+		Intervals []struct {
+			Sum struct {
+				Seconds float64 `json:"seconds"`
+				Bytes   float64 `json:"bytes"`
+			} `json:"sum"`
+		} `json:"intervals"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(js), &r); err != nil {
+		return 0, fmt.Errorf("report: %v: %s", err, tail(js))
+	}
+	if r.Error != "" {
+		return 0, fmt.Errorf("%s", r.Error)
+	}
+	var bytes, secs float64
+	for i, iv := range r.Intervals {
+		if i < skip {
+			continue
+		}
+		bytes += iv.Sum.Bytes
+		secs += iv.Sum.Seconds
+	}
+	if secs < 1 {
+		return 0, fmt.Errorf("report has %d intervals, none counted after %d s", len(r.Intervals), skip)
+	}
+	return bytes * 8 / secs / 1e9, nil
+}
+
+// spearman is the rank correlation of x and y (no ties expected).
+func spearman(x, y []float64) float64 {
+	rank := func(v []float64) []float64 {
+		r := make([]float64, len(v))
+		for i := range v {
+			for j := range v {
+				if v[j] < v[i] {
+					r[i]++
+				}
+			}
+		}
+		return r
+	}
+	// Pearson's r of the ranks: the sign of the slope, the root of R².
+	s, _, r2 := sim.FitLine(rank(x), rank(y))
+	return math.Copysign(math.Sqrt(r2), s)
+}
+
+// writeSweep writes the points under the module's out/ for the report.
+func writeSweep(t *testing.T, pts []sim.SweepPoint, slope, icpt, r2 float64) {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Logf("points not written: %v", err)
+		return
+	}
+	host, _ := os.Hostname()
+	base := filepath.Join(root, sweepOut)
+	comments := []string{
+		fmt.Sprintf("seed 003 live: TestSeed003Live (livetest/cpulive) on %s, %s", host, time.Now().UTC().Format("2006-01-02 15:04 UTC")),
+		fmt.Sprintf("a QEMU TCG guest (1 vCPU) sends iperf3 -R -P %d to a namespace VM on its host; the agent sets its cgroup's cfs quota; %d s per point after %d s", sweepStreams, sweepMeasureS, sweepWarmS),
+		fmt.Sprintf("fit: %.4f Gbps per %% of a core, intercept %.3f Gbps, R² %.4f", slope, icpt, r2),
+	}
+	if err := sim.WriteSweepCSV(base+".csv", comments, pts); err != nil {
+		t.Errorf("write %s.csv: %v", base, err)
+		return
+	}
+	t.Logf("points written to %s.csv", base)
+}
+
+// moduleRoot is the directory of go.mod above the test's directory.
+func moduleRoot() (string, error) {
+	d, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return "", fmt.Errorf("no go.mod above the test's directory")
+		}
+		d = up
+	}
+}
+
+func tail(s string) string {
+	if len(s) > 400 {
+		return "…" + s[len(s)-400:]
+	}
+	return s
+}
+
+// requireSweep fails the test when the machine cannot run it.
+func requireSweep(t *testing.T) cpuctl.Tree {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("TestSeed003Live needs root (namespaces, cgroups, libvirt)")
+	}
+	for _, tool := range []string{"iperf3", "ip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("TestSeed003Live needs %s", tool)
+		}
+	}
+	tree, err := cpuctl.Detect("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tree
+}
