@@ -194,3 +194,41 @@ func PlotSweeps(base, title string, curves ...SweepCurve) error {
 	}
 	return nil
 }
+
+// Sweep reads the result of a sweep scenario (as scenarios/seeds/
+// cpu-limit-sweep.yaml): one point per expectation on a rate, at the CPU
+// limit its run sets (a cpuLimit event in MHz; none: unlimited, placed at
+// the model's peak clock) against a core of coreMHz.
+func (res *Result) Sweep(coreMHz float64) ([]SweepPoint, error) {
+	peak := DefaultCPUParams.PeakMHz
+	if v := res.Scenario.Models.CPU.PeakMHz; v != 0 {
+		peak = v
+	}
+	limits := map[string]int{}
+	for _, r := range res.Scenario.Runs {
+		for _, e := range r.Events {
+			if e.CPULimit == "" {
+				continue
+			}
+			v, ok := strings.CutSuffix(e.CPULimit, "MHz")
+			n, err := strconv.Atoi(v)
+			if !ok || err != nil || n <= 0 {
+				return nil, fmt.Errorf("run %s: cpuLimit %q: want MHz", r.Name, e.CPULimit)
+			}
+			limits[r.Name] = n
+		}
+	}
+	var out []SweepPoint
+	for _, o := range res.Summary.Expect {
+		if o.Metric != "rate" {
+			continue
+		}
+		lim := limits[o.Run]
+		pt := SweepPoint{LimitMHz: lim, AllocPct: 100 * float64(lim) / coreMHz, Gbps: o.Measured / 1e9, UsedPct: -1, ReadyPct: -1, ThrottledPct: -1}
+		if lim == 0 {
+			pt.AllocPct = 100 * peak / coreMHz
+		}
+		out = append(out, pt)
+	}
+	return out, nil
+}

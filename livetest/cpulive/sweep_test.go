@@ -102,16 +102,17 @@ func TestSeed003Live(t *testing.T) {
 	runSweepAgent(t, pl, p, tree, policies)
 
 	var pts []sim.SweepPoint
+	var others []float64
 	for _, lim := range append([]int{0}, sweepLimitsMHz...) {
 		policies <- withTxLimit(p, lim)
-		waitQuota(t, tree, txGroup, lim, 2600)
-		pt := measurePoint(t, tree, pl, txGroup, rxGroup, lim)
+		waitQuota(t, tree, txGroup, lim, sweepCoreMHz)
+		pt, o := measurePoint(t, tree, pl, txGroup, rxGroup, lim)
 		pts = append(pts, pt)
+		others = append(others, o)
 	}
 
 	slope, icpt, r2 := sim.FitSweep(pts)
-	t.Logf("fit: %.4f Gbps per %% of a core (%.0f MHz per Gbps at 2600 MHz), intercept %.3f Gbps, R² %.4f",
-		slope, 26/slope, icpt, r2)
+	t.Logf("fit over all points: %.4f Gbps per %% of a core, intercept %.3f Gbps, R² %.4f", slope, icpt, r2)
 	if !(r2 >= 0.95) {
 		t.Errorf("throughput against CPU allocation is not linear: R² %.4f < 0.95 (points above)", r2)
 	}
@@ -129,7 +130,66 @@ func TestSeed003Live(t *testing.T) {
 	if !(rise >= 50) {
 		t.Errorf("ready time at 15%% is only %.1f points above unlimited (want ≥ 50)", rise)
 	}
-	writeSweep(t, pts, slope, icpt, r2)
+
+	// The simulator calibrated once to this machine predicts the slope
+	// of the limited points within 15%.
+	ls, lc, _ := sim.FitSweep(pts[1:])
+	t.Logf("limited points: %.4f Gbps per %% of a core, intercept %.3f Gbps: %.0f MHz per Gbps above %.0f MHz; as the simulator's model (the calibration's figures when this run is the calibration run): cyclesPerByte %.2f, overheadMHz %.0f, peakMHz %.0f",
+		ls, lc, sweepCoreMHz/100/ls, -lc/ls*sweepCoreMHz/100, sweepCoreMHz/100/ls*8/1000, -lc/ls*sweepCoreMHz/100, pts[0].UsedPct*sweepCoreMHz/100)
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	simPts := simulateLab(t, root)
+	ss, _, _ := sim.FitSweep(limited(simPts))
+	dev := ls/ss - 1
+	busy := 0.0
+	for _, o := range others {
+		busy += o / float64(len(others))
+	}
+	t.Logf("slope: live %.4f, simulator (%s) %.4f Gbps per %% of a core: %+.1f%%", ls, calibrationScenario, ss, 100*dev)
+	if math.Abs(dev) > 0.15 {
+		t.Errorf("the simulator calibrated to this machine predicts %.4f Gbps per %% of a core, the guest gave %.4f (%+.1f%%, want within 15%%); meanwhile the rest of the machine used %.0f%% of a core on average (receiver included)",
+			ss, ls, 100*dev, 100*busy)
+	}
+	writeSweep(t, root, pts, simPts, r2, ls, ss, busy)
+}
+
+// sweepCoreMHz is this machine's core clock (/proc/cpuinfo), the unit of
+// the limits.
+const sweepCoreMHz = 2600
+
+// calibrationScenario is the simulator's model of the lab's sweep, with
+// the CPU model calibrated once to this machine (docs/perf/cpu.md).
+const calibrationScenario = "scenarios/calibration/cpu-limit-sweep-lab.yaml"
+
+// simulateLab runs the calibration scenario and returns its points.
+func simulateLab(t *testing.T, root string) []sim.SweepPoint {
+	t.Helper()
+	sc, err := sim.LoadScenario(filepath.Join(root, calibrationScenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := sim.Run(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, err := res.Sweep(sweepCoreMHz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pts
+}
+
+// limited drops the unlimited point.
+func limited(pts []sim.SweepPoint) []sim.SweepPoint {
+	var out []sim.SweepPoint
+	for _, p := range pts {
+		if p.LimitMHz > 0 {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // runSweepAgent runs the agent of h1 with the lab's inventory and the
@@ -216,7 +276,8 @@ func waitQuota(t *testing.T, tree cpuctl.Tree, group string, mhz, coreMHz int) {
 
 // measurePoint runs the flow at the current limit and measures the
 // guest's cgroup over the counted seconds.
-func measurePoint(t *testing.T, tree cpuctl.Tree, pl *lab.Plan, txGroup, rxGroup string, limitMHz int) sim.SweepPoint {
+// It returns the point and what the rest of the machine used (cores).
+func measurePoint(t *testing.T, tree cpuctl.Tree, pl *lab.Plan, txGroup, rxGroup string, limitMHz int) (sim.SweepPoint, float64) {
 	t.Helper()
 	n := pl.NIC("tx/nic0")
 	dur := sweepWarmS + sweepMeasureS
@@ -255,7 +316,7 @@ func measurePoint(t *testing.T, tree cpuctl.Tree, pl *lab.Plan, txGroup, rxGroup
 	others := float64(b1.busy-b0.busy)/tick - r.UsedCores
 	steal := float64(b1.steal-b0.steal) / tick
 	pt := sim.SweepPoint{LimitMHz: limitMHz, Gbps: gbps, UsedPct: 100 * r.UsedCores, ReadyPct: r.ReadyPct, ThrottledPct: 100 * r.ThrottledFrac}
-	pt.AllocPct = 100 * float64(limitMHz) / 2600
+	pt.AllocPct = 100 * float64(limitMHz) / sweepCoreMHz
 	name := fmt.Sprintf("%d MHz (%.0f%%)", limitMHz, pt.AllocPct)
 	if limitMHz == 0 {
 		pt.AllocPct = pt.UsedPct
@@ -263,7 +324,7 @@ func measurePoint(t *testing.T, tree cpuctl.Tree, pl *lab.Plan, txGroup, rxGroup
 	}
 	t.Logf("%-16s %.3f Gbps; guest used %.1f%% of a core, ready %.1f%% (%d threads), throttled %.1f%%; the rest of the machine used %.1f%% of a core, the hypervisor stole %.1f%%",
 		name, gbps, pt.UsedPct, pt.ReadyPct, s1.Threads, pt.ThrottledPct, 100*max(others, 0), 100*steal)
-	return pt
+	return pt, max(others, 0)
 }
 
 // iperfMean is the mean received rate (Gbps) of a client's -J report over
@@ -316,26 +377,64 @@ func spearman(x, y []float64) float64 {
 	return math.Copysign(math.Sqrt(r2), s)
 }
 
-// writeSweep writes the points under the module's out/ for the report.
-func writeSweep(t *testing.T, pts []sim.SweepPoint, slope, icpt, r2 float64) {
+// writeSweep writes the points, the plot beside the seed's and a report
+// section under the module's out/live/ (scripts/reproduce.sh adds the
+// section to out/report.md when it is there).
+func writeSweep(t *testing.T, root string, pts, simPts []sim.SweepPoint, r2, liveSlope, simSlope, busy float64) {
 	t.Helper()
-	root, err := moduleRoot()
-	if err != nil {
-		t.Logf("points not written: %v", err)
-		return
-	}
 	host, _ := os.Hostname()
 	base := filepath.Join(root, sweepOut)
+	when := time.Now().UTC().Format("2006-01-02 15:04 UTC")
 	comments := []string{
-		fmt.Sprintf("seed 003 live: TestSeed003Live (livetest/cpulive) on %s, %s", host, time.Now().UTC().Format("2006-01-02 15:04 UTC")),
+		fmt.Sprintf("seed 003 live: TestSeed003Live (livetest/cpulive) on %s, %s", host, when),
 		fmt.Sprintf("a QEMU TCG guest (1 vCPU) sends iperf3 -R -P %d to a namespace VM on its host; the agent sets its cgroup's cfs quota; %d s per point after %d s", sweepStreams, sweepMeasureS, sweepWarmS),
-		fmt.Sprintf("fit: %.4f Gbps per %% of a core, intercept %.3f Gbps, R² %.4f", slope, icpt, r2),
+		fmt.Sprintf("R² %.4f over all points; limited points %.4f Gbps per %% of a core, the simulator calibrated to this machine %.4f", r2, liveSlope, simSlope),
 	}
 	if err := sim.WriteSweepCSV(base+".csv", comments, pts); err != nil {
 		t.Errorf("write %s.csv: %v", base, err)
 		return
 	}
-	t.Logf("points written to %s.csv", base)
+	if err := sim.PlotSweeps(base, "Seed 003: throughput vs CPU allocation, seed and live",
+		sim.SweepCurve{Label: "seed 003 (ESX, 2.6 GHz, VMXNET3)", Points: sim.Seed003},
+		sim.SweepCurve{Label: "live: QEMU TCG guest, cfs quota set by the agent", Points: pts},
+		sim.SweepCurve{Label: "simulator calibrated to this machine", Points: simPts}); err != nil {
+		t.Errorf("plot: %v", err)
+	}
+	simAt := map[int]float64{}
+	for _, p := range simPts {
+		simAt[p.LimitMHz] = p.Gbps
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "## cpu-limit-sweep, live: seed 003 on a real QEMU guest\n\n")
+	fmt.Fprintf(&b, "TestSeed003Live (livetest/cpulive) on %s, %s: a QEMU TCG guest (1 vCPU) under libvirt sends iperf3 (-R, %d streams) to a namespace VM on the same host; "+
+		"the agent (`sluice agent --cpu`, in the test's process) sets the cfs quota of the guest's cgroup from the policy's `cpu.limitMHz`, "+
+		"stepped from unlimited to 15%% of a %d MHz core; %d s counted per point after %d s. "+
+		"The simulator's column is scenarios/calibration/cpu-limit-sweep-lab.yaml, calibrated once to this machine (docs/perf/cpu.md). "+
+		"Ready is the run-queue wait of the QEMU threads (/proc/TID/schedstat) per wall time, summed over threads as esxtop's %%RDY.\n\n",
+		host, when, sweepStreams, sweepCoreMHz, sweepMeasureS, sweepWarmS)
+	b.WriteString("| CPU limit | allocation (% of a core) | live (Gbps) | simulator (Gbps) | CPU used (%) | ready (%) | throttled (%) |\n|---|---|---|---|---|---|---|\n")
+	for _, p := range pts {
+		l := fmt.Sprintf("%d MHz", p.LimitMHz)
+		if p.LimitMHz == 0 {
+			l = "unlimited"
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %.3f | %.3f | %.1f | %.1f | %.1f |\n", l, p.AllocPct, p.Gbps, simAt[p.LimitMHz], p.UsedPct, p.ReadyPct, p.ThrottledPct)
+	}
+	ss, _, sr2 := sim.FitSweep(sim.Seed003)
+	verdict := "✅ within 15%"
+	if math.Abs(liveSlope/simSlope-1) > 0.15 {
+		verdict = "❌ not within 15%"
+	}
+	fmt.Fprintf(&b, "\nLinear: R² %.4f over all points (the seed's own points: %.4f). Slope of the limited points: live %.4f Gbps per %% of a core, "+
+		"the simulator %.4f (%+.1f%%: %s). Relative to the throughput at 100%% of a core, the seed loses %.2f%% per %% of a core taken away, the live guest %.2f%%. "+
+		"The rest of the machine (the receiver and other work) used %.0f%% of a core on average meanwhile.\n\n",
+		r2, sr2, liveSlope, simSlope, 100*(liveSlope/simSlope-1), verdict, 100*ss/19.2, 100*liveSlope/pts[1].Gbps, 100*busy)
+	b.WriteString("![Seed 003: throughput vs CPU allocation, seed and live](live/cpu-limit-sweep.png)\n\n")
+	if err := os.WriteFile(base+".md", []byte(b.String()), 0o644); err != nil {
+		t.Errorf("write %s.md: %v", base, err)
+		return
+	}
+	t.Logf("points, plot and report section written to %s.{csv,png,svg,md}", base)
 }
 
 // moduleRoot is the directory of go.mod above the test's directory.
