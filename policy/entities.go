@@ -10,7 +10,7 @@ import (
 var (
 	policyFields    = []string{"cluster", "reservationCap", "hosts", "trafficClasses", "networkPools", "portGroups", "datastores", "vms"}
 	hostFields      = []string{"name", "cpu", "memory", "uplinks"}
-	hostCPUFields   = []string{"cores", "mhz"}
+	hostCPUFields   = []string{"cores", "mhz", "sendMHzPerGbps", "sendOverheadMHz"}
 	uplinkFields    = []string{"name", "speed", "usable"}
 	classFields     = []string{"shares", "reservation", "limit"}
 	poolFields      = []string{"name", "reservation", "portGroups", "hosts"}
@@ -98,6 +98,8 @@ func (d *decoder) host(n *yaml.Node, path string) Host {
 		if c := d.mapping(v, path+".cpu", &h.Pos, "cpu.", hostCPUFields...); c != nil {
 			d.integer(c, "cores", 1, maxCores, &h.CPU.Cores)
 			d.integer(c, "mhz", 1, maxMHz, &h.CPU.MHz)
+			d.integer(c, "sendMHzPerGbps", 1, maxMHz, &h.CPU.SendMHzPerGbps)
+			d.integer(c, "sendOverheadMHz", 0, maxMHz, &h.CPU.SendOverheadMHz)
 		}
 	}
 	d.size(m, "memory", &h.Memory)

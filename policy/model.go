@@ -77,6 +77,12 @@ type Host struct {
 type HostCPU struct {
 	Cores int
 	MHz   int // per core
+	// SendMHzPerGbps is what sending costs a VM's CPU on this host, MHz
+	// per Gbps of payload above SendOverheadMHz, as measured on the host
+	// (docs/perf/cpu.md); 0: not measured (sluice explain then uses the
+	// simulator's seed-003 model).
+	SendMHzPerGbps  int
+	SendOverheadMHz int
 }
 
 // Uplink is a physical NIC of a host.
