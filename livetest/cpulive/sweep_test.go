@@ -2,12 +2,12 @@ package cpulive
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,8 +42,8 @@ vms:
 // 100% of a core down to 15% (390 of 2600 MHz), 9 points in all.
 var sweepLimitsMHz = []int{2600, 2210, 1820, 1430, 1170, 910, 650, 520, 390}
 
-// Per point: the flow runs sweepWarmS + sweepMeasureS seconds; the first
-// sweepWarmS are not counted.
+// Per point: once the agent set the limit, sweepWarmS seconds for the
+// flow to settle, then sweepMeasureS seconds counted.
 const (
 	sweepWarmS    = 1
 	sweepMeasureS = 4
@@ -55,12 +55,15 @@ const (
 const sweepOut = "out/live/cpu-limit-sweep"
 
 // TestSeed003Live is seed 003 on a real QEMU guest: the guest sends iperf3
-// (-R: the iperf3 server in the guest sends, 4 streams) to a namespace VM
-// on the same host while the agent (sluice agent --cpu, run in this
-// process on the lab's inventory) sets the guest's CPU limit from the
-// policy: unlimited, then sweepLimitsMHz. The guest's whole QEMU process
-// is in its lab cgroup (lab.VMCgroup), so the limit is the cfs quota of
-// everything the guest costs the host. It asserts:
+// (the client runs in the guest through its guest agent, 4 streams, one
+// flow for the whole sweep) to a namespace VM on the same host while the
+// agent (sluice agent --cpu, run in this process on the lab's inventory)
+// sets the guest's CPU limit from the policy: unlimited, then
+// sweepLimitsMHz. The guest's whole QEMU process is in its lab cgroup
+// (lab.VMCgroup), so the limit is the cfs quota of everything the guest
+// costs the host. The rate is what the receiver's sockets received over
+// the counted seconds, timed by the host (a throttled TCG guest's own
+// clock falls behind: iperf3's 5 s took 27 s at 15%). It asserts:
 //
 //   - throughput against allocation is a straight line, R² ≥ 0.95 (the
 //     allocation of the unlimited point is what the guest used);
@@ -69,8 +72,12 @@ const sweepOut = "out/live/cpu-limit-sweep"
 //     correlation between the limit and the ready % is ≤ −0.9 over the
 //     limited points, and the ready % at 15% is at least 50 points above
 //     the unlimited point's;
+//   - the simulator's model calibrated once to this machine
+//     (calibrationScenario) predicts the slope of the limited points
+//     within 15%;
 //
-// and writes the points to out/live/cpu-limit-sweep.csv.
+// and writes the points, a plot beside the seed's and a report section
+// to out/live/cpu-limit-sweep.*.
 func TestSeed003Live(t *testing.T) {
 	tree := requireSweep(t)
 	p, err := policy.Parse("sweep.yaml", []byte(sweepPolicy))
@@ -101,15 +108,17 @@ func TestSeed003Live(t *testing.T) {
 	policies := make(chan *policy.Policy, 1)
 	runSweepAgent(t, pl, p, tree, policies)
 
+	f := startFlow(t, tree, pl, rxGroup)
 	var pts []sim.SweepPoint
 	var others []float64
 	for _, lim := range append([]int{0}, sweepLimitsMHz...) {
 		policies <- withTxLimit(p, lim)
 		waitQuota(t, tree, txGroup, lim, sweepCoreMHz)
-		pt, o := measurePoint(t, tree, pl, txGroup, rxGroup, lim)
+		pt, o := f.measure(t, tree, txGroup, lim)
 		pts = append(pts, pt)
 		others = append(others, o)
 	}
+	f.stop(t)
 
 	slope, icpt, r2 := sim.FitSweep(pts)
 	t.Logf("fit over all points: %.4f Gbps per %% of a core, intercept %.3f Gbps, R² %.4f", slope, icpt, r2)
@@ -274,42 +283,97 @@ func waitQuota(t *testing.T, tree cpuctl.Tree, group string, mhz, coreMHz int) {
 	}
 }
 
-// measurePoint runs the flow at the current limit and measures the
-// guest's cgroup over the counted seconds.
-// It returns the point and what the rest of the machine used (cores).
-func measurePoint(t *testing.T, tree cpuctl.Tree, pl *lab.Plan, txGroup, rxGroup string, limitMHz int) (sim.SweepPoint, float64) {
+// flow is the guest's iperf3 flow to the receiving VM: one flow for the
+// whole sweep, as the limit changes under it.
+type flow struct {
+	pl   *lab.Plan
+	addr string // the server's IP:PORT
+	srv  *exec.Cmd
+	pid  int // the client's pid in the guest
+}
+
+// startFlow starts a one-off iperf3 server in the receiving VM (in its
+// cgroup) and the iperf3 client in the guest through the guest agent
+// (lab.GuestStart), sweepStreams streams for far longer than the sweep,
+// and returns once the streams are connected.
+func startFlow(t *testing.T, tree cpuctl.Tree, pl *lab.Plan, rxGroup string) *flow {
 	t.Helper()
-	n := pl.NIC("tx/nic0")
-	dur := sweepWarmS + sweepMeasureS
-	cmd := exec.Command("ip", "netns", "exec", pl.VM("rx").Name, "iperf3", "-c", n.IP.String(), "-p", strconv.Itoa(n.IperfPort),
-		"-R", "-P", strconv.Itoa(sweepStreams), "-t", strconv.Itoa(dur), "-i", "1", "-J")
-	var out, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	if err := cmd.Start(); err != nil {
+	rx := pl.NIC("rx/nic0")
+	port := strconv.Itoa(rx.IperfPort)
+	f := &flow{pl: pl, addr: rx.IP.String() + ":" + port}
+	f.srv = exec.Command("ip", "netns", "exec", pl.VM("rx").Name, "iperf3", "-s", "-1", "-B", rx.IP.String(), "-p", port)
+	if err := f.srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	if err := tree.Attach(rxGroup, cmd.Process.Pid); err != nil {
+	t.Cleanup(func() { _ = f.srv.Process.Kill() }) // when the test fails before stop
+	if err := tree.Attach(rxGroup, f.srv.Process.Pid); err != nil {
 		t.Logf("receiver not in %s: %v", rxGroup, err)
 	}
-	sample := func() (cpuctl.Stats, cpuTimes, time.Time) {
+	waitListening(t, pl.VM("rx").Name, f.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err error
+	f.pid, err = lab.GuestStart(ctx, sweepCluster, "tx", "/usr/bin/iperf3", "-c", rx.IP.String(), "-p", port,
+		"-P", strconv.Itoa(sweepStreams), "-t", "3600")
+	if err != nil {
+		t.Fatalf("iperf3 client in the guest: %v", err)
+	}
+	waitEstablished(t, pl.VM("rx").Name, f.addr, 1+sweepStreams)
+	return f
+}
+
+// stop ends the flow: the server is killed, the client in the guest then
+// fails on its connections and exits.
+func (f *flow) stop(t *testing.T) {
+	t.Helper()
+	_ = f.srv.Process.Kill()
+	_ = f.srv.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if res, err := lab.GuestWait(ctx, sweepCluster, "tx", f.pid); err == nil || res.Exit == 0 {
+		t.Logf("the guest's iperf3 client ended with %v (exit %d) when its server was killed", err, res.Exit)
+	}
+}
+
+// received is the payload the receiver's sockets of the flow have
+// received (ss's bytes_received, summed): timed by the host, whatever the
+// guest's clock does (a throttled TCG guest's clock falls behind).
+func (f *flow) received(t *testing.T) uint64 {
+	t.Helper()
+	out, err := lab.Exec(context.Background(), f.pl.VM("rx").Name, "ss", "-Htin", "state", "established", "src", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum uint64
+	for _, m := range bytesReceived.FindAllStringSubmatch(string(out), -1) {
+		v, _ := strconv.ParseUint(m[1], 10, 64)
+		sum += v
+	}
+	return sum
+}
+
+var bytesReceived = regexp.MustCompile(`bytes_received:(\d+)`)
+
+// measure measures the guest's cgroup and the flow over sweepMeasureS
+// after sweepWarmS at the current limit. It returns the point and what
+// the rest of the machine used (cores).
+func (f *flow) measure(t *testing.T, tree cpuctl.Tree, txGroup string, limitMHz int) (sim.SweepPoint, float64) {
+	t.Helper()
+	sample := func() (cpuctl.Stats, cpuTimes, uint64, time.Time) {
 		s, err := tree.Stats(txGroup)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s, readCPU(t, -1), time.Now()
+		return s, readCPU(t, -1), f.received(t), time.Now()
 	}
-	time.Sleep(time.Duration(sweepWarmS)*time.Second + 150*time.Millisecond - time.Since(start))
-	s0, b0, t0 := sample()
-	err := cmd.Wait()
-	s1, b1, t1 := sample()
-	if err != nil {
-		t.Fatalf("iperf3 (limit %d MHz): %v: %s %s", limitMHz, err, stderr.String(), tail(out.String()))
+	time.Sleep(time.Duration(sweepWarmS) * time.Second)
+	s0, b0, r0, t0 := sample()
+	time.Sleep(time.Duration(sweepMeasureS) * time.Second)
+	s1, b1, r1, t1 := sample()
+	if r1 <= r0 {
+		t.Fatalf("limit %d MHz: the receiver got nothing in %v (bytes_received %d → %d)", limitMHz, t1.Sub(t0), r0, r1)
 	}
-	gbps, err := iperfMean(out.String(), sweepWarmS)
-	if err != nil {
-		t.Fatalf("iperf3 (limit %d MHz): %v", limitMHz, err)
-	}
+	gbps := float64(r1-r0) * 8 / t1.Sub(t0).Seconds() / 1e9
 	el := t1.Sub(t0)
 	r := s1.Rates(s0, el.Nanoseconds())
 	tick := el.Seconds() * 100 // USER_HZ jiffies in the interval
@@ -327,36 +391,38 @@ func measurePoint(t *testing.T, tree cpuctl.Tree, pl *lab.Plan, txGroup, rxGroup
 	return pt, max(others, 0)
 }
 
-// iperfMean is the mean received rate (Gbps) of a client's -J report over
-// its intervals after the first skip.
-func iperfMean(js string, skip int) (float64, error) {
-	var r struct {
-		Intervals []struct {
-			Sum struct {
-				Seconds float64 `json:"seconds"`
-				Bytes   float64 `json:"bytes"`
-			} `json:"sum"`
-		} `json:"intervals"`
-		Error string `json:"error"`
-	}
-	if err := json.Unmarshal([]byte(js), &r); err != nil {
-		return 0, fmt.Errorf("report: %v: %s", err, tail(js))
-	}
-	if r.Error != "" {
-		return 0, fmt.Errorf("%s", r.Error)
-	}
-	var bytes, secs float64
-	for i, iv := range r.Intervals {
-		if i < skip {
-			continue
+// waitListening polls ss in namespace ns until addr (IP:PORT) listens, for
+// at most 5 s.
+func waitListening(t *testing.T, ns, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, err := lab.Exec(context.Background(), ns, "ss", "-Hltn", "src", addr)
+		if err == nil && strings.Contains(string(out), addr) {
+			return
 		}
-		bytes += iv.Sum.Bytes
-		secs += iv.Sum.Seconds
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on %s in %s after 5 s (ss: %q, %v)", addr, ns, out, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	if secs < 1 {
-		return 0, fmt.Errorf("report has %d intervals, none counted after %d s", len(r.Intervals), skip)
+}
+
+// waitEstablished polls ss in namespace ns until n connections to addr
+// (the server's IP:PORT) are established, for at most 30 s.
+func waitEstablished(t *testing.T, ns, addr string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := lab.Exec(context.Background(), ns, "ss", "-Htn", "state", "established", "src", addr)
+		if err == nil && strings.Count(string(out), addr) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the guest's iperf3 client did not connect to %s in %s within 30 s (ss: %q, %v)", addr, ns, out, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return bytes * 8 / secs / 1e9, nil
 }
 
 // spearman is the rank correlation of x and y (no ties expected).
@@ -387,7 +453,7 @@ func writeSweep(t *testing.T, root string, pts, simPts []sim.SweepPoint, r2, liv
 	when := time.Now().UTC().Format("2006-01-02 15:04 UTC")
 	comments := []string{
 		fmt.Sprintf("seed 003 live: TestSeed003Live (livetest/cpulive) on %s, %s", host, when),
-		fmt.Sprintf("a QEMU TCG guest (1 vCPU) sends iperf3 -R -P %d to a namespace VM on its host; the agent sets its cgroup's cfs quota; %d s per point after %d s", sweepStreams, sweepMeasureS, sweepWarmS),
+		fmt.Sprintf("a QEMU TCG guest (1 vCPU) sends iperf3 -P %d (client in the guest, one flow) to a namespace VM on its host; the agent sets its cgroup's cfs quota; %d s per point after %d s; rate from the receiver's sockets", sweepStreams, sweepMeasureS, sweepWarmS),
 		fmt.Sprintf("R² %.4f over all points; limited points %.4f Gbps per %% of a core, the simulator calibrated to this machine %.4f", r2, liveSlope, simSlope),
 	}
 	if err := sim.WriteSweepCSV(base+".csv", comments, pts); err != nil {
@@ -406,9 +472,9 @@ func writeSweep(t *testing.T, root string, pts, simPts []sim.SweepPoint, r2, liv
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "## cpu-limit-sweep, live: seed 003 on a real QEMU guest\n\n")
-	fmt.Fprintf(&b, "TestSeed003Live (livetest/cpulive) on %s, %s: a QEMU TCG guest (1 vCPU) under libvirt sends iperf3 (-R, %d streams) to a namespace VM on the same host; "+
+	fmt.Fprintf(&b, "TestSeed003Live (livetest/cpulive) on %s, %s: a QEMU TCG guest (1 vCPU) under libvirt sends iperf3 (the client in the guest, %d streams, one flow for the whole sweep) to a namespace VM on the same host; "+
 		"the agent (`sluice agent --cpu`, in the test's process) sets the cfs quota of the guest's cgroup from the policy's `cpu.limitMHz`, "+
-		"stepped from unlimited to 15%% of a %d MHz core; %d s counted per point after %d s. "+
+		"stepped from unlimited to 15%% of a %d MHz core; %d s counted per point after %d s, the rate from the receiver's sockets (ss bytes_received) timed by the host. "+
 		"The simulator's column is scenarios/calibration/cpu-limit-sweep-lab.yaml, calibrated once to this machine (docs/perf/cpu.md). "+
 		"Ready is the run-queue wait of the QEMU threads (/proc/TID/schedstat) per wall time, summed over threads as esxtop's %%RDY.\n\n",
 		host, when, sweepStreams, sweepCoreMHz, sweepMeasureS, sweepWarmS)
