@@ -286,8 +286,9 @@ func waitQuota(t *testing.T, tree cpuctl.Tree, group string, mhz, coreMHz int) {
 // flow is the guest's iperf3 flow to the receiving VM: one flow for the
 // whole sweep, as the limit changes under it.
 type flow struct {
-	pl   *lab.Plan
-	addr string // the server's IP:PORT
+	pl      *lab.Plan
+	rxGroup string
+	addr    string // the server's IP:PORT
 	srv  *exec.Cmd
 	pid  int // the client's pid in the guest
 }
@@ -300,7 +301,7 @@ func startFlow(t *testing.T, tree cpuctl.Tree, pl *lab.Plan, rxGroup string) *fl
 	t.Helper()
 	rx := pl.NIC("rx/nic0")
 	port := strconv.Itoa(rx.IperfPort)
-	f := &flow{pl: pl, addr: rx.IP.String() + ":" + port}
+	f := &flow{pl: pl, rxGroup: rxGroup, addr: rx.IP.String() + ":" + port}
 	f.srv = exec.Command("ip", "netns", "exec", pl.VM("rx").Name, "iperf3", "-s", "-1", "-B", rx.IP.String(), "-p", port)
 	if err := f.srv.Start(); err != nil {
 		t.Fatal(err)
@@ -359,17 +360,18 @@ var bytesReceived = regexp.MustCompile(`bytes_received:(\d+)`)
 // the rest of the machine used (cores).
 func (f *flow) measure(t *testing.T, tree cpuctl.Tree, txGroup string, limitMHz int) (sim.SweepPoint, float64) {
 	t.Helper()
-	sample := func() (cpuctl.Stats, cpuTimes, uint64, time.Time) {
+	sample := func() (cpuctl.Stats, cpuctl.Stats, cpuTimes, uint64, time.Time) {
 		s, err := tree.Stats(txGroup)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s, readCPU(t, -1), f.received(t), time.Now()
+		rs, _ := tree.Stats(f.rxGroup)
+		return s, rs, readCPU(t, -1), f.received(t), time.Now()
 	}
 	time.Sleep(time.Duration(sweepWarmS) * time.Second)
-	s0, b0, r0, t0 := sample()
+	s0, rs0, b0, r0, t0 := sample()
 	time.Sleep(time.Duration(sweepMeasureS) * time.Second)
-	s1, b1, r1, t1 := sample()
+	s1, rs1, b1, r1, t1 := sample()
 	if r1 <= r0 {
 		t.Fatalf("limit %d MHz: the receiver got nothing in %v (bytes_received %d → %d)", limitMHz, t1.Sub(t0), r0, r1)
 	}
@@ -378,6 +380,7 @@ func (f *flow) measure(t *testing.T, tree cpuctl.Tree, txGroup string, limitMHz 
 	r := s1.Rates(s0, el.Nanoseconds())
 	tick := el.Seconds() * 100 // USER_HZ jiffies in the interval
 	others := float64(b1.busy-b0.busy)/tick - r.UsedCores
+	rxUsed := rs1.Rates(rs0, el.Nanoseconds()).UsedCores
 	steal := float64(b1.steal-b0.steal) / tick
 	pt := sim.SweepPoint{LimitMHz: limitMHz, Gbps: gbps, UsedPct: 100 * r.UsedCores, ReadyPct: r.ReadyPct, ThrottledPct: 100 * r.ThrottledFrac}
 	pt.AllocPct = 100 * float64(limitMHz) / sweepCoreMHz
@@ -386,8 +389,8 @@ func (f *flow) measure(t *testing.T, tree cpuctl.Tree, txGroup string, limitMHz 
 		pt.AllocPct = pt.UsedPct
 		name = "unlimited"
 	}
-	t.Logf("%-16s %.3f Gbps; guest used %.1f%% of a core, ready %.1f%% (%d threads), throttled %.1f%%; the rest of the machine used %.1f%% of a core, the hypervisor stole %.1f%%",
-		name, gbps, pt.UsedPct, pt.ReadyPct, s1.Threads, pt.ThrottledPct, 100*max(others, 0), 100*steal)
+	t.Logf("%-16s %.3f Gbps; guest used %.1f%% of a core, ready %.1f%% (%d threads), throttled %.1f%%; the receiver used %.1f%% of a core, the rest of the machine (receiver included) %.1f%%, the hypervisor stole %.1f%%",
+		name, gbps, pt.UsedPct, pt.ReadyPct, s1.Threads, pt.ThrottledPct, 100*rxUsed, 100*max(others, 0), 100*steal)
 	return pt, max(others, 0)
 }
 
