@@ -171,15 +171,21 @@ func replaceStale(path string) error {
 // renamed to path: Addr names path, and Close removes it.
 type unixListener struct {
 	*net.UnixListener
-	path string
-	once sync.Once
+	path  string
+	rmDir bool // remove the socket's directory when it is left empty
+	once  sync.Once
 }
 
 func (l *unixListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
 
 func (l *unixListener) Close() error {
 	err := l.UnixListener.Close()
-	l.once.Do(func() { _ = os.Remove(l.path) })
+	l.once.Do(func() {
+		_ = os.Remove(l.path)
+		if l.rmDir {
+			_ = os.Remove(filepath.Dir(l.path)) // fails while other sockets are there
+		}
+	})
 	return err
 }
 
@@ -195,6 +201,7 @@ func ListenVMs(dir string, vms []string, perm SocketPerm) (map[string]net.Listen
 			}
 			return nil, err
 		}
+		l.(*unixListener).rmDir = true
 		ls[vm] = l
 	}
 	return ls, nil

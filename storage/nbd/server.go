@@ -169,13 +169,15 @@ func (s *Server) logf(format string, args ...any) {
 // every connection may open every export.
 func (s *Server) Serve(l net.Listener) error { return s.ServeAccess(l, Access{}) }
 
-// ServeAccess accepts connections on l until l fails or the server is
-// closed; a connection may do what a allows.
+// ServeAccess accepts connections on l until l fails (its error) or the
+// server is closed (nil; l is closed then, also when the server was closed
+// before); a connection may do what a allows.
 func (s *Server) ServeAccess(l net.Listener, a Access) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return net.ErrClosed
+		_ = l.Close() // as if it had been open when the server closed
+		return nil
 	}
 	if s.listeners == nil {
 		s.listeners = map[net.Listener]struct{}{}
