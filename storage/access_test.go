@@ -284,3 +284,100 @@ func TestLiveTLSRealClient(t *testing.T) {
 		t.Fatalf("read back %d bytes, first %d equal: %v", len(got), len(want), bytes.Equal(got[:min(len(got), len(want))], want))
 	}
 }
+
+// QEMU's own NBD client (qemu-storage-daemon, the block layer QEMU guests
+// use) attaches a disk over TLS with the VM's certificate (tls-creds-x509)
+// and through the VM's socket; data written through it by nbdcopy (via the
+// daemon's own NBD export) reads back through the gateway. Without TLS
+// credentials QEMU is refused.
+func TestLiveQEMUClient(t *testing.T) {
+	needTools(t, "qemu-storage-daemon", "nbdcopy")
+	g := newTestGateway(t)
+	dir := t.TempDir()
+	writeTLSDirs(t, dir, "c")
+	addr := serveTestTLS(t, g, dir)
+	host, port, _ := net.SplitHostPort(addr)
+	socks := filepath.Join(dir, "vms")
+	serveVMSockets(t, g, socks, DefaultSocketPerm)
+	qsd := func(name, server string, tlsCreds bool) (string, *exec.Cmd, string) {
+		t.Helper()
+		out := filepath.Join(dir, name+".sock")
+		args := []string{}
+		bd := `{"driver":"nbd","node-name":"gw","server":` + server + `,"export":"c/d0"`
+		if tlsCreds {
+			args = append(args, "--object", "tls-creds-x509,id=tls0,dir="+filepath.Join(dir, "client-c")+",endpoint=client")
+			bd += `,"tls-creds":"tls0"`
+		}
+		args = append(args, "--blockdev", bd+"}", "--nbd-server", "addr.type=unix,addr.path="+out,
+			"--export", "type=nbd,id=e0,node-name=gw,name=x,writable=on")
+		cmd := exec.Command("qemu-storage-daemon", args...)
+		var log bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &log, &log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			select {
+			case err := <-exited:
+				exited <- err
+				return "", nil, fmt.Sprintf("exited (%v): %s", err, log.String())
+			default:
+			}
+			if c, err := net.Dial("unix", out); err == nil {
+				c.Close()
+				return out, cmd, ""
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("qemu-storage-daemon %s: no export after 20 s: %s", name, log.String())
+			}
+			time.Sleep(20 * time.Millisecond) // polling an external process, with a deadline
+		}
+	}
+	want := bytes.Repeat([]byte("QEMU through sluice\n"), 1<<15)
+	src := filepath.Join(dir, "src")
+	if err := os.WriteFile(src, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct{ name, server string }{
+		{"tls", `{"type":"inet","host":"` + host + `","port":"` + port + `"}`},
+		{"unix", `{"type":"unix","path":"` + VMSocket(socks, "c") + `"}`},
+	} {
+		out, _, failed := qsd(c.name, c.server, c.name == "tls")
+		if failed != "" {
+			t.Fatalf("qemu-storage-daemon over %s: %s", c.name, failed)
+		}
+		off := uint64(i) << 20
+		// nbdcopy writes at offset 0 of the export: put the data at off by
+		// writing a file of off zero bytes followed by the data.
+		img := filepath.Join(dir, c.name+".img")
+		if err := os.WriteFile(img, append(make([]byte, off), want...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		o, err := exec.CommandContext(ctx, "nbdcopy", "--flush", img, "nbd+unix:///x?socket="+out).CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("nbdcopy into QEMU's %s attachment: %v: %s", c.name, err, o)
+		}
+		cl, err := nbd.Dial(context.Background(), "unix", VMSocket(socks, "c"), "c/d0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(want))
+		err = cl.ReadAt(got, off)
+		cl.Close()
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("data QEMU wrote over %s: read back through the gateway: %v, equal %v", c.name, err, bytes.Equal(got, want))
+		}
+	}
+	// Plain QEMU on the TLS-only TCP listener: refused.
+	_, _, failed := qsd("plain", `{"type":"inet","host":"`+host+`","port":"`+port+`"}`, false)
+	if failed == "" || !strings.Contains(failed, "TLS") {
+		t.Fatalf("QEMU without TLS on the TLS listener: %q; want a refusal naming TLS", failed)
+	}
+	t.Logf("QEMU without TLS: %s", strings.TrimSpace(failed))
+}
