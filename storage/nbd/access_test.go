@@ -10,6 +10,7 @@ import (
 	"net"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -411,5 +412,56 @@ huge:
 	}
 	if n != maxOptions {
 		t.Fatalf("connection ended after %d options, want %d", n, maxOptions)
+	}
+}
+
+// The connections of one identity (a VM) share one MaxInFlightBytes: two
+// connections sending 80 MiB of large requests at once get 32 MiB in
+// flight together, not 32 MiB each.
+func TestInFlightBytesPerIdentity(t *testing.T) {
+	const size, n = 2 << 20, 40
+	limit := MaxPayloadBytes / size
+	g := &gatedBackend{memBackend: memBackend{data: make([]byte, size)}, entered: make(chan struct{}, n), gate: make(chan struct{})}
+	var mu sync.Mutex
+	waits := 0
+	twoWaiting := make(chan struct{})
+	s := &Server{Exports: MapExports{"a/d": g}, MaxInFlightBytes: MaxPayloadBytes, testBudgetWait: func() {
+		mu.Lock()
+		defer mu.Unlock()
+		// No request finishes while the gate is shut: each reader waits
+		// once, so two calls are two readers waiting.
+		if waits++; waits == 2 {
+			close(twoWaiting)
+		}
+	}}
+	addr := serveAccess(t, s, Access{Identity: "a", Allow: ownDisks})
+	c1, c2 := dial(t, addr, "a/d"), dial(t, addr, "a/d")
+	var open sync.Once
+	release := func() { open.Do(func() { close(g.gate) }) }
+	t.Cleanup(release)
+	errs := make(chan error, n)
+	for i := range n {
+		c := c1
+		if i%2 == 1 {
+			c = c2
+		}
+		go func() { errs <- c.WriteAt(make([]byte, size), 0, false) }()
+	}
+	select {
+	case <-twoWaiting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the two connections' readers never both waited for memory")
+	}
+	g.mu.Lock()
+	held := g.held
+	g.mu.Unlock()
+	if held != MaxPayloadBytes || len(g.entered) != limit {
+		t.Fatalf("server holds %d payload bytes for identity a over 2 connections (%d requests entered), bound %d", held, len(g.entered), MaxPayloadBytes)
+	}
+	release()
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
