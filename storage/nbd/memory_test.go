@@ -63,12 +63,6 @@ func runMemServer(sock string) {
 	os.Exit(0)
 }
 
-// IdleConnBytes is the stated memory bound of one open, idle connection
-// after the handshake: 64 KiB read and 64 KiB write buffers, the
-// connection's two goroutines (reader/worker and flusher) and its
-// bookkeeping. TestIdleConnectionsMemory measures it.
-const IdleConnBytes = 160 << 10
-
 // 1,000 connections that opened an export, wrote and read 4 KiB each and
 // sit idle grow the server (a separate process) by less than
 // 1,000 × IdleConnBytes, in Go memory and in RSS.

@@ -78,6 +78,13 @@ type Access struct {
 // DefaultMaxConns is Server.MaxConns's default.
 const DefaultMaxConns = 1024
 
+// IdleConnBytes is the stated memory bound of one open, idle connection
+// after the handshake, Go heap and stacks: 64 KiB read and 64 KiB write
+// buffers, the connection's two goroutines (reader/worker and flusher) and
+// its bookkeeping (TestIdleConnectionsMemory measures it). Requests in
+// flight add their payload, bounded by MaxInFlightBytes.
+const IdleConnBytes = 160 << 10
+
 // Server serves NBD exports. The zero value is not usable: set Exports.
 type Server struct {
 	// Exports are the devices served.
