@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"reflect"
@@ -314,7 +315,13 @@ func isReset(err error) bool { return err != nil && strings.Contains(err.Error()
 // Connections beyond the server's or the listener's cap are closed at once;
 // a place freed is taken again.
 func TestConnectionCaps(t *testing.T) {
-	s := &Server{Exports: threeExports(), MaxConns: 4}
+	var mu sync.Mutex
+	var logged []string
+	s := &Server{Exports: threeExports(), MaxConns: 4, Logf: func(f string, a ...any) {
+		mu.Lock()
+		logged = append(logged, fmt.Sprintf(f, a...))
+		mu.Unlock()
+	}}
 	addrA := serveAccess(t, s, Access{MaxConns: 2})
 	addrB := serveAccess(t, s, Access{})
 	var open []net.Conn
@@ -341,6 +348,11 @@ func TestConnectionCaps(t *testing.T) {
 	if s.Refused() != 2 {
 		t.Fatalf("Refused() = %d, want 2", s.Refused())
 	}
+	mu.Lock()
+	if len(logged) == 0 || logged[0] != "nbd: connection refused: 2 connections open on this listener (limit 2)" {
+		t.Errorf("logged %q; want the first refusal", logged)
+	}
+	mu.Unlock()
 	open[0].Close()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -463,5 +475,35 @@ func TestInFlightBytesPerIdentity(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Failed handshakes, which anybody who reaches a listener can cause, are
+// logged at most once a second.
+func TestHandshakeFailuresLogLimited(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	s := &Server{Exports: threeExports(), Logf: func(f string, a ...any) {
+		mu.Lock()
+		lines = append(lines, fmt.Sprintf(f, a...))
+		mu.Unlock()
+	}}
+	addr := serveAccess(t, s, Access{})
+	start := time.Now()
+	const n = 20
+	for i := 0; i < n; i++ {
+		c := rawDial(t, "tcp", addr)
+		c.write(make([]byte, 16)) // bad option magic
+		if _, err := io.Copy(io.Discard, c.r); err != nil && !isReset(err) {
+			t.Fatal(err)
+		}
+		c.conn.Close()
+	}
+	elapsed := time.Since(start)
+	s.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lines) == 0 || len(lines) > 1+int(elapsed/time.Second) || !strings.Contains(lines[0], "connection closed in the handshake (a client without identity): protocol violation: bad option magic") {
+		t.Fatalf("%d bad handshakes in %v logged %d lines: %q", n, elapsed, len(lines), lines)
 	}
 }

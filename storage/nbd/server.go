@@ -134,6 +134,20 @@ type Server struct {
 	open        atomic.Int32             // connections accepted and not yet ended
 	refused     atomic.Uint64
 	lastRefusal atomic.Int64 // monoNs of the last refusal logged
+
+	lastHandshakeLog  atomic.Int64  // monoNs of the last failed handshake logged
+	handshakeFailures atomic.Uint64 // failed handshakes not logged since
+}
+
+// onceASecond reports whether a second has passed since it last returned
+// true for last (a monoNs time; 0: never), and if so records now.
+func onceASecond(last *atomic.Int64) bool {
+	now := monoNs() + 1 // never 0
+	l := last.Load()
+	if l != 0 && now-l < int64(time.Second) {
+		return false
+	}
+	return last.CompareAndSwap(l, now)
 }
 
 // Refused is the number of connections closed at once because a
@@ -155,8 +169,7 @@ func (s *Server) admit(mine *atomic.Int32, max int) bool {
 	s.open.Add(-1)
 	mine.Add(-1)
 	s.refused.Add(1)
-	if now := monoNs(); now-s.lastRefusal.Load() >= int64(time.Second) {
-		s.lastRefusal.Store(now)
+	if onceASecond(&s.lastRefusal) {
 		if int(n) > total {
 			s.logf("nbd: connection refused: %d connections open (limit %d)", n-1, total)
 		} else {
@@ -271,8 +284,24 @@ func (s *Server) ServeConnAccess(rw io.ReadWriteCloser, a Access) {
 	// Small buffers during the handshake: a connection that never gets
 	// past it (or waits in it) costs little memory.
 	c := &serverConn{s: s, acc: &a, id: a.Identity, rw: rw, r: bufio.NewReaderSize(rw, handshakeBufBytes), w: bufio.NewWriterSize(rw, handshakeBufBytes)}
-	if err := c.run(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	err := c.run()
+	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+		return
+	}
+	if c.transmitting {
 		s.logf("nbd: connection closed: %v", err)
+		return
+	}
+	// Handshakes that fail are logged at most once a second: anybody who
+	// can reach a listener can fail them.
+	if onceASecond(&s.lastHandshakeLog) {
+		more := ""
+		if n := s.handshakeFailures.Swap(0); n > 0 {
+			more = fmt.Sprintf(" (and %d more since the last such line)", n)
+		}
+		s.logf("nbd: connection closed in the handshake (%s): %v%s", c.who(), err, more)
+	} else {
+		s.handshakeFailures.Add(1)
 	}
 }
 
@@ -288,9 +317,11 @@ type serverConn struct {
 	acc   *Access
 	id    string // the client's identity (Access.Identity or its certificate's)
 	tlsOn bool   // NBD_OPT_STARTTLS succeeded
-	rw    io.ReadWriteCloser
-	r     *bufio.Reader
-	w     *bufio.Writer
+	// transmitting: the handshake is over
+	transmitting bool
+	rw           io.ReadWriteCloser
+	r            *bufio.Reader
+	w            *bufio.Writer
 
 	wmu      sync.Mutex    // guards w during transmission
 	flushReq chan struct{} // a reply is waiting in w (capacity 1)
@@ -323,6 +354,7 @@ func (c *serverConn) run() error {
 	if isNet {
 		_ = nc.SetDeadline(time.Time{})
 	}
+	c.transmitting = true
 	// Every handshake reply was flushed; data the client sent after
 	// NBD_OPT_GO stays in the small reader.
 	if c.r.Buffered() == 0 {
