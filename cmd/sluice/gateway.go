@@ -197,10 +197,20 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	if len(serves) == 0 {
 		return fail(fmt.Errorf("nothing to serve on: host %s has no disks and no --listen is given", *host))
 	}
-	fmt.Fprintf(stderr, "sluice gateway: host %s serving %s on %s\n", *host, strings.Join(g.Exports(), " "), strings.Join(where, ", "))
+	// SIGINT/SIGTERM stop the gateway from the moment it says it serves.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	go func() { <-sig; g.Close() }()
+	defer signal.Stop(sig)
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-sig:
+			g.Close()
+		case <-stopped:
+		}
+	}()
+	fmt.Fprintf(stderr, "sluice gateway: host %s serving %s on %s\n", *host, strings.Join(g.Exports(), " "), strings.Join(where, ", "))
 	errs := make(chan error, len(serves))
 	for _, serve := range serves {
 		go func() { errs <- serve() }()
