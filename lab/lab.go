@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"sluice/policy"
+	"sluice/storage"
 )
 
 // DefaultStateDir is where state files, logs and agent statistics live.
@@ -261,6 +263,18 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 		if err := start("gateway:"+h.Host, h.Name, "lab-"+p.Cluster+"-gateway-"+h.Host+".log", args...); err != nil {
 			return nil, err
 		}
+		// Up returns when the VMs can open their disks: each VM's socket
+		// accepts (docs/storage.md, "Access control").
+		var socks []string
+		for _, v := range p.VMs {
+			if v.Host == h.Host && len(v.Disks) > 0 {
+				socks = append(socks, storage.VMSocket(storage.SocketDir(p.Cluster, h.Host), v.Name))
+			}
+		}
+		if err := waitUnixSockets(socks, 10*time.Second); err != nil {
+			return nil, fmt.Errorf("lab: gateway of host %s: %v (log: %s)", h.Host, err,
+				filepath.Join(stateDirOr(o.StateDir), "lab-"+p.Cluster+"-gateway-"+h.Host+".log"))
+		}
 	}
 	if err := writeState(o.StateDir, st); err != nil {
 		return nil, err
@@ -456,6 +470,25 @@ func startDaemon(ns, logPath, pidFile string, args ...string) (int, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// waitUnixSockets polls until a server accepts on every Unix socket.
+func waitUnixSockets(paths []string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for _, p := range paths {
+		for {
+			c, err := net.DialTimeout("unix", p, time.Second)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("nothing accepts on %s after %s: %v", p, within, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // waitListening polls until every TCP port listens in ns.

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -291,6 +292,9 @@ func (s *Server) ServeConnAccess(rw io.ReadWriteCloser, a Access) {
 	if c.transmitting {
 		s.logf("nbd: connection closed: %v", err)
 		return
+	}
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+		return // a client that connected and left (a probe): nothing to say
 	}
 	// Handshakes that fail are logged at most once a second: anybody who
 	// can reach a listener can fail them.
