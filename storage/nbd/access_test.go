@@ -280,6 +280,10 @@ func TestTLSRequired(t *testing.T) {
 	if _, err := DialTLS(ctx, "tcp", addr, "a/d0", stranger); err == nil {
 		t.Fatal("a certificate of another CA was accepted")
 	}
+	// The server's own certificate (same CA, server use only) as a client's.
+	if _, err := DialTLS(ctx, "tcp", addr, "a/d0", &tls.Config{Certificates: srvTLS.Certificates, RootCAs: clients["a"].RootCAs, ServerName: "localhost"}); err == nil {
+		t.Fatal("a server-only certificate was accepted as a client's")
+	}
 	anon := &tls.Config{RootCAs: clients["a"].RootCAs, ServerName: "localhost"}
 	if _, err := DialTLS(ctx, "tcp", addr, "a/d0", anon); err == nil {
 		t.Fatal("a client without certificate was accepted")
