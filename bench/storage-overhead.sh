@@ -98,7 +98,7 @@ for pl in $polls; do
   # This tree's gateway serves TCP only with TLS, and fio's nbd engine
   # (libnbd) takes client certificates only from /etc/pki/libnbd when root
   # (not ?tls-certificates=): its runs here are over the Unix socket.
-  [ "$bin" = "$tmp/sluice" ] && listens="unix"
+  [ "$bin" = "$tmp/sluice" ] && listens="unix" && pf="$pf --socket-dir none" # one gateway per value: no per-VM sockets (they would collide)
   for ln in $listens; do
     if [ "$ln" = unix ]; then
       name=gw-unix-poll-$pl; la="unix:$tmp/gw$i.sock"; uri="nbd+unix:///vm1/disk0?socket=$tmp/gw$i.sock"
