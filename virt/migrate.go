@@ -1,0 +1,200 @@
+package virt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+)
+
+// A live migration is carried out peer to peer: sluice asks the source's
+// libvirtd to migrate the domain to DestURI, and that libvirtd connects to
+// the destination's libvirtd itself (VIR_MIGRATE_PEER2PEER), so sluice
+// talks to one libvirtd only and the call returns when the domain runs on
+// the destination. A persistent domain moves its definition too (defined
+// on the destination, undefined on the source).
+
+// Migration says where and how a domain migrates.
+type Migration struct {
+	// DestURI is the destination's libvirtd as the source's libvirtd
+	// reaches it (qemu+tls://HOST/system, qemu+ssh://HOST/system,
+	// qemu+unix:///system?socket=PATH for a second libvirtd of the same
+	// machine). Required.
+	DestURI string
+	// DestXML, when set, is the domain's XML on the destination: the
+	// same guest (libvirt checks its ABI), e.g. with its vNICs on the
+	// destination's bridges. Empty: the source's XML.
+	DestXML string
+	// Tunnelled carries the guest's memory through the libvirtd
+	// connection (VIR_MIGRATE_TUNNELLED) instead of a QEMU-to-QEMU TCP
+	// stream on a port of the destination.
+	Tunnelled bool
+	// AutoConverge lets QEMU slow the guest's vCPUs when its memory
+	// changes faster than it is sent.
+	AutoConverge bool
+	// BandwidthMiBps caps the migration stream in MiB/s; 0: no cap.
+	BandwidthMiBps uint64
+}
+
+// MigrationStats is what libvirt measured of a completed migration (0
+// when it did not say).
+type MigrationStats struct {
+	TotalMs    uint64 // from the start of the job to the guest running on the destination
+	DowntimeMs uint64 // the guest paused between its last run on the source and its first on the destination
+	DataBytes  uint64 // bytes of guest state sent
+}
+
+// migrator is the part of go-libvirt a migration uses; *libvirt.Libvirt
+// implements it, the unit tests a fake.
+type migrator interface {
+	DomainLookupByName(name string) (libvirt.Domain, error)
+	DomainIsActive(d libvirt.Domain) (int32, error)
+	DomainIsPersistent(d libvirt.Domain) (int32, error)
+	DomainMigratePerform3Params(d libvirt.Domain, dconnuri libvirt.OptString, params []libvirt.TypedParam, cookie []byte, flags libvirt.DomainMigrateFlags) ([]byte, error)
+	DomainAbortJob(d libvirt.Domain) error
+	DomainGetJobStats(d libvirt.Domain, flags libvirt.DomainGetJobStatsFlags) (int32, []libvirt.TypedParam, error)
+}
+
+var _ migrator = (*libvirt.Libvirt)(nil)
+
+// DialURI connects to the libvirtd of a libvirt URI (qemu:///system,
+// qemu+unix:///system?socket=PATH, qemu+tcp://…, qemu+tls://…,
+// qemu+ssh://…) through go-libvirt's dialer for its transport.
+func DialURI(uri string) (*Libvirt, error) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return nil, fmt.Errorf("libvirt URI %q: %w", uri, err)
+	}
+	l, err := libvirt.ConnectToURI(u)
+	if err != nil {
+		return nil, fmt.Errorf("libvirt connect %s: %w", uri, err)
+	}
+	return &Libvirt{l: l}, nil
+}
+
+// Active tells whether the named domain runs on this libvirtd.
+func (c *Libvirt) Active(name string) (bool, error) { return active(c.l, name) }
+
+func active(m migrator, name string) (bool, error) {
+	d, err := m.DomainLookupByName(name)
+	if libvirt.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("DomainLookupByName %s: %w", name, err)
+	}
+	a, err := m.DomainIsActive(d)
+	if err != nil {
+		return false, fmt.Errorf("DomainIsActive %s: %w", name, err)
+	}
+	return a == 1, nil
+}
+
+// Migrate migrates the running domain name live from this libvirtd to
+// m.DestURI and returns when it runs there. When ctx ends first the
+// migration is aborted (the domain keeps running here). The statistics
+// are libvirt's of the completed job (zero when it kept none).
+func (c *Libvirt) Migrate(ctx context.Context, name string, m Migration) (MigrationStats, error) {
+	return migrate(ctx, c.l, name, m)
+}
+
+// migrationFlags are the flags of a live peer-to-peer migration of a
+// domain (persistent: its definition moves too).
+func migrationFlags(m Migration, persistent bool) libvirt.DomainMigrateFlags {
+	f := libvirt.MigrateLive | libvirt.MigratePeer2peer
+	if m.Tunnelled {
+		f |= libvirt.MigrateTunnelled
+	}
+	if m.AutoConverge {
+		f |= libvirt.MigrateAutoConverge
+	}
+	if persistent {
+		f |= libvirt.MigratePersistDest | libvirt.MigrateUndefineSource
+	}
+	return f
+}
+
+// migrationParams are the typed parameters of m.
+func migrationParams(m Migration) []libvirt.TypedParam {
+	var p []libvirt.TypedParam
+	if m.DestXML != "" {
+		p = append(p, libvirt.TypedParam{Field: libvirt.MigrateParamDestXML, Value: *libvirt.NewTypedParamValueString(m.DestXML)})
+	}
+	if m.BandwidthMiBps > 0 {
+		p = append(p, libvirt.TypedParam{Field: libvirt.MigrateParamBandwidth, Value: *libvirt.NewTypedParamValueUllong(m.BandwidthMiBps)})
+	}
+	return p
+}
+
+func migrate(ctx context.Context, l migrator, name string, m Migration) (MigrationStats, error) {
+	if m.DestURI == "" {
+		return MigrationStats{}, fmt.Errorf("migrate %s: no destination URI", name)
+	}
+	d, err := l.DomainLookupByName(name)
+	if err != nil {
+		if libvirt.IsNotFound(err) {
+			return MigrationStats{}, fmt.Errorf("migrate %s: %w", name, ErrNotRunning)
+		}
+		return MigrationStats{}, fmt.Errorf("DomainLookupByName %s: %w", name, err)
+	}
+	if a, err := l.DomainIsActive(d); err != nil {
+		return MigrationStats{}, fmt.Errorf("DomainIsActive %s: %w", name, err)
+	} else if a != 1 {
+		return MigrationStats{}, fmt.Errorf("migrate %s: %w", name, ErrNotRunning)
+	}
+	pers, err := l.DomainIsPersistent(d)
+	if err != nil {
+		return MigrationStats{}, fmt.Errorf("DomainIsPersistent %s: %w", name, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.DomainMigratePerform3Params(d, libvirt.OptString{m.DestURI}, migrationParams(m), nil, migrationFlags(m, pers == 1))
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		abortErr := l.DomainAbortJob(d)
+		err = <-done // the source ends the job after the abort
+		if err == nil {
+			break // it completed before the abort took
+		}
+		return MigrationStats{}, errors.Join(fmt.Errorf("migrate %s to %s: %w", name, m.DestURI, ctx.Err()), err, abortErr)
+	}
+	if err != nil {
+		return MigrationStats{}, fmt.Errorf("migrate %s to %s: %w", name, m.DestURI, err)
+	}
+	st, _ := completedStats(l, d)
+	return st, nil
+}
+
+// completedStats reads the statistics of the domain's last completed
+// job.
+func completedStats(l migrator, d libvirt.Domain) (MigrationStats, error) {
+	_, params, err := l.DomainGetJobStats(d, libvirt.DomainJobStatsCompleted)
+	if err != nil {
+		return MigrationStats{}, err
+	}
+	var st MigrationStats
+	for _, p := range params {
+		v, ok := p.Value.I.(uint64)
+		if !ok {
+			continue
+		}
+		switch p.Field {
+		case libvirt.DomainJobTimeElapsed:
+			st.TotalMs = v
+		case libvirt.DomainJobDowntime:
+			st.DowntimeMs = v
+		case libvirt.DomainJobDataTotal:
+			st.DataBytes = v
+		}
+	}
+	return st, nil
+}
+
+// Duration returns a statistic in milliseconds as a time.Duration.
+func Duration(ms uint64) time.Duration { return time.Duration(ms) * time.Millisecond }

@@ -1,0 +1,188 @@
+package virt
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+)
+
+// fakeMigrator is a source libvirtd with domains that migrate: a
+// migration that completes moves the domain to dests[uri] (the domain
+// stops here, runs there); block holds a migration until AbortJob.
+type fakeMigrator struct {
+	mu         sync.Mutex
+	active     map[string]bool
+	persistent map[string]bool
+	dests      map[string]map[string]bool // URI → domains running there
+	block      bool
+	aborted    chan struct{}
+	calls      []string
+	gotParams  []libvirt.TypedParam
+	gotFlags   libvirt.DomainMigrateFlags
+}
+
+func newFakeMigrator() *fakeMigrator {
+	return &fakeMigrator{active: map[string]bool{}, persistent: map[string]bool{}, dests: map[string]map[string]bool{}, aborted: make(chan struct{})}
+}
+
+func (f *fakeMigrator) DomainLookupByName(name string) (libvirt.Domain, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.active[name]; !ok {
+		return libvirt.Domain{}, libvirt.Error{Code: uint32(libvirt.ErrNoDomain), Message: "Domain not found: " + name}
+	}
+	return libvirt.Domain{Name: name}, nil
+}
+
+func (f *fakeMigrator) DomainIsActive(d libvirt.Domain) (int32, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.active[d.Name] {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+func (f *fakeMigrator) DomainIsPersistent(d libvirt.Domain) (int32, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.persistent[d.Name] {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+func (f *fakeMigrator) DomainMigratePerform3Params(d libvirt.Domain, uri libvirt.OptString, params []libvirt.TypedParam, _ []byte, flags libvirt.DomainMigrateFlags) ([]byte, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, "perform "+d.Name+" "+strings.Join(uri, ","))
+	f.gotParams, f.gotFlags = params, flags
+	block := f.block
+	f.mu.Unlock()
+	if block {
+		<-f.aborted
+		return nil, libvirt.Error{Code: uint32(libvirt.ErrOperationAborted), Message: "operation aborted: migration out job: canceled by client"}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	dst, ok := f.dests[uri[0]]
+	if !ok {
+		return nil, libvirt.Error{Code: uint32(libvirt.ErrOperationFailed), Message: "Failed to connect to remote libvirt URI " + uri[0]}
+	}
+	f.active[d.Name] = false
+	dst[d.Name] = true
+	return nil, nil
+}
+
+func (f *fakeMigrator) DomainAbortJob(d libvirt.Domain) error {
+	f.mu.Lock()
+	f.calls = append(f.calls, "abort "+d.Name)
+	f.mu.Unlock()
+	close(f.aborted)
+	return nil
+}
+
+func (f *fakeMigrator) DomainGetJobStats(d libvirt.Domain, flags libvirt.DomainGetJobStatsFlags) (int32, []libvirt.TypedParam, error) {
+	if flags != libvirt.DomainJobStatsCompleted {
+		return 0, nil, errors.New("want the completed job")
+	}
+	return 3, []libvirt.TypedParam{
+		{Field: libvirt.DomainJobTimeElapsed, Value: *libvirt.NewTypedParamValueUllong(1834)},
+		{Field: libvirt.DomainJobDowntime, Value: *libvirt.NewTypedParamValueUllong(41)},
+		{Field: libvirt.DomainJobDataTotal, Value: *libvirt.NewTypedParamValueUllong(268435456)},
+		{Field: "memory_dirty_rate", Value: *libvirt.NewTypedParamValueUllong(7)},
+	}, nil
+}
+
+func TestMigrateMovesTheDomain(t *testing.T) {
+	f := newFakeMigrator()
+	f.active["web1"], f.persistent["web1"] = true, true
+	dest := "qemu+tls://h2.example/system"
+	f.dests[dest] = map[string]bool{}
+	st, err := migrate(context.Background(), f, "web1", Migration{DestURI: dest, DestXML: "<domain/>", AutoConverge: true, BandwidthMiBps: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.active["web1"] || !f.dests[dest]["web1"] {
+		t.Errorf("after the migration: runs here %v, there %v; want only there", f.active["web1"], f.dests[dest]["web1"])
+	}
+	want := libvirt.MigrateLive | libvirt.MigratePeer2peer | libvirt.MigrateAutoConverge | libvirt.MigratePersistDest | libvirt.MigrateUndefineSource
+	if f.gotFlags != want {
+		t.Errorf("flags %#x, want %#x (live, peer to peer, auto-converge, the definition moves)", f.gotFlags, want)
+	}
+	if len(f.gotParams) != 2 || f.gotParams[0].Field != "destination_xml" || f.gotParams[0].Value.I != "<domain/>" ||
+		f.gotParams[1].Field != "bandwidth" || f.gotParams[1].Value.I != uint64(100) {
+		t.Errorf("params %+v, want destination_xml and bandwidth", f.gotParams)
+	}
+	if st != (MigrationStats{TotalMs: 1834, DowntimeMs: 41, DataBytes: 268435456}) {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestMigrateTransientTunnelled(t *testing.T) {
+	f := newFakeMigrator()
+	f.active["vm1"] = true
+	f.dests["u"] = map[string]bool{}
+	if _, err := migrate(context.Background(), f, "vm1", Migration{DestURI: "u", Tunnelled: true}); err != nil {
+		t.Fatal(err)
+	}
+	if want := libvirt.MigrateLive | libvirt.MigratePeer2peer | libvirt.MigrateTunnelled; f.gotFlags != want {
+		t.Errorf("flags %#x, want %#x: a transient domain stays transient", f.gotFlags, want)
+	}
+	if len(f.gotParams) != 0 {
+		t.Errorf("params %+v, want none", f.gotParams)
+	}
+}
+
+func TestMigrateErrors(t *testing.T) {
+	f := newFakeMigrator()
+	f.active["vm1"] = true
+	f.active["off"] = false
+	for _, c := range []struct {
+		vm, uri, want string
+	}{
+		{"vm1", "", "migrate vm1: no destination URI"},
+		{"nope", "u", "migrate nope: domain is not running"},
+		{"off", "u", "migrate off: domain is not running"},
+		{"vm1", "qemu+tls://h9/system", "migrate vm1 to qemu+tls://h9/system: Failed to connect to remote libvirt URI qemu+tls://h9/system"},
+	} {
+		_, err := migrate(context.Background(), f, c.vm, Migration{DestURI: c.uri})
+		if err == nil || err.Error() != c.want {
+			t.Errorf("migrate %s to %q: error %v, want %q", c.vm, c.uri, err, c.want)
+		}
+	}
+	if !f.active["vm1"] {
+		t.Error("a failed migration stopped the domain here")
+	}
+}
+
+func TestMigrateAbortsWhenCanceled(t *testing.T) {
+	f := newFakeMigrator()
+	f.active["vm1"], f.block = true, true
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := migrate(ctx, f, "vm1", Migration{DestURI: "u"})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "canceled by client") {
+		t.Errorf("error %v, want the deadline and libvirt's abort", err)
+	}
+	if got := strings.Join(f.calls, "; "); got != "perform vm1 u; abort vm1" {
+		t.Errorf("calls %q", got)
+	}
+	if !f.active["vm1"] {
+		t.Error("an aborted migration stopped the domain here")
+	}
+}
+
+func TestActive(t *testing.T) {
+	f := newFakeMigrator()
+	f.active["a"], f.active["b"] = true, false
+	for name, want := range map[string]bool{"a": true, "b": false, "c": false} {
+		if got, err := active(f, name); err != nil || got != want {
+			t.Errorf("active(%s) = %v, %v; want %v", name, got, err, want)
+		}
+	}
+}
