@@ -69,6 +69,9 @@ type Options struct {
 	// GuestIPv6Only names VMs whose guests get no IPv4 address: they send
 	// IPv6 only (tests of classification at the vNIC).
 	GuestIPv6Only map[string]bool
+	// Migratable names VMs whose guests can migrate live (lab/migrate.go):
+	// they boot from their initramfs alone, without the host's root.
+	Migratable map[string]bool
 }
 
 // StatePath is the state file of a cluster's lab.
@@ -497,6 +500,9 @@ func Down(cluster, stateDir string) error {
 		doms = st.Domains
 	}
 	if err := removeDomains(cluster, doms); err != nil {
+		errs = append(errs, err)
+	}
+	if err := stopHostLibvirtds(cluster); err != nil {
 		errs = append(errs, err)
 	}
 	if st != nil {

@@ -96,9 +96,21 @@ func active(m migrator, name string) (bool, error) {
 // Migrate migrates the running domain name live from this libvirtd to
 // m.DestURI and returns when it runs there. When ctx ends first the
 // migration is aborted (the domain keeps running here). The statistics
-// are libvirt's of the completed job (zero when it kept none).
+// are libvirt's of the completed job: the source's, or the destination's
+// when the source kept none (the domain is gone from it); zero when
+// neither can say.
 func (c *Libvirt) Migrate(ctx context.Context, name string, m Migration) (MigrationStats, error) {
-	return migrate(ctx, c.l, name, m)
+	st, err := migrate(ctx, c.l, name, m)
+	if err != nil || st != (MigrationStats{}) {
+		return st, err
+	}
+	if dst, err := DialURI(m.DestURI); err == nil {
+		defer dst.Close()
+		if d, err := dst.l.DomainLookupByName(name); err == nil {
+			st, _ = completedStats(dst.l, d)
+		}
+	}
+	return st, nil
 }
 
 // migrationFlags are the flags of a live peer-to-peer migration of a
