@@ -44,7 +44,7 @@ type Migration struct {
 type MigrationStats struct {
 	TotalMs    uint64 // from the start of the job to the guest running on the destination
 	DowntimeMs uint64 // the guest paused between its last run on the source and its first on the destination
-	DataBytes  uint64 // bytes of guest state sent
+	DataBytes  uint64 // bytes of guest state sent (data_processed)
 }
 
 // migrator is the part of go-libvirt a migration uses; *libvirt.Libvirt
@@ -201,7 +201,7 @@ func completedStats(l migrator, d libvirt.Domain) (MigrationStats, error) {
 			st.TotalMs = v
 		case libvirt.DomainJobDowntime:
 			st.DowntimeMs = v
-		case libvirt.DomainJobDataTotal:
+		case libvirt.DomainJobDataProcessed:
 			st.DataBytes = v
 		}
 	}

@@ -94,6 +94,7 @@ func (f *fakeMigrator) DomainGetJobStats(d libvirt.Domain, flags libvirt.DomainG
 		{Field: libvirt.DomainJobTimeElapsed, Value: *libvirt.NewTypedParamValueUllong(1834)},
 		{Field: libvirt.DomainJobDowntime, Value: *libvirt.NewTypedParamValueUllong(41)},
 		{Field: libvirt.DomainJobDataTotal, Value: *libvirt.NewTypedParamValueUllong(268435456)},
+		{Field: libvirt.DomainJobDataProcessed, Value: *libvirt.NewTypedParamValueUllong(105356288)},
 		{Field: "memory_dirty_rate", Value: *libvirt.NewTypedParamValueUllong(7)},
 	}, nil
 }
@@ -118,7 +119,7 @@ func TestMigrateMovesTheDomain(t *testing.T) {
 		f.gotParams[1].Field != "bandwidth" || f.gotParams[1].Value.I != uint64(100) {
 		t.Errorf("params %+v, want destination_xml and bandwidth", f.gotParams)
 	}
-	if st != (MigrationStats{TotalMs: 1834, DowntimeMs: 41, DataBytes: 268435456}) {
+	if st != (MigrationStats{TotalMs: 1834, DowntimeMs: 41, DataBytes: 105356288}) {
 		t.Errorf("stats %+v", st)
 	}
 }

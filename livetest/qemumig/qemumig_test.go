@@ -1,0 +1,301 @@
+package qemumig
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/lab"
+	"sluice/policy"
+	"sluice/virt"
+)
+
+// migPolicy has two hosts; vm1 is a QEMU guest on h1 that can migrate.
+const migPolicy = `cluster: %s
+hosts:
+  - name: h1
+    uplinks: [{name: up0, speed: 1Gbps}]
+  - name: h2
+    uplinks: [{name: up0, speed: 1Gbps}]
+vms:
+  - {name: vm1, host: h1, lab: {kind: qemu}, nics: [{name: nic0}]}
+`
+
+// The flow: the guest's iperf3 server sends (iperf3 -R) at flowBps to a
+// client in the fabric for flowS seconds, reported every intervalS; the
+// migration starts after leadS seconds and must be done flowS-tailS
+// seconds into the flow, so that tailS seconds of the flow follow it.
+const (
+	flowBps   = 150e6
+	flowS     = 36
+	intervalS = 0.1
+	leadS     = 3
+	tailS     = 4
+	// maxStallS is the longest stall of the flow a live migration may
+	// cause: libvirt pauses the guest for its last memory pages (about
+	// 0.2–0.5 s measured here) and TCP retransmits within a second; a
+	// longer stall means the guest was not migrated live.
+	maxStallS = 2.0
+)
+
+// TestGuestMigratesWithIperf migrates a TCG guest live from lab host h1 to
+// h2 with libvirt (the machine's libvirtd runs it on h1; h2 gets a
+// libvirtd of its own, lab/migrate.go) while iperf3 in the guest sends to
+// the fabric. After the migration the guest runs under h2's libvirtd and
+// no longer under h1's; its tap is a port of h2's bridge and gone from h1;
+// its traffic leaves through h2's uplink, not h1's; the iperf3 connection
+// lasted the whole run (no reconnection) and stalled less than maxStallS.
+// It reports the flow's stall, libvirt's downtime and migration time, and
+// the wall time of the migration call.
+func TestGuestMigratesWithIperf(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("qemumig needs root (namespaces, libvirtd)")
+	}
+	if _, err := os.Stat(virt.DefaultSocket); err != nil {
+		t.Fatalf("libvirtd is not running (%v): run scripts/deps.sh, which installs and starts it", err)
+	}
+	for _, tool := range []string{"ip", "iperf3", "sockperf", "libvirtd", "nsenter", "unshare", "ldd", "dash"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found: run scripts/deps.sh", tool)
+		}
+	}
+	b := make([]byte, 2)
+	rand.Read(b)
+	cluster := "qm" + hex.EncodeToString(b)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(file, []byte(fmt.Sprintf(migPolicy, cluster)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := lab.NewPlan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lab.Down(cluster, dir); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+		if left := lab.Existing(cluster); len(left) > 0 {
+			t.Errorf("lab down left namespaces: %v", left)
+		}
+		if left, err := lab.ExistingDomains(cluster); err != nil || len(left) > 0 {
+			t.Errorf("lab down left domains: %v (%v)", left, err)
+		}
+		for _, h := range []string{"h1", "h2"} {
+			if _, err := os.Stat(lab.HostLibvirtDir(cluster, h)); err == nil {
+				t.Errorf("lab down left %s", lab.HostLibvirtDir(cluster, h))
+			}
+		}
+	})
+	t0 := time.Now()
+	if _, err := lab.Up(p, lab.Options{StateDir: dir, PolicyFile: file, GuestTTL: 5 * time.Minute,
+		Migratable: map[string]bool{"vm1": true}}); err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	t.Logf("lab up with the guest on h1 in %v", time.Since(t0).Round(100*time.Millisecond))
+	nic := pl.VM("vm1").NICs[0]
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	flow := exec.CommandContext(ctx, "ip", "netns", "exec", pl.Fabric.Name, "iperf3", "-c", nic.IP.String(),
+		"-p", strconv.Itoa(nic.IperfPort), "-R", "-C", "cubic", "-b", strconv.Itoa(int(flowBps)), "-t", strconv.Itoa(flowS),
+		"-i", fmt.Sprint(intervalS), "-J")
+	var out strings.Builder
+	flow.Stdout = &out
+	if err := flow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	flowStart := time.Now()
+	flowDone := make(chan error, 1)
+	go func() { flowDone <- flow.Wait() }()
+	time.Sleep(leadS * time.Second) // the flow's lead: the rate before the migrations
+	var spans [][2]float64          // each migration's start and end, seconds into the flow
+	for _, to := range []string{"h2", "h1"} {
+		from := map[string]string{"h2": "h1", "h1": "h2"}[to]
+		m0 := time.Now()
+		var st virt.MigrationStats
+		var err error
+		how := "MigrateGuest"
+		if to == "h2" {
+			st, err = pl.MigrateGuest(ctx, "vm1", to)
+		} else {
+			how = "Plan.Move, the lab agent's executor"
+			err = pl.Move("vm1", to)
+		}
+		wall := time.Since(m0)
+		if err != nil {
+			t.Fatalf("migrate vm1 from %s to %s: %v", from, to, err)
+		}
+		span := [2]float64{m0.Sub(flowStart).Seconds(), time.Since(flowStart).Seconds()}
+		spans = append(spans, span)
+		if st != (virt.MigrationStats{}) {
+			t.Logf("%s → %s (%s): libvirt says %v in all, downtime %v, %d MiB sent; the call took %v (with %s's libvirtd start); %.1f–%.1f s into the flow",
+				from, to, how, virt.Duration(st.TotalMs), virt.Duration(st.DowntimeMs), st.DataBytes>>20, wall.Round(10*time.Millisecond), to, span[0], span[1])
+		} else {
+			t.Logf("%s → %s (%s): the call took %v (with %s's libvirtd start); %.1f–%.1f s into the flow", from, to, how, wall.Round(10*time.Millisecond), to, span[0], span[1])
+		}
+		if span[1] > flowS-tailS {
+			t.Fatalf("the migration ended %.1f s into the %d s flow: fewer than %d s of the flow follow it", span[1], flowS, tailS)
+		}
+		checkOn(ctx, t, pl, "vm1", to, from)
+	}
+
+	if err := <-flowDone; err != nil {
+		t.Fatalf("iperf3 (the flow across the migration) failed: %v\n%s", err, tail(out.String()))
+	}
+	ivs, err := intervals(out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := meanBps(ivs, 1, spans[0][0])
+	after := meanBps(ivs, spans[len(spans)-1][1]+1, flowS)
+	stall := longestStall(ivs, 0.1*before)
+	t.Logf("iperf3 in the guest, one connection for %d s: %.1f Mbps before the migrations, %.1f Mbps after; longest stall (intervals under 10%% of the rate before) %.1f s", flowS, before/1e6, after/1e6, stall)
+	for i, sp := range spans {
+		t.Logf("per %.1f s around migration %d (Mbps): %s", intervalS, i+1, series(ivs, sp[0]-0.5, sp[1]+0.5))
+	}
+	if after < 0.5*before {
+		t.Errorf("after the migrations the flow carries %.1f Mbps, under half of its %.1f Mbps before", after/1e6, before/1e6)
+	}
+	if stall >= maxStallS {
+		t.Errorf("the flow stalled %.1f s (≥ %.1f s): not a live migration", stall, maxStallS)
+	}
+}
+
+// interval is one of iperf3's reports: [Start, End) seconds, Bps.
+type interval struct{ Start, End, Bps float64 }
+
+func intervals(js string) ([]interval, error) {
+	var r struct {
+		Intervals []struct {
+			Sum struct {
+				Start, End    float64
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum"`
+		} `json:"intervals"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(js), &r); err != nil {
+		return nil, fmt.Errorf("iperf3 -J: %v\n%s", err, tail(js))
+	}
+	if r.Error != "" || len(r.Intervals) == 0 {
+		return nil, fmt.Errorf("iperf3: %q, %d intervals", r.Error, len(r.Intervals))
+	}
+	var out []interval
+	for _, i := range r.Intervals {
+		out = append(out, interval{i.Sum.Start, i.Sum.End, i.Sum.BitsPerSecond})
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Start < out[b].Start })
+	return out, nil
+}
+
+// meanBps is the mean rate of the intervals within [from, to).
+func meanBps(ivs []interval, from, to float64) float64 {
+	var bits, secs float64
+	for _, i := range ivs {
+		if i.Start >= from && i.End <= to {
+			bits += i.Bps * (i.End - i.Start)
+			secs += i.End - i.Start
+		}
+	}
+	if secs == 0 {
+		return 0
+	}
+	return bits / secs
+}
+
+// longestStall is the longest run, in seconds, of consecutive intervals
+// under floorBps.
+func longestStall(ivs []interval, floorBps float64) float64 {
+	var best, run float64
+	for _, i := range ivs {
+		if i.Bps < floorBps {
+			run += i.End - i.Start
+			best = max(best, run)
+		} else {
+			run = 0
+		}
+	}
+	return best
+}
+
+func series(ivs []interval, from, to float64) string {
+	var s []string
+	for _, i := range ivs {
+		if i.Start >= from && i.End <= to {
+			s = append(s, fmt.Sprintf("%.0f", i.Bps/1e6))
+		}
+	}
+	return strings.Join(s, " ")
+}
+
+func tail(s string) string {
+	if len(s) > 1500 {
+		return s[len(s)-1500:]
+	}
+	return s
+}
+
+// checkOn checks that guest vm runs on host to and no longer on from: its
+// domain is active under to's libvirtd only, its tap is a port of to's
+// bridge and gone from from's namespace, and over one second its traffic
+// leaves through to's uplink, not from's.
+func checkOn(ctx context.Context, t *testing.T, pl *lab.Plan, vm, to, from string) {
+	t.Helper()
+	v, dst, src := pl.VM(vm), pl.Host(to), pl.Host(from)
+	nic := v.NICs[0]
+	if where, err := pl.WhereIs(vm); err != nil || where != to {
+		t.Errorf("the guest's tap is on host %q (%v), want %s", where, err, to)
+	}
+	master, _ := lab.Exec(ctx, dst.Name, "readlink", "/sys/class/net/"+nic.HostDev+"/master")
+	flags, ferr := lab.Exec(ctx, dst.Name, "cat", "/sys/class/net/"+nic.HostDev+"/tun_flags")
+	if filepath.Base(strings.TrimSpace(string(master))) != dst.Uplinks[0].Bridge || ferr != nil {
+		t.Errorf("%s in %s: master %q, tun_flags %q (%v); want a tap on %s", nic.HostDev, dst.Name, master, flags, ferr, dst.Uplinks[0].Bridge)
+	}
+	if _, err := lab.Exec(ctx, src.Name, "cat", "/sys/class/net/"+nic.HostDev+"/tun_flags"); err == nil {
+		t.Errorf("%s is still in %s", nic.HostDev, src.Name)
+	}
+	for uri, want := range map[string]bool{lab.HostLibvirtURI(pl.Cluster, to): true, lab.HostLibvirtURI(pl.Cluster, from): false, "qemu:///system": false} {
+		c, err := virt.DialURI(uri)
+		if err != nil && !want && uri != "qemu:///system" {
+			continue // a host's own libvirtd that was never started runs nothing
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := c.Active(v.Name)
+		c.Close()
+		if err != nil || a != want {
+			t.Errorf("%s under %s: active %v (%v), want %v", v.Name, uri, a, err, want)
+		}
+	}
+	tx := func(h *lab.HostPlan) float64 {
+		b, err := lab.Exec(ctx, h.Name, "cat", "/sys/class/net/"+h.Uplinks[0].Dev+"/statistics/tx_bytes")
+		if err != nil {
+			t.Fatalf("tx_bytes of %s in %s: %v", h.Uplinks[0].Dev, h.Name, err)
+		}
+		v, _ := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+		return v
+	}
+	a1, a2 := tx(src), tx(dst)
+	time.Sleep(time.Second) // a counting window, not a synchronization
+	d1, d2 := 8*(tx(src)-a1), 8*(tx(dst)-a2)
+	t.Logf("uplinks over 1 s after the migration: %s %.1f Mbps, %s %.1f Mbps", from, d1/1e6, to, d2/1e6)
+	if d2 < 0.5*flowBps || d1 > 0.01*d2 {
+		t.Errorf("after the migration %s's uplink sent %.1f Mbps and %s's %.1f Mbps; want the guest's ~%.0f Mbps through %s's only", from, d1/1e6, to, d2/1e6, flowBps/1e6, to)
+	}
+}
