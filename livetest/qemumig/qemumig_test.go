@@ -1,17 +1,18 @@
 package qemumig
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,15 +33,15 @@ vms:
 `
 
 // The flow: the guest's iperf3 server sends (iperf3 -R) at flowBps to a
-// client in the fabric for flowS seconds, reported every intervalS; the
-// migration starts after leadS seconds and must be done flowS-tailS
-// seconds into the flow, so that tailS seconds of the flow follow it.
+// client in the fabric, reported every intervalS; the first migration
+// starts after leadS seconds of it, and it is stopped tailS seconds after
+// the last migration ended (it would end by itself after maxFlowS).
 const (
 	flowBps   = 150e6
-	flowS     = 36
 	intervalS = 0.1
 	leadS     = 3
 	tailS     = 4
+	maxFlowS  = 300
 	// maxStallS is the longest stall of the flow a live migration may
 	// cause: libvirt pauses the guest for its last memory pages (about
 	// 0.2–0.5 s measured here) and TCP retransmits within a second; a
@@ -111,19 +112,11 @@ func TestGuestMigratesWithIperf(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	flow := exec.CommandContext(ctx, "ip", "netns", "exec", pl.Fabric.Name, "iperf3", "-c", nic.IP.String(),
-		"-p", strconv.Itoa(nic.IperfPort), "-R", "-C", "cubic", "-b", strconv.Itoa(int(flowBps)), "-t", strconv.Itoa(flowS),
-		"-i", fmt.Sprint(intervalS), "-J")
-	var out strings.Builder
-	flow.Stdout = &out
-	if err := flow.Start(); err != nil {
+	fl := startFlow(t, pl.Fabric.Name, nic.IP.String(), nic.IperfPort)
+	if err := fl.until(leadS, 30*time.Second); err != nil { // the flow's rate before the migrations
 		t.Fatal(err)
 	}
-	flowStart := time.Now()
-	flowDone := make(chan error, 1)
-	go func() { flowDone <- flow.Wait() }()
-	time.Sleep(leadS * time.Second) // the flow's lead: the rate before the migrations
-	var spans [][2]float64          // each migration's start and end, seconds into the flow
+	var spans [][2]float64 // each migration's start and end, seconds into the flow
 	for _, to := range []string{"h2", "h1"} {
 		from := map[string]string{"h2": "h1", "h1": "h2"}[to]
 		m0 := time.Now()
@@ -140,7 +133,7 @@ func TestGuestMigratesWithIperf(t *testing.T) {
 		if err != nil {
 			t.Fatalf("migrate vm1 from %s to %s: %v", from, to, err)
 		}
-		span := [2]float64{m0.Sub(flowStart).Seconds(), time.Since(flowStart).Seconds()}
+		span := [2]float64{fl.at(m0), fl.at(time.Now())}
 		spans = append(spans, span)
 		if st != (virt.MigrationStats{}) {
 			t.Logf("%s → %s (%s): libvirt says %v in all, downtime %v, %d MiB sent; the call took %v (with %s's libvirtd start); %.1f–%.1f s into the flow",
@@ -148,23 +141,21 @@ func TestGuestMigratesWithIperf(t *testing.T) {
 		} else {
 			t.Logf("%s → %s (%s): the call took %v (with %s's libvirtd start); %.1f–%.1f s into the flow", from, to, how, wall.Round(10*time.Millisecond), to, span[0], span[1])
 		}
-		if span[1] > flowS-tailS {
-			t.Fatalf("the migration ended %.1f s into the %d s flow: fewer than %d s of the flow follow it", span[1], flowS, tailS)
-		}
 		checkOn(ctx, t, pl, "vm1", to, from)
 	}
 
-	if err := <-flowDone; err != nil {
-		t.Fatalf("iperf3 (the flow across the migration) failed: %v\n%s", err, tail(out.String()))
+	last := spans[len(spans)-1][1]
+	if err := fl.until(last+tailS, 30*time.Second); err != nil {
+		t.Fatal(err)
 	}
-	ivs, err := intervals(out.String())
+	ivs, err := fl.stop()
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := meanBps(ivs, 1, spans[0][0])
-	after := meanBps(ivs, spans[len(spans)-1][1]+1, flowS)
+	after := meanBps(ivs, last+1, last+tailS)
 	stall := longestStall(ivs, 0.1*before)
-	t.Logf("iperf3 in the guest, one connection for %d s: %.1f Mbps before the migrations, %.1f Mbps after; longest stall (intervals under 10%% of the rate before) %.1f s", flowS, before/1e6, after/1e6, stall)
+	t.Logf("iperf3 in the guest, one connection for %.1f s: %.1f Mbps before the migrations, %.1f Mbps after; longest stall (intervals under 10%% of the rate before) %.1f s", ivs[len(ivs)-1].End, before/1e6, after/1e6, stall)
 	for i, sp := range spans {
 		t.Logf("per %.1f s around migration %d (Mbps): %s", intervalS, i+1, series(ivs, sp[0]-0.5, sp[1]+0.5))
 	}
@@ -179,28 +170,114 @@ func TestGuestMigratesWithIperf(t *testing.T) {
 // interval is one of iperf3's reports: [Start, End) seconds, Bps.
 type interval struct{ Start, End, Bps float64 }
 
-func intervals(js string) ([]interval, error) {
-	var r struct {
-		Intervals []struct {
-			Sum struct {
-				Start, End    float64
-				BitsPerSecond float64 `json:"bits_per_second"`
-			} `json:"sum"`
-		} `json:"intervals"`
-		Error string `json:"error"`
+// flow is an iperf3 client in the fabric that receives from the guest's
+// server (-R) and reports every intervalS (text, flushed per line).
+type flow struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	ivs    []interval
+	origin time.Time // the wall time of the flow's second 0
+	tail   []string  // its last lines
+	done   chan struct{}
+	err    error // how iperf3 exited, once done is closed
+}
+
+var ivRE = regexp.MustCompile(`^\[\s*\d+\]\s+([\d.]+)-([\d.]+)\s+sec\s+[\d.]+\s+\S*Bytes\s+([\d.]+)\s+([KMG]?)bits/sec`)
+
+func startFlow(t *testing.T, fabricNS, ip string, port int) *flow {
+	t.Helper()
+	f := &flow{done: make(chan struct{})}
+	f.cmd = exec.Command("ip", "netns", "exec", fabricNS, "iperf3", "-c", ip, "-p", strconv.Itoa(port), "-R", "-C", "cubic",
+		"-b", strconv.Itoa(int(flowBps)), "-t", strconv.Itoa(maxFlowS), "-i", fmt.Sprint(intervalS), "--forceflush")
+	out, err := f.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := json.Unmarshal([]byte(js), &r); err != nil {
-		return nil, fmt.Errorf("iperf3 -J: %v\n%s", err, tail(js))
+	f.cmd.Stderr = f.cmd.Stdout
+	if err := f.cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	if r.Error != "" || len(r.Intervals) == 0 {
-		return nil, fmt.Errorf("iperf3: %q, %d intervals", r.Error, len(r.Intervals))
+	t.Cleanup(func() {
+		select {
+		case <-f.done:
+		default:
+			f.cmd.Process.Kill()
+			<-f.done
+		}
+	})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			line := sc.Text()
+			f.mu.Lock()
+			if f.tail = append(f.tail, line); len(f.tail) > 20 {
+				f.tail = f.tail[1:]
+			}
+			if m := ivRE.FindStringSubmatch(line); m != nil {
+				var iv interval
+				iv.Start, _ = strconv.ParseFloat(m[1], 64)
+				iv.End, _ = strconv.ParseFloat(m[2], 64)
+				iv.Bps, _ = strconv.ParseFloat(m[3], 64)
+				iv.Bps *= map[string]float64{"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[m[4]]
+				if len(f.ivs) == 0 {
+					f.origin = time.Now().Add(-time.Duration(iv.End * float64(time.Second)))
+				}
+				f.ivs = append(f.ivs, iv)
+			}
+			f.mu.Unlock()
+		}
+		err := f.cmd.Wait()
+		f.mu.Lock()
+		f.err = err
+		f.mu.Unlock()
+		close(f.done)
+	}()
+	return f
+}
+
+// at is the wall time w in seconds of the flow.
+func (f *flow) at(w time.Time) float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return w.Sub(f.origin).Seconds()
+}
+
+// until waits until the flow has reported its second s; an error when
+// iperf3 ends first or within passes.
+func (f *flow) until(s float64, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		f.mu.Lock()
+		reached := len(f.ivs) > 0 && f.ivs[len(f.ivs)-1].End >= s
+		tail := strings.Join(f.tail, "\n")
+		f.mu.Unlock()
+		if reached {
+			return nil
+		}
+		select {
+		case <-f.done:
+			return fmt.Errorf("iperf3 ended before second %.1f of the flow: %v\n%s", s, f.err, tail)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the flow did not reach second %.1f within %v:\n%s", s, within, tail)
+		}
 	}
-	var out []interval
-	for _, i := range r.Intervals {
-		out = append(out, interval{i.Sum.Start, i.Sum.End, i.Sum.BitsPerSecond})
+}
+
+// stop ends iperf3, which must still run (one connection all along), and
+// returns its intervals.
+func (f *flow) stop() ([]interval, error) {
+	select {
+	case <-f.done:
+		return nil, fmt.Errorf("iperf3 ended by itself: %v\n%s", f.err, strings.Join(f.tail, "\n"))
+	default:
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Start < out[b].Start })
-	return out, nil
+	f.cmd.Process.Kill()
+	<-f.done
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]interval(nil), f.ivs...), nil
 }
 
 // meanBps is the mean rate of the intervals within [from, to).
@@ -241,13 +318,6 @@ func series(ivs []interval, from, to float64) string {
 		}
 	}
 	return strings.Join(s, " ")
-}
-
-func tail(s string) string {
-	if len(s) > 1500 {
-		return s[len(s)-1500:]
-	}
-	return s
 }
 
 // checkOn checks that guest vm runs on host to and no longer on from: its
