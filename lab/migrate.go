@@ -28,9 +28,10 @@ import (
 // host_uuid), sockets (/run/libvirt), state (/var/lib/libvirt), cache and
 // logs are bind mounts of HostLibvirtDir. Its socket is then
 // HostLibvirtDir/run/libvirt-sock; the machine's libvirtd reaches it as
-// HostLibvirtURI. The migration is peer to peer and tunnelled (the guest's
-// memory goes through the two libvirtds' connection, a Unix socket: no
-// TCP port between the namespaces). The guest's XML on the destination
+// HostLibvirtURI. The migration is peer to peer; the source's QEMU sends
+// the guest's memory to the destination's over a Unix socket in
+// HostLibvirtDir (both see it; no TCP port between the namespaces). The
+// guest's XML on the destination
 // puts each vNIC on the destination host's bridge of its uplink
 // (<interface type='bridge'>, the tap named HostDev): the destination's
 // libvirtd creates the tap in the host's namespace and plugs it before
@@ -371,7 +372,8 @@ func (pl *Plan) MigrateGuest(ctx context.Context, vm, to string) (virt.Migration
 	if err != nil {
 		return virt.MigrationStats{}, err
 	}
-	st, err := src.Migrate(ctx, v.Name, virt.Migration{DestURI: dstURI, DestXML: dx, Tunnelled: true, AutoConverge: true})
+	st, err := src.Migrate(ctx, v.Name, virt.Migration{DestURI: dstURI, DestXML: dx, AutoConverge: true,
+		MigrateURI: "unix://" + filepath.Join(HostLibvirtDir(pl.Cluster, to), "migrate.sock")})
 	if err != nil {
 		return st, fmt.Errorf("lab: %w", err)
 	}

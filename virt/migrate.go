@@ -28,6 +28,11 @@ type Migration struct {
 	// same guest (libvirt checks its ABI), e.g. with its vNICs on the
 	// destination's bridges. Empty: the source's XML.
 	DestXML string
+	// MigrateURI, when set, is where the source's QEMU sends the guest's
+	// memory (VIR_MIGRATE_PARAM_URI: tcp://HOST:PORT, or unix:///PATH
+	// when both QEMUs see the path); empty: the destination chooses (a
+	// TCP port of its host name).
+	MigrateURI string
 	// Tunnelled carries the guest's memory through the libvirtd
 	// connection (VIR_MIGRATE_TUNNELLED) instead of a QEMU-to-QEMU TCP
 	// stream on a port of the destination.
@@ -134,6 +139,9 @@ func migrationParams(m Migration) []libvirt.TypedParam {
 	var p []libvirt.TypedParam
 	if m.DestXML != "" {
 		p = append(p, libvirt.TypedParam{Field: libvirt.MigrateParamDestXML, Value: *libvirt.NewTypedParamValueString(m.DestXML)})
+	}
+	if m.MigrateURI != "" {
+		p = append(p, libvirt.TypedParam{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString(m.MigrateURI)})
 	}
 	if m.BandwidthMiBps > 0 {
 		p = append(p, libvirt.TypedParam{Field: libvirt.MigrateParamBandwidth, Value: *libvirt.NewTypedParamValueUllong(m.BandwidthMiBps)})

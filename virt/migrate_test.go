@@ -104,7 +104,7 @@ func TestMigrateMovesTheDomain(t *testing.T) {
 	f.active["web1"], f.persistent["web1"] = true, true
 	dest := "qemu+tls://h2.example/system"
 	f.dests[dest] = map[string]bool{}
-	st, err := migrate(context.Background(), f, "web1", Migration{DestURI: dest, DestXML: "<domain/>", AutoConverge: true, BandwidthMiBps: 100})
+	st, err := migrate(context.Background(), f, "web1", Migration{DestURI: dest, DestXML: "<domain/>", MigrateURI: "tcp://10.0.0.2:49152", AutoConverge: true, BandwidthMiBps: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,9 +115,10 @@ func TestMigrateMovesTheDomain(t *testing.T) {
 	if f.gotFlags != want {
 		t.Errorf("flags %#x, want %#x (live, peer to peer, auto-converge, the definition moves)", f.gotFlags, want)
 	}
-	if len(f.gotParams) != 2 || f.gotParams[0].Field != "destination_xml" || f.gotParams[0].Value.I != "<domain/>" ||
-		f.gotParams[1].Field != "bandwidth" || f.gotParams[1].Value.I != uint64(100) {
-		t.Errorf("params %+v, want destination_xml and bandwidth", f.gotParams)
+	if len(f.gotParams) != 3 || f.gotParams[0].Field != "destination_xml" || f.gotParams[0].Value.I != "<domain/>" ||
+		f.gotParams[1].Field != "migrate_uri" || f.gotParams[1].Value.I != "tcp://10.0.0.2:49152" ||
+		f.gotParams[2].Field != "bandwidth" || f.gotParams[2].Value.I != uint64(100) {
+		t.Errorf("params %+v, want destination_xml, migrate_uri and bandwidth", f.gotParams)
 	}
 	if st != (MigrationStats{TotalMs: 1834, DowntimeMs: 41, DataBytes: 105356288}) {
 		t.Errorf("stats %+v", st)
