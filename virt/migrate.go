@@ -111,11 +111,19 @@ func (c *Libvirt) Migrate(ctx context.Context, name string, m Migration) (Migrat
 	}
 	if dst, err := DialURI(m.DestURI); err == nil {
 		defer dst.Close()
-		if d, err := dst.l.DomainLookupByName(name); err == nil {
-			st, _ = completedStats(dst.l, d)
-		}
+		st, _ = dst.CompletedJob(name)
 	}
 	return st, nil
+}
+
+// CompletedJob returns libvirt's statistics of the named domain's last
+// completed job (on a migration's destination: the incoming migration).
+func (c *Libvirt) CompletedJob(name string) (MigrationStats, error) {
+	d, err := c.l.DomainLookupByName(name)
+	if err != nil {
+		return MigrationStats{}, fmt.Errorf("DomainLookupByName %s: %w", name, err)
+	}
+	return completedStats(c.l, d)
 }
 
 // migrationFlags are the flags of a live peer-to-peer migration of a
@@ -192,9 +200,10 @@ func migrate(ctx context.Context, l migrator, name string, m Migration) (Migrati
 }
 
 // completedStats reads the statistics of the domain's last completed
-// job.
+// job, leaving them for other readers (without KEEP_COMPLETED libvirt
+// forgets them once read).
 func completedStats(l migrator, d libvirt.Domain) (MigrationStats, error) {
-	_, params, err := l.DomainGetJobStats(d, libvirt.DomainJobStatsCompleted)
+	_, params, err := l.DomainGetJobStats(d, libvirt.DomainJobStatsCompleted|libvirt.DomainJobStatsKeepCompleted)
 	if err != nil {
 		return MigrationStats{}, err
 	}

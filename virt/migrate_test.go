@@ -87,8 +87,8 @@ func (f *fakeMigrator) DomainAbortJob(d libvirt.Domain) error {
 }
 
 func (f *fakeMigrator) DomainGetJobStats(d libvirt.Domain, flags libvirt.DomainGetJobStatsFlags) (int32, []libvirt.TypedParam, error) {
-	if flags != libvirt.DomainJobStatsCompleted {
-		return 0, nil, errors.New("want the completed job")
+	if flags != libvirt.DomainJobStatsCompleted|libvirt.DomainJobStatsKeepCompleted {
+		return 0, nil, errors.New("want the completed job, kept for other readers")
 	}
 	return 3, []libvirt.TypedParam{
 		{Field: libvirt.DomainJobTimeElapsed, Value: *libvirt.NewTypedParamValueUllong(1834)},
