@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sort"
+	"strings"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -227,3 +229,68 @@ func completedStats(l migrator, d libvirt.Domain) (MigrationStats, error) {
 
 // Duration returns a statistic in milliseconds as a time.Duration.
 func Duration(ms uint64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// Pull migrates a domain to this host from the peer that runs it: the
+// executor of a migration on the destination, which knows where the
+// domain should run but not where it runs now.
+type Pull struct {
+	// DestURI is this host's libvirtd as the peers' libvirtds reach it.
+	DestURI string
+	// DataURI is Migration.MigrateURI (empty: libvirt's choice).
+	DataURI string
+	// Peers are the other hosts' libvirtds (host name → URI) as this
+	// process reaches them; they are asked in host name order.
+	Peers map[string]string
+	// Local is this host's libvirtd socket: a domain that runs there
+	// already is not moved.
+	Local string
+}
+
+// Migrate migrates the domain name live from the first peer whose
+// libvirtd runs it to DestURI and returns that peer ("" when the domain
+// runs here already) and libvirt's statistics.
+func (p Pull) Migrate(ctx context.Context, name string) (string, MigrationStats, error) {
+	if p.DestURI == "" {
+		return "", MigrationStats{}, fmt.Errorf("migrate %s here: no destination URI", name)
+	}
+	if p.Local != "" {
+		if c, err := Dial(p.Local); err == nil {
+			here, _ := c.Active(name)
+			c.Close()
+			if here {
+				return "", MigrationStats{}, nil
+			}
+		}
+	}
+	var hosts []string
+	for h := range p.Peers {
+		hosts = append(hosts, h)
+	}
+	if len(hosts) == 0 {
+		return "", MigrationStats{}, fmt.Errorf("migrate %s here: no peer to look for it", name)
+	}
+	sort.Strings(hosts)
+	var errs []error
+	for _, h := range hosts {
+		c, err := DialURI(p.Peers[h])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("peer %s: %w", h, err))
+			continue
+		}
+		a, err := c.Active(name)
+		if err != nil || !a {
+			c.Close()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("peer %s: %w", h, err))
+			}
+			continue
+		}
+		st, err := c.Migrate(ctx, name, Migration{DestURI: p.DestURI, MigrateURI: p.DataURI, AutoConverge: true})
+		c.Close()
+		if err != nil {
+			return h, st, fmt.Errorf("from %s: %w", h, err)
+		}
+		return h, st, nil
+	}
+	return "", MigrationStats{}, errors.Join(append([]error{fmt.Errorf("%s runs on none of the peers %s", name, strings.Join(hosts, ", "))}, errs...)...)
+}

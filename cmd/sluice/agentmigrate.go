@@ -27,11 +27,13 @@ const migrateTimeout = 5 * time.Minute
 // migrateFlags say how an agent on a libvirt host migrates VMs in.
 type migrateFlags struct {
 	uri   string   // this host's libvirtd as its peers' libvirtds reach it
+	data  string   // where the source's QEMU sends the memory (libvirt's migrate_uri); empty: libvirt's choice
 	peers hostURIs // every other host's libvirtd as this agent reaches it
 }
 
 func (f *migrateFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.uri, "migrate-uri", "", "this host's libvirt URI as the other hosts' libvirtd reach it (e.g. qemu+tls://h2.example.org/system): the destination of the live migrations the controller sends here (libvirt inventory)")
+	fs.StringVar(&f.data, "migrate-data", "", "where the source's QEMU sends the guest's memory, e.g. tcp://10.0.0.2 on a migration network (libvirt's migrate_uri; default: libvirt's choice, this host's name)")
 	fs.Var(&f.peers, "migrate-peer", "HOST=URI: the libvirt URI of another host of the cluster, where a VM migrating here may run now (libvirt inventory; repeated)")
 }
 
@@ -63,55 +65,26 @@ func (h *hostURIs) Set(s string) error {
 }
 
 // mover returns the executor of host's agent: it migrates vm live from
-// the peer whose libvirtd runs it to this host; a VM the local libvirtd
-// (socket) runs already is left alone.
+// the peer whose libvirtd runs it to this host (virt.Pull); a VM the
+// local libvirtd (socket) runs already is left alone.
 func (f *migrateFlags) mover(host, socket string) func(vm string) error {
 	return func(vm string) error {
 		if f.uri == "" {
 			return fmt.Errorf("libvirt live migration to host %s needs its destination URI: give the agent --migrate-uri (this host's libvirtd as the other hosts reach it, e.g. qemu+tls://%s/system)", host, host)
 		}
-		if c, err := virt.Dial(socket); err == nil {
-			here, _ := c.Active(vm)
-			c.Close()
-			if here {
-				return nil
-			}
-		}
-		var names []string
-		for h := range f.peers {
+		peers := map[string]string{}
+		for h, u := range f.peers {
 			if h != host {
-				names = append(names, h)
+				peers[h] = u
 			}
 		}
-		if len(names) == 0 {
+		if len(peers) == 0 {
 			return fmt.Errorf("no --migrate-peer: the agent cannot find the libvirtd that runs %s", vm)
 		}
-		sort.Strings(names)
-		var errs []error
-		for _, h := range names {
-			c, err := virt.DialURI(f.peers[h])
-			if err != nil {
-				errs = append(errs, fmt.Errorf("peer %s: %w", h, err))
-				continue
-			}
-			a, err := c.Active(vm)
-			if err != nil || !a {
-				c.Close()
-				if err != nil {
-					errs = append(errs, fmt.Errorf("peer %s: %w", h, err))
-				}
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), migrateTimeout)
-			_, err = c.Migrate(ctx, vm, virt.Migration{DestURI: f.uri, AutoConverge: true})
-			cancel()
-			c.Close()
-			if err != nil {
-				return fmt.Errorf("from %s: %w", h, err)
-			}
-			return nil
-		}
-		return errors.Join(append([]error{fmt.Errorf("%s runs on none of the peers %s", vm, strings.Join(names, ", "))}, errs...)...)
+		ctx, cancel := context.WithTimeout(context.Background(), migrateTimeout)
+		defer cancel()
+		_, _, err := virt.Pull{DestURI: f.uri, DataURI: f.data, Peers: peers, Local: socket}.Migrate(ctx, vm)
+		return err
 	}
 }
 
