@@ -188,3 +188,27 @@ func TestActive(t *testing.T) {
 		}
 	}
 }
+
+// TestPullErrors: the destination's executor says what it lacks, and
+// names every peer it could not ask.
+func TestPullErrors(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	for _, c := range []struct {
+		p    Pull
+		want string
+	}{
+		{Pull{}, "migrate vm1 here: no destination URI"},
+		{Pull{DestURI: "qemu+tls://h2/system"}, "migrate vm1 here: no peer to look for it"},
+		{Pull{DestURI: "qemu+tls://h2/system", Local: dir + "/local-sock", Peers: map[string]string{
+			"h3": "qemu+unix:///system?socket=" + dir + "/h3-sock", "h1": "qemu+unix:///system?socket=" + dir + "/h1-sock"}},
+			"vm1 runs on none of the peers h1, h3\npeer h1: libvirt connect qemu+unix:///system?socket=" + dir + "/h1-sock: "},
+		{Pull{DestURI: "qemu+tls://h2/system", Peers: map[string]string{"h1": "%zz"}}, `vm1 runs on none of the peers h1
+peer h1: libvirt URI "%zz": parse "%zz": invalid URL escape "%zz"`},
+	} {
+		from, _, err := c.p.Migrate(ctx, "vm1")
+		if err == nil || from != "" || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%+v: from %q, error %v; want %q", c.p, from, err, c.want)
+		}
+	}
+}
