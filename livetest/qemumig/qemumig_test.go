@@ -47,6 +47,10 @@ const (
 	// 0.2–0.5 s measured here) and TCP retransmits within a second; a
 	// longer stall means the guest was not migrated live.
 	maxStallS = 2.0
+	// minPathBps is what the destination's uplink must carry in the
+	// second after a migration to say that the flow goes through it (its
+	// rate is judged from iperf3's reports, not here).
+	minPathBps = 10e6
 )
 
 // TestGuestMigratesWithIperf migrates a TCG guest live with libvirt from
@@ -58,8 +62,9 @@ const (
 // guest runs under the destination's libvirtd only; its tap is a port of
 // the destination's bridge and gone from the source; its traffic leaves
 // through the destination's uplink only. The iperf3 connection lasts the
-// whole run (no reconnection), stalls less than maxStallS, and carries at
-// least half its rate after the migrations. It reports the flow's stall,
+// whole run (no reconnection), stalls less than maxStallS during each
+// migration and the second after it, and carries at least half its rate
+// after the migrations. It reports the flow's stall,
 // libvirt's downtime and migration time, and each call's wall time (which
 // includes the start of the destination's libvirtd the first time).
 func TestGuestMigratesWithIperf(t *testing.T) {
@@ -173,8 +178,13 @@ func TestGuestMigratesWithIperf(t *testing.T) {
 	}
 	before := meanBps(ivs, 1, spans[0][0])
 	after := meanBps(ivs, last+1, last+tailS)
-	stall := longestStall(ivs, 0.1*before)
-	t.Logf("iperf3 in the guest, one connection for %.1f s: %.1f Mbps before the migrations, %.1f Mbps after; longest stall (intervals under 10%% of the rate before) %.1f s", ivs[len(ivs)-1].End, before/1e6, after/1e6, stall)
+	// A migration's stall: within the migration or the second after it.
+	var stall float64
+	for _, sp := range spans {
+		stall = max(stall, longestStall(within(ivs, sp[0], sp[1]+1), 0.1*before))
+	}
+	t.Logf("iperf3 in the guest, one connection for %.1f s: %.1f Mbps before the migrations, %.1f Mbps after; longest stall during a migration or the second after it (intervals under 10%% of the rate before) %.1f s; over the whole run %.1f s",
+		ivs[len(ivs)-1].End, before/1e6, after/1e6, stall, longestStall(ivs, 0.1*before))
 	for i, sp := range spans {
 		t.Logf("per %.1f s around migration %d (Mbps): %s", intervalS, i+1, series(ivs, sp[0]-0.5, sp[1]+0.5))
 	}
@@ -314,6 +324,17 @@ func meanBps(ivs []interval, from, to float64) float64 {
 	return bits / secs
 }
 
+// within returns the intervals inside [from, to).
+func within(ivs []interval, from, to float64) []interval {
+	var out []interval
+	for _, i := range ivs {
+		if i.Start >= from && i.End <= to {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
 // longestStall is the longest run, in seconds, of consecutive intervals
 // under floorBps.
 func longestStall(ivs []interval, floorBps float64) float64 {
@@ -384,8 +405,8 @@ func checkOn(ctx context.Context, t *testing.T, pl *lab.Plan, vm, to, from strin
 	time.Sleep(time.Second) // a counting window, not a synchronization
 	d1, d2 := 8*(tx(src)-a1), 8*(tx(dst)-a2)
 	t.Logf("uplinks over 1 s after the migration: %s %.1f Mbps, %s %.1f Mbps", from, d1/1e6, to, d2/1e6)
-	if d2 < 0.5*flowBps || d1 > 0.01*d2 {
-		t.Errorf("after the migration %s's uplink sent %.1f Mbps and %s's %.1f Mbps; want the guest's ~%.0f Mbps through %s's only", from, d1/1e6, to, d2/1e6, flowBps/1e6, to)
+	if d2 < minPathBps || d1 > 0.01*d2 {
+		t.Errorf("after the migration %s's uplink sent %.1f Mbps and %s's %.1f Mbps; want the guest's flow through %s's only (at least %.0f Mbps there, under 1%% of that on %s's)", from, d1/1e6, to, d2/1e6, to, minPathBps/1e6, from)
 	}
 }
 
