@@ -368,6 +368,9 @@ func (pl *Plan) MigrateGuest(ctx context.Context, vm, to string) (virt.Migration
 	if err != nil {
 		return virt.MigrationStats{}, fmt.Errorf("lab: DomainGetXMLDesc %s: %w", v.Name, err)
 	}
+	if !strings.Contains(x, "-initrd-mig</initrd>") {
+		return virt.MigrationStats{}, fmt.Errorf("lab: guest %s has the host's root mounted over 9p, which QEMU does not migrate: bring it up with lab.Options.Migratable[%q]", vm, vm)
+	}
 	dx, err := pl.destXML(x, v, dst)
 	if err != nil {
 		return virt.MigrationStats{}, err
