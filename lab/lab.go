@@ -544,7 +544,7 @@ func Down(cluster, stateDir string) error {
 		errs = append(errs, err)
 	}
 	// Pid files and agent statistics of the cluster go too; logs stay.
-	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json", "lab-" + cluster + "-initrd"} {
+	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json", "lab-" + cluster + "-initrd", "lab-" + cluster + "-initrd-mig"} {
 		m, _ := filepath.Glob(filepath.Join(stateDirOr(stateDir), pat))
 		for _, f := range m {
 			_ = os.Remove(f)
