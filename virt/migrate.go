@@ -2,6 +2,7 @@ package virt
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -58,6 +59,7 @@ type MigrationStats struct {
 // implements it, the unit tests a fake.
 type migrator interface {
 	DomainLookupByName(name string) (libvirt.Domain, error)
+	DomainLookupByUUID(uuid libvirt.UUID) (libvirt.Domain, error)
 	DomainIsActive(d libvirt.Domain) (int32, error)
 	DomainIsPersistent(d libvirt.Domain) (int32, error)
 	DomainMigratePerform3Params(d libvirt.Domain, dconnuri libvirt.OptString, params []libvirt.TypedParam, cookie []byte, flags libvirt.DomainMigrateFlags) ([]byte, error)
@@ -82,16 +84,47 @@ func DialURI(uri string) (*Libvirt, error) {
 	return &Libvirt{l: l}, nil
 }
 
-// Active tells whether the named domain runs on this libvirtd.
+// lookup finds a domain by name, or by UUID when name is one that no
+// domain has as its name (a policy names a VM either way).
+func lookup(m migrator, name string) (libvirt.Domain, error) {
+	d, err := m.DomainLookupByName(name)
+	if err == nil || !libvirt.IsNotFound(err) {
+		if err != nil {
+			err = fmt.Errorf("DomainLookupByName %s: %w", name, err)
+		}
+		return d, err
+	}
+	u, ok := parseUUID(name)
+	if !ok {
+		return d, err
+	}
+	return m.DomainLookupByUUID(u)
+}
+
+// parseUUID reads a UUID in its 36-character form.
+func parseUUID(s string) (libvirt.UUID, bool) {
+	var u libvirt.UUID
+	h := strings.ReplaceAll(s, "-", "")
+	if len(s) != 36 || len(h) != 32 {
+		return u, false
+	}
+	if _, err := hex.Decode(u[:], []byte(h)); err != nil {
+		return u, false
+	}
+	return u, true
+}
+
+// Active tells whether the named domain (by name or UUID) runs on this
+// libvirtd.
 func (c *Libvirt) Active(name string) (bool, error) { return active(c.l, name) }
 
 func active(m migrator, name string) (bool, error) {
-	d, err := m.DomainLookupByName(name)
+	d, err := lookup(m, name)
 	if libvirt.IsNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("DomainLookupByName %s: %w", name, err)
+		return false, err
 	}
 	a, err := m.DomainIsActive(d)
 	if err != nil {
@@ -121,9 +154,9 @@ func (c *Libvirt) Migrate(ctx context.Context, name string, m Migration) (Migrat
 // CompletedJob returns libvirt's statistics of the named domain's last
 // completed job (on a migration's destination: the incoming migration).
 func (c *Libvirt) CompletedJob(name string) (MigrationStats, error) {
-	d, err := c.l.DomainLookupByName(name)
+	d, err := lookup(c.l, name)
 	if err != nil {
-		return MigrationStats{}, fmt.Errorf("DomainLookupByName %s: %w", name, err)
+		return MigrationStats{}, err
 	}
 	return completedStats(c.l, d)
 }
@@ -163,12 +196,12 @@ func migrate(ctx context.Context, l migrator, name string, m Migration) (Migrati
 	if m.DestURI == "" {
 		return MigrationStats{}, fmt.Errorf("migrate %s: no destination URI", name)
 	}
-	d, err := l.DomainLookupByName(name)
+	d, err := lookup(l, name)
 	if err != nil {
 		if libvirt.IsNotFound(err) {
 			return MigrationStats{}, fmt.Errorf("migrate %s: %w", name, ErrNotRunning)
 		}
-		return MigrationStats{}, fmt.Errorf("DomainLookupByName %s: %w", name, err)
+		return MigrationStats{}, err
 	}
 	if a, err := l.DomainIsActive(d); err != nil {
 		return MigrationStats{}, fmt.Errorf("DomainIsActive %s: %w", name, err)

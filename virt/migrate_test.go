@@ -18,6 +18,7 @@ type fakeMigrator struct {
 	mu         sync.Mutex
 	active     map[string]bool
 	persistent map[string]bool
+	uuids      map[string]libvirt.UUID
 	dests      map[string]map[string]bool // URI → domains running there
 	block      bool
 	aborted    chan struct{}
@@ -27,7 +28,7 @@ type fakeMigrator struct {
 }
 
 func newFakeMigrator() *fakeMigrator {
-	return &fakeMigrator{active: map[string]bool{}, persistent: map[string]bool{}, dests: map[string]map[string]bool{}, aborted: make(chan struct{})}
+	return &fakeMigrator{active: map[string]bool{}, persistent: map[string]bool{}, uuids: map[string]libvirt.UUID{}, dests: map[string]map[string]bool{}, aborted: make(chan struct{})}
 }
 
 func (f *fakeMigrator) DomainLookupByName(name string) (libvirt.Domain, error) {
@@ -37,6 +38,17 @@ func (f *fakeMigrator) DomainLookupByName(name string) (libvirt.Domain, error) {
 		return libvirt.Domain{}, libvirt.Error{Code: uint32(libvirt.ErrNoDomain), Message: "Domain not found: " + name}
 	}
 	return libvirt.Domain{Name: name}, nil
+}
+
+func (f *fakeMigrator) DomainLookupByUUID(u libvirt.UUID) (libvirt.Domain, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for name, uu := range f.uuids {
+		if uu == u {
+			return libvirt.Domain{Name: name, UUID: u}, nil
+		}
+	}
+	return libvirt.Domain{}, libvirt.Error{Code: uint32(libvirt.ErrNoDomain), Message: "Domain not found: no domain with matching uuid"}
 }
 
 func (f *fakeMigrator) DomainIsActive(d libvirt.Domain) (int32, error) {
@@ -182,7 +194,9 @@ func TestMigrateAbortsWhenCanceled(t *testing.T) {
 func TestActive(t *testing.T) {
 	f := newFakeMigrator()
 	f.active["a"], f.active["b"] = true, false
-	for name, want := range map[string]bool{"a": true, "b": false, "c": false} {
+	f.uuids["a"] = libvirt.UUID{0x6f, 0x1d, 0x0c, 0x2e, 0x8a, 0x4b, 0x4c, 0x1e, 0x9d, 0x0f, 0x2b, 0x3c, 0x4d, 0x5e, 0x6f, 0x70}
+	for name, want := range map[string]bool{"a": true, "b": false, "c": false,
+		"6F1D0C2E-8A4B-4C1E-9D0F-2B3C4D5E6F70": true, "6f1d0c2e-8a4b-4c1e-9d0f-2b3c4d5e6f71": false, "6f1d0c2e8a4b4c1e9d0f2b3c4d5e6f70": false} {
 		if got, err := active(f, name); err != nil || got != want {
 			t.Errorf("active(%s) = %v, %v; want %v", name, got, err, want)
 		}
@@ -210,5 +224,19 @@ peer h1: libvirt URI "%zz": parse "%zz": invalid URL escape "%zz"`},
 		if err == nil || from != "" || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("%+v: from %q, error %v; want %q", c.p, from, err, c.want)
 		}
+	}
+}
+
+// TestMigrateByUUID: a VM the policy names by UUID migrates as well.
+func TestMigrateByUUID(t *testing.T) {
+	f := newFakeMigrator()
+	f.active["web1"] = true
+	f.uuids["web1"] = libvirt.UUID{0x6f, 0x1d, 0x0c, 0x2e, 0x8a, 0x4b, 0x4c, 0x1e, 0x9d, 0x0f, 0x2b, 0x3c, 0x4d, 0x5e, 0x6f, 0x70}
+	f.dests["u"] = map[string]bool{}
+	if _, err := migrate(context.Background(), f, "6f1d0c2e-8a4b-4c1e-9d0f-2b3c4d5e6f70", Migration{DestURI: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	if f.active["web1"] || !f.dests["u"]["web1"] {
+		t.Errorf("web1 runs here %v, there %v; want only there", f.active["web1"], f.dests["u"]["web1"])
 	}
 }

@@ -19,7 +19,8 @@ import (
 // state that its libvirtd does not run, finds the peer whose libvirtd
 // runs it (--migrate-peer) and asks that libvirtd to migrate the domain
 // live, peer to peer, to this host's libvirtd as the peers reach it
-// (--migrate-uri). The VM's name is its domain's name.
+// (--migrate-uri). The VM is found by the policy's name for it: its
+// domain's name or UUID.
 
 // migrateTimeout bounds one live migration the agent carries out.
 const migrateTimeout = 5 * time.Minute
