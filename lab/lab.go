@@ -71,6 +71,9 @@ type Options struct {
 	// GuestIPv6Only names VMs whose guests get no IPv4 address: they send
 	// IPv6 only (tests of classification at the vNIC).
 	GuestIPv6Only map[string]bool
+	// Migratable names VMs whose guests can migrate live (lab/migrate.go):
+	// they boot from their initramfs alone, without the host's root.
+	Migratable map[string]bool
 }
 
 // StatePath is the state file of a cluster's lab.
@@ -532,6 +535,9 @@ func Down(cluster, stateDir string) error {
 	if err := removeDomains(cluster, doms); err != nil {
 		errs = append(errs, err)
 	}
+	if err := stopHostLibvirtds(cluster); err != nil {
+		errs = append(errs, err)
+	}
 	if st != nil {
 		for _, pr := range st.Processes {
 			if alive(pr) {
@@ -571,7 +577,7 @@ func Down(cluster, stateDir string) error {
 		errs = append(errs, err)
 	}
 	// Pid files and agent statistics of the cluster go too; logs stay.
-	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json", "lab-" + cluster + "-initrd"} {
+	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json", "lab-" + cluster + "-initrd", "lab-" + cluster + "-initrd-mig"} {
 		m, _ := filepath.Glob(filepath.Join(stateDirOr(stateDir), pat))
 		for _, f := range m {
 			_ = os.Remove(f)
