@@ -152,6 +152,23 @@ func TestFig2DRSLive(t *testing.T) {
 
 	s := &drsRun{t: t, ctx: ctx, cl: cl, rw: rw, usable: usable, base: p, conn: conn,
 		hosts: map[string]string{"vm1": "h1", "vm2": "h1", "vm3": "h1"}}
+	// Before step a the flows, which started on the new agents' trees,
+	// run at their entitlements (equal shares): the agents' start-up
+	// convergence (docs/perf/network.md, "Known limit") is not step a's.
+	_, want0 := s.expected()
+	started := time.Now()
+	if err := poll(ctx, 20*time.Second, func() bool {
+		now := time.Now()
+		for pt, w := range want0 {
+			if r, ok := rw.rate(pt, now.Add(-time.Second), now); !ok || math.Abs(relErr(r, w)) > tol {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		t.Fatalf("the flows did not reach their entitlements before step a within 20 s: %s", s.trajectory(started, time.Now()))
+	}
+	t.Logf("before step a: every VM at its entitlement (1-s window within 5%%) %.1f s after the flows started", time.Since(started).Seconds())
 	var report []string
 	report = append(report, s.step("a", "vm1/nic0", "reservation=750Mbps", "", "seed Fig. 2 step a"))
 	report = append(report, s.step("b", "vm2/nic0", "reservation=450Mbps", "vm2", "seed Fig. 2 step b"))
@@ -367,7 +384,10 @@ func (s *drsRun) watch(p *policy.Policy) []*hostWatch {
 
 // judge lets the traffic run for n seconds from `from` on (the
 // measurement window), stops the watches and checks every port's median
-// over the judged seconds of the window (at least 3 per host).
+// over the judged seconds of the window. A host needs at least 3 judged
+// seconds; when the machine left fewer (other work took the CPUs), the
+// window is measured again with new watches, up to three windows, and
+// the judged seconds of all of them count.
 func (s *drsRun) judge(name string, ws []*hostWatch, want map[string]float64, from time.Time, n int) string {
 	t := s.t
 	t.Helper()
@@ -375,12 +395,30 @@ func (s *drsRun) judge(name string, ws []*hostWatch, want map[string]float64, fr
 		judged []judgedSecond
 		all    []string
 	}
-	end := from.Add(time.Duration(n+1) * time.Second)
-	time.Sleep(time.Until(end)) // the measurement window
 	res := map[string]got{}
-	for _, w := range ws {
-		j, all := w.judge(w.stop(), s.rw, from, s.usable)
-		res[w.host] = got{j, all}
+	for try := 1; ; try++ {
+		end := from.Add(time.Duration(n+1) * time.Second)
+		time.Sleep(time.Until(end)) // the measurement window
+		short := false
+		for _, w := range ws {
+			j, all := w.judge(w.stop(), s.rw, from, s.usable)
+			if try > 1 {
+				all = append([]string{"|"}, all...) // a new window
+			}
+			r := res[w.host]
+			r.judged, r.all = append(r.judged, j...), append(r.all, all...)
+			res[w.host] = r
+			short = short || len(r.judged) < 3
+		}
+		if !short || try == 3 {
+			break
+		}
+		t.Logf("%s: fewer than 3 judged seconds on a host; measuring another window", name)
+		var nws []*hostWatch
+		for _, w := range ws {
+			nws = append(nws, watchHost(t, w.p, w.host, w.ports))
+		}
+		ws, from = nws, time.Now()
 	}
 	var b strings.Builder
 	for _, w := range ws {

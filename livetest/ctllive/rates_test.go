@@ -84,7 +84,8 @@ func watchReceivers(t *testing.T, plan *lab.Plan, ports []string) *receiverWatch
 			select {
 			case <-w.quit:
 				return
-			case now := <-tick.C:
+			case <-tick.C:
+				before := time.Now()
 				m := map[string]float64{}
 				for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
 					socks, err := h.SocketDiagTCPInfo(fam)
@@ -103,8 +104,11 @@ func watchReceivers(t *testing.T, plan *lab.Plan, ports []string) *receiverWatch
 						}
 					}
 				}
+				// The counters were read between before and now: the
+				// sample's time is the middle.
+				at := before.Add(time.Since(before) / 2)
 				w.mu.Lock()
-				w.at = append(w.at, now)
+				w.at = append(w.at, at)
 				w.bytes = append(w.bytes, m)
 				w.mu.Unlock()
 			}
@@ -191,6 +195,7 @@ const minBacklogged, minCarried = 0.95, 0.97
 // hostWatch is a class watch of one host's ports (livelab.Watch) with
 // its start, so that its seconds line up with the receiver samples.
 type hostWatch struct {
+	p     *policy.Policy
 	host  string
 	ports []string
 	start time.Time
@@ -203,7 +208,7 @@ func watchHost(t *testing.T, p *policy.Policy, host string, ports []string) *hos
 	if err != nil {
 		t.Fatal(err)
 	}
-	hw := &hostWatch{host: host, ports: ports, start: time.Now()}
+	hw := &hostWatch{p: p, host: host, ports: ports, start: time.Now()}
 	hw.stop = livelab.Watch(t, plan, p, host, ports, livelab.ServerSide)
 	return hw
 }
