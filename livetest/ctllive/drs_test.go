@@ -251,7 +251,7 @@ type drsRun struct {
 }
 
 // htbSample is the HTB rate (wire bits/s) the agents had set on each
-// vNIC's class, read from their statistics files.
+// vNIC's class ("HOST|VM/NIC"), read from their statistics files.
 type htbSample struct {
 	at   time.Time
 	rate map[string]float64
@@ -268,7 +268,7 @@ func (s *drsRun) sampleHTB() {
 		for _, u := range st.Uplinks {
 			for _, pt := range u.Ports {
 				if strings.Contains(pt.Port, "/nic") {
-					m[pt.Port] = float64(pt.GuaranteeBps)
+					m[h+"|"+pt.Port] = float64(pt.GuaranteeBps)
 				}
 			}
 		}
@@ -276,18 +276,41 @@ func (s *drsRun) sampleHTB() {
 	s.htb = append(s.htb, htbSample{time.Now(), m})
 }
 
-// htbAt is the last HTB rate of port read at or before t (-1: none).
-func (s *drsRun) htbAt(port string, t time.Time) float64 {
+// htbAt is the HTB rate of port on host in the last statistics read at
+// or before t (-1: none, or the port is not on host's tree).
+func (s *drsRun) htbAt(host, port string, t time.Time) float64 {
 	r := -1.0
 	for _, h := range s.htb {
 		if h.at.After(t) {
 			break
 		}
-		if v, ok := h.rate[port]; ok {
+		r = -1
+		if v, ok := h.rate[host+"|"+port]; ok {
 			r = v
 		}
 	}
 	return r
+}
+
+// applied is when the agent of host first had an HTB rate for port other
+// than the one it had at `from` (a new rate, or the class of a VM that
+// arrived), read from its statistics (written every 100 ms, read every
+// 100 ms); ok false when it never did.
+func (s *drsRun) applied(host, port string, from time.Time) (time.Duration, bool) {
+	was := s.htbAt(host, port, from)
+	for _, h := range s.htb {
+		if !h.at.After(from) {
+			continue
+		}
+		v, ok := h.rate[host+"|"+port]
+		if !ok {
+			v = -1
+		}
+		if v != was && v >= 0 {
+			return h.at.Sub(from), true
+		}
+	}
+	return 0, false
 }
 
 // expected returns the policy of the seed's step (changes made, VMs where
@@ -344,6 +367,7 @@ func (s *drsRun) step(name, target, change, moved, reason string) string {
 	}
 	p, want := s.expected()
 	watches := s.watch(p)
+	s.sampleHTB()
 	set := time.Now()
 	out := ctl(t, s.conn, 0, "set", target, change, "--reason", reason)
 	t.Logf("step %s: sluice ctl set %s %s (%v): %s", name, target, change, time.Since(set).Round(time.Millisecond), strings.TrimSpace(out))
@@ -377,6 +401,13 @@ func (s *drsRun) step(name, target, change, moved, reason string) string {
 		took = 20 * time.Second
 	}
 	line += fmt.Sprintf(" every VM at its new rate (1-s window within 5%%) %.1f s after the ctl set;", took.Seconds())
+	// The agent applies the change within 1 s (the issue's requirement).
+	vm, _, _ := strings.Cut(target, "/")
+	if at, ok := s.applied(s.hosts[vm], target, set); !ok || at > time.Second {
+		t.Errorf("step %s: the agent of %s set no new HTB rate for %s within 1 s of the ctl set (ok %v, %v)", name, s.hosts[vm], target, ok, at)
+	} else {
+		line += fmt.Sprintf(" the agent of %s set %s's new HTB rate %d ms after it;", s.hosts[vm], target, at.Milliseconds())
+	}
 	if moved != "" {
 		vms, err := s.cl.VMs(s.ctx)
 		if err != nil {
@@ -394,6 +425,20 @@ func (s *drsRun) step(name, target, change, moved, reason string) string {
 			t.Errorf("step %s: %s ran at its new rate %.1f s after the ctl set, want ≤ %.0f s", name, moved, movedTook.Seconds(), maxMoveS)
 		}
 		line += fmt.Sprintf(" %s moved to h2 by DRS, at its new rate %.1f s after the ctl set;", moved, movedTook.Seconds())
+		// The destination's agent reports the VM: the decision is done.
+		msg := ""
+		if err := poll(s.ctx, 10*time.Second, func() bool {
+			evs, err := s.cl.Events(s.ctx, 0)
+			for _, e := range evs {
+				if err == nil && e.Kind == "migrated" && e.Subject == moved {
+					msg = e.Message
+				}
+			}
+			return msg != ""
+		}); err != nil {
+			t.Errorf("step %s: no migrated event for %s within 10 s (h2's agent did not report it)", name, moved)
+		}
+		line += " controller: " + msg + ";"
 	}
 	line += " per 0.5 s from the set, Mbps (the agent's HTB rate at the end of each half second in brackets): " + s.trajectory(set, set.Add(took))
 	settled := set.Add(took)
@@ -407,7 +452,8 @@ func (s *drsRun) trajectory(a, b time.Time) string {
 		var v []string
 		for x := a; !x.Add(500 * time.Millisecond).After(b); x = x.Add(500 * time.Millisecond) {
 			r, _ := s.rw.rate(pt, x, x.Add(500*time.Millisecond))
-			v = append(v, fmt.Sprintf("%.0f[%.0f]", r/1e6, s.htbAt(pt, x.Add(500*time.Millisecond))/1e6))
+			vm, _, _ := strings.Cut(pt, "/")
+			v = append(v, fmt.Sprintf("%.0f[%.0f]", r/1e6, s.htbAt(s.hosts[vm], pt, x.Add(500*time.Millisecond))/1e6))
 		}
 		parts = append(parts, pt+" "+strings.Join(v, " "))
 	}
