@@ -21,6 +21,7 @@ import (
 //
 // unnamed lists vNICs of running VMs that the policy does not name
 // (Live.Unnamed).
+//
 //	storage ds=NAME [capacity=IOPS] [demand=(DISK:IOPS, ...)]
 //
 // RATE is a policy rate ("2Gbps") or "unlimited". Every tree is checked
