@@ -95,7 +95,8 @@ type Stats struct {
 	NowNs   int64        `json:"now_ns"`
 	Uplinks []UplinkStat `json:"uplinks"`
 	// Unnamed are the running VMs the policy does not name (when the
-	// inventory knows them): their packets fall into the default class.
+	// inventory knows them): each of their vNICs has a class of its own
+	// with the policy's unnamedVMs setting.
 	Unnamed []string `json:"unnamed,omitempty"`
 	// CPU is each running VM's CPU setting and use (Config.Cgroups);
 	// CPUCapacityMHz is the host's cores × MHz that they share.

@@ -57,6 +57,7 @@ type Inventory struct {
 var (
 	_ agent.Inventory       = (*Inventory)(nil)
 	_ agent.CgroupInventory = (*Inventory)(nil)
+	_ agent.UnnamedLister   = (*Inventory)(nil)
 )
 
 // New returns an empty inventory over conn; call Refresh or Run.
@@ -308,8 +309,8 @@ func (inv *Inventory) VMs() ([]string, error) {
 }
 
 // Unnamed returns the names of the running domains that the policy names
-// neither by name nor by UUID (all of them before SetPolicyVMs). The agent
-// decides what they get.
+// neither by name nor by UUID (all of them before SetPolicyVMs). The
+// derivation gives their vNICs the policy's unnamedVMs (UnnamedVMs).
 func (inv *Inventory) Unnamed() []string {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
@@ -327,6 +328,54 @@ func (inv *Inventory) Unnamed() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// UnnamedVMs returns the running domains that the policy does not name
+// (Unnamed), each with its interfaces that have a host-side device (the
+// agent classifies there) and an index, named so that Port finds them:
+// the user alias without ua-, else nicK when no interface of the domain
+// has a ua- alias, else the device (the MAC when that would find another
+// interface).
+func (inv *Inventory) UnnamedVMs() []agent.UnnamedVM {
+	names := inv.Unnamed()
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	out := make([]agent.UnnamedVM, 0, len(names))
+	for _, n := range names {
+		d := inv.doms[n]
+		if d == nil {
+			continue
+		}
+		vm := agent.UnnamedVM{Name: n}
+		for i, f := range d.Interfaces {
+			if _, ok := inv.index[n+"|"+f.MAC]; !ok || f.Dev == "" {
+				continue
+			}
+			vm.NICs = append(vm.NICs, nicName(d.Interfaces, i))
+		}
+		out = append(out, vm)
+	}
+	return out
+}
+
+// nicName names the i-th interface so that matchNIC finds it again.
+func nicName(ifs []Interface, i int) string {
+	aliased := false
+	for _, f := range ifs {
+		aliased = aliased || strings.HasPrefix(f.Alias, "ua-")
+	}
+	f := ifs[i]
+	name := f.Dev
+	switch {
+	case strings.HasPrefix(f.Alias, "ua-") && len(f.Alias) > 3:
+		name = f.Alias[3:]
+	case !aliased:
+		name = "nic" + strconv.Itoa(i)
+	}
+	if k, ok := matchNIC(ifs, name); ok && k == i {
+		return name
+	}
+	return f.MAC
 }
 
 // VMCgroup returns the cgroup of the running domain vm (by name or UUID)

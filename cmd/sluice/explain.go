@@ -22,7 +22,7 @@ func init() {
 	})
 }
 
-const explainUsage = "usage: sluice explain FILE PORT [--demand PORT=RATE ...] [--cpu-mhz-per-gbps MHZ]"
+const explainUsage = "usage: sluice explain FILE PORT [--demand PORT=RATE ...] [--unnamed HOST/VM/NIC ...] [--cpu-mhz-per-gbps MHZ]"
 
 // CPU cost of sending, from the simulator's seed-003 model
 // (sim.DefaultCPUParams, fitted once to seed 003's sweep: 1 vCPU, iperf3,
@@ -55,7 +55,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	if p == nil {
 		return code
 	}
-	n, err := entitle.Network(p, a.demands)
+	n, err := entitle.NetworkWith(p, a.unnamed, a.demands)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return exitBad
