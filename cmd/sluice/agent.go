@@ -94,7 +94,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return exitBad
 	}
 	defer k.Close()
-	inv, closeInv, err := src.open(p, *host)
+	inv, closeInv, err := src.open(p, *host, k.Master)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 		return exitBad
