@@ -21,6 +21,7 @@ import (
 	"sluice/agent"
 	"sluice/entitle"
 	"sluice/lab"
+	"sluice/livetest/livelab"
 	"sluice/policy"
 	"sluice/virt"
 )
@@ -38,7 +39,10 @@ import (
 //   - both guests sending at once (iperf3 in the guest, -R from a
 //     namespace behind the uplink), each one's received rate, after a
 //     4 s warm-up, is within 5% of its entitlement (entitle.NetworkWith
-//     with B unnamed: each is held by its limit);
+//     with B unnamed: each is held by its limit), over the seconds in
+//     which both classes were backlogged (as TestLabGuests judges them:
+//     else a guest was short of CPU), measured again when fewer than
+//     half the seconds count;
 //   - destroyed, its class is removed within 2 s.
 //
 // Then `sluice agent uninstall` gives the uplink its root qdisc back.
@@ -146,9 +150,9 @@ vms:
 	// between; the class is found by the agent's status instead.
 	type guest struct {
 		name, port, ip, tap string
-		limitBps           float64
-		dom                libvirt.Domain
-		classID            string
+		limitBps            float64
+		dom                 libvirt.Domain
+		classID             string
 	}
 	guests := []*guest{
 		{name: domA, port: domA + "/nic0", ip: subnet + "2", limitBps: 100e6},
@@ -201,12 +205,12 @@ vms:
 
 	// What the derivation entitles each to, with B unnamed and both
 	// sending.
-	n, err := entitle.NetworkWith(pol, []entitle.UnnamedVM{{Name: domB, Host: "h1", NICs: []string{"nic0"}}}, nil)
+	net, err := entitle.NetworkWith(pol, []entitle.UnnamedVM{{Name: domB, Host: "h1", NICs: []string{"nic0"}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, g := range guests {
-		if len(n.Port(g.port)) != 1 {
+		if len(net.Port(g.port)) != 1 {
 			t.Fatalf("the derivation has no port %s", g.port)
 		}
 	}
@@ -215,29 +219,89 @@ vms:
 			t.Fatalf("%s: %v", g.name, err)
 		}
 	}
-	rates := make([][]float64, len(guests))
-	errs := make([]error, len(guests))
-	var wg sync.WaitGroup
-	for i, g := range guests {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rates[i], errs[i] = iperfFromGuest(ns, g.ip, iperfPort, flowS)
-		}()
+	classes := map[string]string{}
+	for _, g := range guests {
+		classes[g.port] = g.classID
 	}
-	wg.Wait()
-	for i, g := range guests {
-		if errs[i] != nil {
-			t.Fatalf("%s: %v", g.name, errs[i])
+	for try := 1; ; try++ {
+		stop := sampleBacklog(t, up, classes)
+		rates := make([][]float64, len(guests))
+		errs := make([]error, len(guests))
+		var wg sync.WaitGroup
+		for i, g := range guests {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rates[i], errs[i] = iperfFromGuest(ns, g.ip, iperfPort, flowS)
+			}()
 		}
-		want := n.Port(g.port)[0].AllocBps()
-		got := meanFrom(rates[i], lifecycleWarmupS)
-		e := relErr(got, want)
-		t.Logf("%s received per second (Mbps): %s; mean after %d s %s, entitled %s (%s) (%+.1f%%)",
-			g.port, mbpsList(rates[i]), lifecycleWarmupS, mbps(got), mbps(want), n.Port(g.port)[0].Node.Reason, 100*e)
-		if math.Abs(e) > 0.05 {
-			t.Errorf("%s: got %s Mbps, entitled %s Mbps: error %+.1f%% exceeds ±5%%", g.port, mbps(got), mbps(want), 100*e)
+		wg.Wait()
+		backlogged := stop()
+		for i, g := range guests {
+			if errs[i] != nil {
+				t.Fatalf("%s: %v", g.name, errs[i])
+			}
 		}
+		// A second is judged when every guest's class had packets
+		// waiting in ≥ MinBacklogged of the samples of it and of the
+		// next (an iperf3 interval overlaps both): else a guest was
+		// short of CPU (TCG guests share the machine's 2 vCPUs with
+		// other tests) and did not send what it was entitled to.
+		judged := func(sec int) bool {
+			for b := sec; b <= sec+1; b++ {
+				if b >= len(backlogged) {
+					return false
+				}
+				for _, g := range guests {
+					if backlogged[b][g.port] < MinBacklogged {
+						return false
+					}
+				}
+			}
+			return true
+		}
+		var got []float64
+		var lines []string
+		n := 0
+		for sec := lifecycleWarmupS; sec < flowS-1; sec++ {
+			if judged(sec) {
+				n++
+			}
+		}
+		for i, g := range guests {
+			var sum float64
+			var k int
+			var series []string
+			for sec, r := range rates[i] {
+				if sec >= lifecycleWarmupS && sec < flowS-1 && judged(sec) {
+					sum += r
+					k++
+					series = append(series, fmt.Sprintf("%.0f", r/1e6))
+				} else {
+					series = append(series, fmt.Sprintf("(%.0f)", r/1e6))
+				}
+			}
+			got = append(got, sum/float64(max(k, 1)))
+			lines = append(lines, fmt.Sprintf("%s per second (Mbps, in parentheses not judged): %s", g.port, strings.Join(series, " ")))
+		}
+		why := fmt.Sprintf("%d of %d seconds after the %d s warm-up judged (every class backlogged in ≥ %.0f%% of the samples)", n, flowS-1-lifecycleWarmupS, lifecycleWarmupS, 100*MinBacklogged)
+		if n < (flowS-1-lifecycleWarmupS+1)/2 {
+			if try == maxTries {
+				t.Fatalf("%d runs in a row, the machine could not drive the guests: %s\n%s", maxTries, why, strings.Join(lines, "\n"))
+			}
+			t.Logf("run %d: %s; measuring again:\n%s", try, why, strings.Join(lines, "\n"))
+			continue
+		}
+		t.Logf("%s", why)
+		for i, g := range guests {
+			want := net.Port(g.port)[0].AllocBps()
+			e := relErr(got[i], want)
+			t.Logf("%s; mean of the judged %s, entitled %s (%s) (%+.1f%%)", lines[i], mbps(got[i]), mbps(want), net.Port(g.port)[0].Node.Reason, 100*e)
+			if math.Abs(e) > 0.05 {
+				t.Errorf("%s: got %s Mbps, entitled %s Mbps: error %+.1f%% exceeds ±5%%", g.port, mbps(got[i]), mbps(want), 100*e)
+			}
+		}
+		break
 	}
 
 	// Each goes: its class goes within 2 s.
@@ -274,6 +338,63 @@ const (
 	lifecycleWarmupS = 4
 )
 
+// sampleBacklog samples the HTB classes of dev every livelab.SampleEvery
+// until the returned function is called, which gives, per second from the
+// start, the fraction of samples in which each port's class (ports maps
+// port → class id) had packets waiting.
+func sampleBacklog(t *testing.T, dev string, ports map[string]string) func() []map[string]float64 {
+	t.Helper()
+	k, err := agent.NewNetlinkKernel("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	res := make(chan []map[string]float64)
+	go func() {
+		defer k.Close()
+		start := time.Now()
+		var busy []map[string]int
+		var samples []int
+		tick := time.NewTicker(livelab.SampleEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				out := make([]map[string]float64, len(busy))
+				for i := range busy {
+					out[i] = map[string]float64{}
+					for port := range ports {
+						out[i][port] = float64(busy[i][port]) / float64(max(samples[i], 1))
+					}
+				}
+				res <- out
+				return
+			case <-tick.C:
+			}
+			cs, err := k.Classes(dev)
+			if err != nil {
+				continue
+			}
+			sec := int(time.Since(start) / time.Second)
+			for len(busy) <= sec {
+				busy, samples = append(busy, map[string]int{}), append(samples, 0)
+			}
+			samples[sec]++
+			for port, id := range ports {
+				for _, c := range cs {
+					if c.ID.String() == id && c.Queued > 0 {
+						busy[sec][port]++
+					}
+				}
+			}
+		}
+	}()
+	return func() []map[string]float64 {
+		close(done)
+		return <-res
+	}
+}
+
 // iperfFromGuest has the guest at ip send for durS seconds (iperf3 -R from
 // namespace ns) and returns the received bits/s of each second.
 func iperfFromGuest(ns, ip string, port, durS int) ([]float64, error) {
@@ -293,7 +414,7 @@ func iperfFromGuest(ns, ip string, port, durS int) ([]float64, error) {
 		} else if err != nil && j.Error != "" {
 			err = fmt.Errorf("%v: %s", err, j.Error)
 		}
-		if err == nil || try == 10 || !retryable(err) {
+		if err == nil || try == 10 || !(retryable(err) || strings.Contains(err.Error(), "closed unexpectedly")) {
 			break
 		}
 		time.Sleep(300 * time.Millisecond)
