@@ -143,7 +143,10 @@ func Derive(p *policy.Policy, live Live) *Desired {
 	unnamed := unnamedVMs(p, live)
 	for hi := range p.Hosts {
 		h := &p.Hosts[hi]
-		vms := slices.Concat(onHost[h.Name], unnamed[h.Name])
+		vms := onHost[h.Name]
+		if u := unnamed[h.Name]; len(u) > 0 {
+			vms = slices.Concat(vms, u)
+		}
 		up := &policy.Host{Name: h.Name, CPU: h.CPU, Memory: h.Memory}
 		for _, u := range h.Uplinks {
 			if !live.DownUplinks[h.Name+"/"+u.Name] {
@@ -223,6 +226,9 @@ func runningVMs(p *policy.Policy, live Live) map[string][]*policy.VM {
 // unnamedVMs turns the running VMs that the policy does not name into
 // VMs of their hosts whose every vNIC has the unnamedVMs setting.
 func unnamedVMs(p *policy.Policy, live Live) map[string][]*policy.VM {
+	if len(live.Unnamed) == 0 {
+		return nil
+	}
 	m := map[string][]*policy.VM{}
 	set := p.UnnamedVNICSetting()
 	seen := map[string]bool{}
