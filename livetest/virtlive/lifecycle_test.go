@@ -170,15 +170,7 @@ vms:
 		g.tap = tapOf(t, c, g.dom)
 		var ceil int64
 		at := waitFor(t, "the class of "+g.name, 5*time.Second, func() bool {
-			s, err := agent.ReadStats(state, pol.Cluster, "h1")
-			if err != nil || len(s.Uplinks) == 0 {
-				return false
-			}
-			for _, ps := range s.Uplinks[0].Ports {
-				if ps.Port == g.port {
-					g.classID, ceil = ps.ClassID, ps.CeilBps
-				}
-			}
+			g.classID, ceil = statusClass(state, pol.Cluster, g.port)
 			return g.classID != "" && strings.Contains(tcOut(t, "class", "show", "dev", up), "htb "+g.classID+" parent 1:") &&
 				strings.Contains(tcOut(t, "filter", "show", "dev", g.tap, "ingress"), "sluice-prio")
 		})
