@@ -334,3 +334,29 @@ func TestUnnamedVMGetsItsClass(t *testing.T) {
 		t.Error("the unnamed VM stopped but its tap still has sluice's classifier")
 	}
 }
+
+// TestMissingTapReportedAfterGrace: a vNIC whose device is gone (a VM's
+// tap goes a moment before the inventory says the VM stopped) is not an
+// error for VNICGoneGraceNs; after that it is, naming the device.
+func TestMissingTapReportedAfterGrace(t *testing.T) {
+	p := mustPolicy(t, followPolicy)
+	k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0")
+	a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: testInventory(p, "h1"), Dynamic: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Step(1e9); err != nil {
+		t.Fatal(err)
+	}
+	delete(k.Devs, "sl-v1n0")
+	if _, err := a.Step(1.1e9); err != nil {
+		t.Errorf("the tap gone for 0 s: %v", err)
+	}
+	if _, err := a.Step(1.1e9 + VNICGoneGraceNs - 1); err != nil {
+		t.Errorf("the tap gone for less than the grace: %v", err)
+	}
+	_, err = a.Step(1.1e9 + VNICGoneGraceNs)
+	if err == nil || !strings.Contains(err.Error(), "sl-v1n0") {
+		t.Errorf("the tap gone for the grace: error %v, want one naming sl-v1n0", err)
+	}
+}
