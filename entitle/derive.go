@@ -224,7 +224,8 @@ func runningVMs(p *policy.Policy, live Live) map[string][]*policy.VM {
 }
 
 // unnamedVMs turns the running VMs that the policy does not name into
-// VMs of their hosts whose every vNIC has the unnamedVMs setting.
+// VMs of their hosts whose every vNIC has the unnamedVMs setting (a VM or
+// vNIC named twice counts once).
 func unnamedVMs(p *policy.Policy, live Live) map[string][]*policy.VM {
 	if len(live.Unnamed) == 0 {
 		return nil
@@ -238,7 +239,12 @@ func unnamedVMs(p *policy.Policy, live Live) map[string][]*policy.VM {
 		}
 		seen[u.Name] = true
 		vm := &policy.VM{Name: u.Name, Host: u.Host}
+		nics := map[string]bool{}
 		for _, n := range u.NICs {
+			if nics[n] {
+				continue
+			}
+			nics[n] = true
 			vm.NICs = append(vm.NICs, policy.NIC{Name: n, Shares: set.Shares, Reservation: set.Reservation, Limit: set.Limit})
 		}
 		m[u.Host] = append(m[u.Host], vm)
