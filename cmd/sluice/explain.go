@@ -67,7 +67,11 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice: %s: no such port or disk (ports are VM/NIC of a placed VM or HOST/CLASS; disks VM/DISK)\n", port)
+		hint := ""
+		if vm, _, ok := strings.Cut(port, "/"); ok && p.VM(vm) == nil && p.Host(vm) == nil {
+			hint = fmt.Sprintf("; %s is no VM of the policy: for one that runs unnamed give --unnamed HOST/%s", vm, port)
+		}
+		fmt.Fprintf(stderr, "sluice: %s: no such port or disk (ports are VM/NIC of a placed VM or HOST/CLASS; disks VM/DISK)%s\n", port, hint)
 		return exitBad
 	}
 	if l, ok := explainCPU(p, n, port, cost); ok {
