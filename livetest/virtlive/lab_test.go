@@ -136,32 +136,15 @@ func (l *guestLab) checkGuestExec() {
 }
 
 // checkGuestSockperf runs the host's sockperf in vm2 as a TCP ping-pong
-// client against a sockperf server in the fabric namespace, across the
-// guest's tap, its host's bridge and uplink: it must report a latency
-// from its observations.
+// client against the lab's sockperf server in the fabric namespace
+// (lab.SockperfPort), across the guest's tap, its host's bridge and
+// uplink: it must report a latency from its observations.
 func (l *guestLab) checkGuestSockperf() {
 	t := l.t
-	const port = "11111"
-	srv := exec.Command("ip", "netns", "exec", l.plan.Fabric.Name, "sockperf", "sr", "--tcp", "-i", lab.FabricIP.String(), "-p", port)
-	if err := srv.Start(); err != nil {
-		t.Fatalf("sockperf server in %s: %v", l.plan.Fabric.Name, err)
-	}
-	defer func() {
-		srv.Process.Kill()
-		srv.Wait()
-	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var res lab.GuestResult
-	var err error
-	for try := 0; ; try++ {
-		// The server listens a moment after it starts.
-		res, err = lab.GuestExec(ctx, l.p.Cluster, "vm2", "sockperf", "ping-pong", "--tcp", "-i", lab.FabricIP.String(), "-p", port, "-t", "3", "--no-rdtsc")
-		if err == nil || try == 10 || !strings.Contains(string(res.Stdout)+string(res.Stderr), "refused") {
-			break
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+	res, err := lab.GuestExec(ctx, l.p.Cluster, "vm2", "sockperf", "ping-pong", "--tcp", "-i", lab.FabricIP.String(),
+		"-p", strconv.Itoa(lab.SockperfPort), "-t", "3", "--no-rdtsc")
 	out := string(res.Stdout) + string(res.Stderr)
 	if err != nil {
 		t.Fatalf("sockperf in the guest: %v\n%s", err, tailOf(out))
