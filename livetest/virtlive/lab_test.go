@@ -144,7 +144,7 @@ func (l *guestLab) checkGuestSockperf() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	res, err := lab.GuestExec(ctx, l.p.Cluster, "vm2", "sockperf", "ping-pong", "--tcp", "-i", lab.FabricIP.String(),
-		"-p", strconv.Itoa(lab.SockperfPort), "-t", "3", "--no-rdtsc")
+		"-p", strconv.Itoa(lab.SockperfPort), "-t", "5", "--no-rdtsc")
 	out := string(res.Stdout) + string(res.Stderr)
 	if err != nil {
 		t.Fatalf("sockperf in the guest: %v\n%s", err, tailOf(out))
