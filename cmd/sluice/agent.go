@@ -95,7 +95,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return exitBad
 	}
 	defer k.Close()
-	inv, closeInv, err := src.open(p, *host)
+	inv, closeInv, err := src.open(p, *host, k.Master)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 		return exitBad
@@ -241,7 +241,7 @@ func runAgentStatus(args []string, stdout, stderr io.Writer) int {
 	age := time.Since(time.Unix(0, s.NowNs)).Round(time.Millisecond)
 	fmt.Fprintf(stdout, "host %s (cluster %s) dynamic=%v, updated %s ago\n", s.Host, s.Cluster, s.Dynamic, age)
 	if len(s.Unnamed) > 0 {
-		fmt.Fprintf(stdout, "unnamed: %s (running, not in the policy: default class)\n", strings.Join(s.Unnamed, " "))
+		fmt.Fprintf(stdout, "unnamed: %s (running, not in the policy: a class per vNIC on an uplink's bridge, with the policy's unnamedVMs)\n", strings.Join(s.Unnamed, " "))
 	}
 	for _, u := range s.Uplinks {
 		fmt.Fprintf(stdout, "uplink %s (%s) speed %s usable %s\n", u.Uplink, u.Dev, policy.FormatRate(policy.Bps(u.SpeedBps)), policy.FormatRate(policy.Bps(u.UsableBps)))

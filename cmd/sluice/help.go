@@ -19,18 +19,20 @@ exit 1 and one line per problem: FILE:LINE: field: message.
 example:
   sluice validate examples/netioc-fig2.yaml`,
 
-	"alloc": `usage: sluice alloc FILE [--demand PORT=RATE ...] [-o table|json]
+	"alloc": `usage: sluice alloc FILE [--demand PORT=RATE ...] [--unnamed HOST/VM/NIC ...] [-o table|json]
 
 The entitlement of every port and traffic class on every uplink. A demand
 is a rate (2Gbps) or unlimited (the default); PORT is VM/NIC or HOST/CLASS.
+--unnamed adds a vNIC of a VM that runs on HOST but that the policy does
+not name (as the agent sees it): port VM/NIC, with the policy's unnamedVMs.
 
 example:
   sluice alloc examples/netioc-fig2.yaml --demand vm2/nic0=1Gbps -o json`,
 
-	"explain": `usage: sluice explain FILE PORT [--demand PORT=RATE ...] [--cpu-mhz-per-gbps MHZ]
+	"explain": `usage: sluice explain FILE PORT [--demand PORT=RATE ...] [--unnamed HOST/VM/NIC ...] [--cpu-mhz-per-gbps MHZ]
 
 Why a port (VM/NIC, HOST/CLASS) or a disk (VM/DISK) gets what it gets,
-level by level. For a vNIC it also says whether its VM's CPU entitlement
+level by level; --unnamed as for alloc. For a vNIC it also says whether its VM's CPU entitlement
 can drive its network entitlement, at a CPU cost per Gbps sent (default
 129.4 MHz above 115 MHz, the simulator's seed-003 model).
 
