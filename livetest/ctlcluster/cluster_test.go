@@ -75,7 +75,10 @@ func (m *member) start(t *testing.T) {
 		"--listen-client-urls", m.client, "--advertise-client-urls", m.client,
 		"--listen-peer-urls", m.peer, "--initial-advertise-peer-urls", m.peer,
 		"--initial-cluster", m.initialCluster, "--initial-cluster-state", "new",
-		"--initial-cluster-token", "sluice-ctlcluster", "--logger", "zap", "--log-outputs", m.log)
+		"--initial-cluster-token", "sluice-ctlcluster", "--logger", "zap", "--log-outputs", m.log,
+		// What the controller needs of an external cluster (docs/perf/controller.md).
+		"--max-txn-ops", fmt.Sprint(controller.MaxTxnOps), "--max-request-bytes", fmt.Sprint(controller.MaxTxnBytes),
+		"--auto-compaction-mode", "periodic", "--auto-compaction-retention", controller.AutoCompactionRetention)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("etcd: %v (scripts/deps.sh installs etcd-server)", err)
 	}
