@@ -66,6 +66,23 @@ func procStatus(pid int, field string) float64 {
 	return -1
 }
 
+// procCPU is the user and system CPU time of process pid so far.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command (in parentheses): utime and stime are
+	// the 12th and 13th, in clock ticks (100 a second on Linux).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
 // simAgent is a simulated agent's watch: it long-polls its host's
 // desired state through the API, as controller.Follower does, and notes
 // when each new revision arrived.
@@ -283,7 +300,9 @@ func BenchmarkScale(b *testing.B) {
 		}
 		return time.Since(start), failed.Load()
 	}
+	cpu0 := procCPU(pid)
 	regEmpty, _ := register()
+	cpuReg := procCPU(pid) - cpu0
 	progress("%d agents registered in %v", nh, regEmpty)
 	var first atomic.Int64
 	for _, a := range agents {
@@ -291,6 +310,7 @@ func BenchmarkScale(b *testing.B) {
 	}
 
 	// 2. The whole policy, and every agent's watch getting its host's state.
+	cpu0 = procCPU(pid)
 	applyStart := time.Now()
 	_, applyTook := ctl("apply", "-f", polFile)
 	if !poll(10*time.Minute, func() bool { return first.Load() == int64(nh) }) {
@@ -303,6 +323,7 @@ func BenchmarkScale(b *testing.B) {
 		a.mu.Unlock()
 	}
 	allDesired, halfDesired := slicesMax(arrived), median(arrived)
+	cpuApply := procCPU(pid) - cpu0
 	progress("apply %v; all %d agents had their desired state %v after its start", applyTook, nh, allDesired)
 	rssApply, hwmApply := procStatus(pid, "VmRSS"), procStatus(pid, "VmHWM")
 
@@ -332,6 +353,7 @@ func BenchmarkScale(b *testing.B) {
 	}
 	var tCtl, tWatch, tAgent []time.Duration
 	var rate float64
+	cpu0 = procCPU(pid)
 	for s := 0; s < sets; s++ {
 		want := float64(200+100*(s%2)) * 1e6
 		start := time.Now()
@@ -356,7 +378,10 @@ func BenchmarkScale(b *testing.B) {
 	}
 
 	// 4. Every agent registers again (as after an outage longer than the TTL).
+	cpuSets := (procCPU(pid) - cpu0) / time.Duration(sets)
+	cpu0 = procCPU(pid)
 	regFull, regFailed := register()
+	cpuReg2 := procCPU(pid) - cpu0
 	progress("%d agents registered again in %v (%d failed requests retried)", nh, regFull, regFailed)
 	_, getVMs := ctl("get", "vms", "-o", "json")
 	_, getHosts := ctl("get", "hosts", "-o", "json")
@@ -378,18 +403,19 @@ func BenchmarkScale(b *testing.B) {
 	var t strings.Builder
 	fmt.Fprintf(&t, "controller scale: %d hosts, %d VMs (%d vNICs, %.1f MiB of policy YAML), embedded etcd (fsync on), %d CPUs, sluice %s\n",
 		nh, nv, nv, float64(fi.Size())/(1<<20), runtime.NumCPU(), bin)
-	fmt.Fprintf(&t, "| step | time |\n| --- | --- |\n")
-	fmt.Fprintf(&t, "| %d agents register, no policy yet (all at once, one TLS connection each) | %v |\n", nh, regEmpty.Round(time.Millisecond))
-	fmt.Fprintf(&t, "| `sluice ctl apply -f` of the whole policy (process wall time) | %v |\n", applyTook.Round(time.Millisecond))
-	fmt.Fprintf(&t, "| from the apply's start to the last of %d agents' watches having its host's desired state (median agent: %v) | %v |\n", nh, halfDesired.Round(time.Millisecond), allDesired.Round(time.Millisecond))
-	fmt.Fprintf(&t, "| a Follower's first desired state (registers, watches, fetches and rebuilds the policy) | %v |\n", folFirst.Round(time.Millisecond))
-	fmt.Fprintf(&t, "| `sluice ctl set %s reservation=…` (wall time; median of %d, max %v) | %v |\n", portName, sets, slicesMax(tCtl).Round(time.Millisecond), median(tCtl).Round(time.Millisecond))
-	fmt.Fprintf(&t, "| from the set's start to %s's watch returning the new state (median, max %v) | %v |\n", host, slicesMax(tWatch).Round(time.Millisecond), median(tWatch).Round(time.Millisecond))
-	fmt.Fprintf(&t, "| from the set's start to %s's agent (Follower) having computed the new rates (median, max %v; %s gets %s) | %v |\n", host, slicesMax(tAgent).Round(time.Millisecond), portName, entitle.FormatBps(rate), median(tAgent).Round(time.Millisecond))
-	fmt.Fprintf(&t, "| %d agents register again with the policy in force (all at once; %d requests failed and were retried) | %v |\n", nh, regFailed, regFull.Round(time.Millisecond))
-	fmt.Fprintf(&t, "| `sluice ctl get vms -o json` / `get hosts -o json` | %v / %v |\n", getVMs.Round(time.Millisecond), getHosts.Round(time.Millisecond))
-	fmt.Fprintf(&t, "| controller RSS (with its etcd): idle / after apply / at the end / peak | %.0f / %.0f / %.0f / %.0f MiB (peak after apply %.0f) |\n", rssIdle, rssApply, rss, hwm, hwmApply)
-	fmt.Fprintf(&t, "| etcd's db file at the end | %.1f MiB |\n", dbMiB)
+	c := func(d time.Duration) string { return d.Round(10 * time.Millisecond).String() }
+	fmt.Fprintf(&t, "| step | wall time | controller CPU |\n| --- | --- | --- |\n")
+	fmt.Fprintf(&t, "| %d agents register, no policy yet (all at once, one TLS connection each) | %v | %s |\n", nh, regEmpty.Round(time.Millisecond), c(cpuReg))
+	fmt.Fprintf(&t, "| `sluice ctl apply -f` of the whole policy (process wall time) | %v | |\n", applyTook.Round(time.Millisecond))
+	fmt.Fprintf(&t, "| from the apply's start to the last of %d agents' watches having its host's desired state (median agent: %v) | %v | %s (apply and all watches) |\n", nh, halfDesired.Round(time.Millisecond), allDesired.Round(time.Millisecond), c(cpuApply))
+	fmt.Fprintf(&t, "| a Follower's first desired state (registers, watches, fetches and rebuilds the policy) | %v | |\n", folFirst.Round(time.Millisecond))
+	fmt.Fprintf(&t, "| `sluice ctl set %s reservation=…` (wall time; median of %d, max %v) | %v | %s per set (with the agents' reads) |\n", portName, sets, slicesMax(tCtl).Round(time.Millisecond), median(tCtl).Round(time.Millisecond), c(cpuSets))
+	fmt.Fprintf(&t, "| from the set's start to %s's watch returning the new state (median, max %v) | %v | |\n", host, slicesMax(tWatch).Round(time.Millisecond), median(tWatch).Round(time.Millisecond))
+	fmt.Fprintf(&t, "| from the set's start to %s's agent (Follower) having computed the new rates (median, max %v; %s gets %s) | %v | |\n", host, slicesMax(tAgent).Round(time.Millisecond), portName, entitle.FormatBps(rate), median(tAgent).Round(time.Millisecond))
+	fmt.Fprintf(&t, "| %d agents register again with the policy in force (all at once; %d requests failed and were retried) | %v | %s |\n", nh, regFailed, regFull.Round(time.Millisecond), c(cpuReg2))
+	fmt.Fprintf(&t, "| `sluice ctl get vms -o json` / `get hosts -o json` | %v / %v | |\n", getVMs.Round(time.Millisecond), getHosts.Round(time.Millisecond))
+	fmt.Fprintf(&t, "| controller RSS (with its etcd): idle / after apply / at the end / peak | %.0f / %.0f / %.0f / %.0f MiB (peak after apply %.0f) | |\n", rssIdle, rssApply, rss, hwm, hwmApply)
+	fmt.Fprintf(&t, "| etcd's db file at the end | %.1f MiB | |\n", dbMiB)
 	fmt.Print(t.String()) // b.Logf truncates a benchmark's log
 }
 
