@@ -471,14 +471,23 @@ func BenchmarkRegisterInProcess(b *testing.B) {
 }
 
 // BenchmarkFollowerPolicy is what an agent's Follower does after its
-// watch returns a new desired state while the policy changed: decode the
-// stored policy (the document and the changes since) and rebuild it, on
-// SLUICE_SCALE_HOSTS × SLUICE_SCALE_VMS with 5 changes made.
+// watch returns a new desired state while the policy changed, on
+// SLUICE_SCALE_HOSTS × SLUICE_SCALE_VMS with 5 changes made: decode the
+// stored policy and build it from scratch (rebuild: what it did before
+// BuildFrom), or make only the one change it has not seen on the policy
+// it has (incremental). Both in one run.
 func BenchmarkFollowerPolicy(b *testing.B) {
 	nh, nv := envInt("SLUICE_SCALE_HOSTS", 1000), envInt("SLUICE_SCALE_VMS", 30000)
 	c := scaleController(b, nh, nv)
 	ctx := context.Background()
+	var prev PolicyState
 	for i := 0; i < 5; i++ {
+		if i == 4 {
+			var err error
+			if prev, err = c.Policy(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
 		if _, err := c.Set(ctx, SetRequest{Changes: []string{fmt.Sprintf("vm%05d/nic0.reservation=200Mbps", i*7)}}); err != nil {
 			b.Fatal(err)
 		}
@@ -487,16 +496,33 @@ func BenchmarkFollowerPolicy(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	prevP, err := prev.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
 	wire, _ := json.Marshal(ps)
-	b.SetBytes(int64(len(wire)))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		var got PolicyState
-		if err := json.Unmarshal(wire, &got); err != nil {
-			b.Fatal(err)
+	for _, incremental := range []bool{false, true} {
+		name := "rebuild"
+		if incremental {
+			name = "incremental"
 		}
-		if _, err := got.Build(); err != nil {
-			b.Fatal(err)
-		}
+		b.Run(fmt.Sprintf("%s-%dx%d", name, nh, nv), func(b *testing.B) {
+			b.SetBytes(int64(len(wire)))
+			for i := 0; i < b.N; i++ {
+				var got PolicyState
+				if err := json.Unmarshal(wire, &got); err != nil {
+					b.Fatal(err)
+				}
+				var err error
+				if incremental {
+					_, err = got.BuildFrom(prev, prevP)
+				} else {
+					_, err = got.Build()
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
