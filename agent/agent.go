@@ -303,8 +303,15 @@ func (a *Agent) Decide(m Measurement) Decision {
 				demand[n.Name] = alloc.Inf
 			}
 			if !ok {
-				// Created by this step: its counters start at 0.
+				// Created by this step: its counters start at 0. A new
+				// vNIC (a VM that arrived, e.g. by migration) keeps
+				// unbounded demand for its first demand window, as a
+				// saturated one does: its sender, stalled by the move,
+				// ramps up against neighbours that take all they get.
 				ps.lastBytes, ps.haveLast = 0, true
+				if n.IsNIC {
+					ps.satUntilNs = nowNs + DemandWindowNs
+				}
 				continue
 			}
 			if ps.haveLast && !first && dtNs > 0 && c.Bytes >= ps.lastBytes {

@@ -57,9 +57,6 @@ type Controller struct {
 	cacheMu sync.Mutex
 	cache   *state
 	hub     desiredHub // the agents' long polls of their desired state
-	// history is each VM's last migration carried out by this process,
-	// so that rebalancing never undoes itself (placement.Options.History).
-	history map[string]placement.LastMove
 }
 
 // Key names under the prefix (docs/controller.md, "State in etcd").
@@ -67,6 +64,7 @@ const (
 	keyPolicy    = "state/policy"    // PolicyState
 	keyPlacement = "state/placement" // VM → host of the running VMs
 	keySeq       = "state/seq"       // the last event or decision number
+	keyHistory   = "state/history"   // VM → its last migration carried out (placement.LastMove)
 	dirHosts     = "hosts/"          // hosts/NAME: a registered host's Report, under its lease
 	dirDesired   = "desired/"        // desired/NAME: a host's DesiredHost (Revision 0)
 	dirEvents    = "events/"         // events/%020d: Event
@@ -93,7 +91,7 @@ func New(cfg Config) *Controller {
 	if cfg.RebalanceThreshold <= 0 {
 		cfg.RebalanceThreshold = 1
 	}
-	return &Controller{cfg: cfg, history: map[string]placement.LastMove{}}
+	return &Controller{cfg: cfg}
 }
 
 func (c *Controller) key(name string) string { return c.cfg.Prefix + name }
@@ -104,6 +102,12 @@ type state struct {
 	p     *policy.Policy // nil before the first apply
 	place placement.Placement
 	seq   int64
+	// history is each VM's last migration carried out, so that
+	// rebalancing never undoes itself (placement.Options.History). It is
+	// kept in etcd with the placement: a restarted controller (also after
+	// kill -9) neither repeats nor reverts a move. A new state leaves it
+	// nil unless it carries a move out (withMove); commit writes it then.
+	history map[string]placement.LastMove
 	// The mod revisions of the keys read, for the commit's comparison.
 	policyRev, placeRev, seqRev int64
 	// extra are further writes of the commit (a decision's new status).
@@ -121,6 +125,7 @@ func (c *Controller) load(ctx context.Context) (*state, error) {
 		return nil, fmt.Errorf("etcd get: %w", err)
 	}
 	st := &state{place: placement.Placement{}}
+	var histRev int64
 	for _, kv := range keys.Kvs {
 		switch strings.TrimPrefix(string(kv.Key), c.cfg.Prefix) {
 		case keyPolicy:
@@ -129,6 +134,8 @@ func (c *Controller) load(ctx context.Context) (*state, error) {
 			st.placeRev = kv.ModRevision
 		case keySeq:
 			st.seqRev = kv.ModRevision
+		case keyHistory:
+			histRev = kv.ModRevision
 		}
 	}
 	c.cacheMu.Lock()
@@ -152,6 +159,9 @@ func (c *Controller) load(ctx context.Context) (*state, error) {
 		return nil
 	}
 	if err := read(keySeq, st.seqRev, &st.seq); err != nil {
+		return nil, err
+	}
+	if err := read(keyHistory, histRev, &st.history); err != nil {
 		return nil, err
 	}
 	if cached != nil && cached.placeRev == st.placeRev {
@@ -243,6 +253,9 @@ func (c *Controller) commit(ctx context.Context, old, st *state, evs []Event, de
 		put(fmt.Sprintf("%s%020d", dirEvents, st.seq), evs[i])
 	}
 	put(keySeq, st.seq)
+	if st.history != nil {
+		put(keyHistory, st.history)
+	}
 	ops = append(ops, st.extra...)
 	if st.p != old.p || !samePlace {
 		// The desired states derive from the policy and the placement

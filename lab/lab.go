@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"sluice/policy"
+	"sluice/storage"
 )
 
 // DefaultStateDir is where state files, logs and agent statistics live.
@@ -69,6 +71,9 @@ type Options struct {
 	// GuestIPv6Only names VMs whose guests get no IPv4 address: they send
 	// IPv6 only (tests of classification at the vNIC).
 	GuestIPv6Only map[string]bool
+	// Migratable names VMs whose guests can migrate live (lab/migrate.go):
+	// they boot from their initramfs alone, without the host's root.
+	Migratable map[string]bool
 }
 
 // StatePath is the state file of a cluster's lab.
@@ -260,6 +265,18 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 		}
 		if err := start("gateway:"+h.Host, h.Name, "lab-"+p.Cluster+"-gateway-"+h.Host+".log", args...); err != nil {
 			return nil, err
+		}
+		// Up returns when the VMs can open their disks: each VM's socket
+		// accepts (docs/storage.md, "Access control").
+		var socks []string
+		for _, v := range p.VMs {
+			if v.Host == h.Host && len(v.Disks) > 0 {
+				socks = append(socks, storage.VMSocket(storage.SocketDir(p.Cluster, h.Host), v.Name))
+			}
+		}
+		if err := waitUnixSockets(socks, 10*time.Second); err != nil {
+			return nil, fmt.Errorf("lab: gateway of host %s: %v (log: %s)", h.Host, err,
+				filepath.Join(stateDirOr(o.StateDir), "lab-"+p.Cluster+"-gateway-"+h.Host+".log"))
 		}
 	}
 	if err := writeState(o.StateDir, st); err != nil {
@@ -458,6 +475,25 @@ func startDaemon(ns, logPath, pidFile string, args ...string) (int, error) {
 	}
 }
 
+// waitUnixSockets polls until a server accepts on every Unix socket.
+func waitUnixSockets(paths []string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for _, p := range paths {
+		for {
+			c, err := net.DialTimeout("unix", p, time.Second)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("nothing accepts on %s after %s: %v", p, within, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
 // waitListening polls until every TCP port listens in ns.
 func waitListening(ns string, ports []int, within time.Duration) error {
 	deadline := time.Now().Add(within)
@@ -499,6 +535,9 @@ func Down(cluster, stateDir string) error {
 	if err := removeDomains(cluster, doms); err != nil {
 		errs = append(errs, err)
 	}
+	if err := stopHostLibvirtds(cluster); err != nil {
+		errs = append(errs, err)
+	}
 	if st != nil {
 		for _, pr := range st.Processes {
 			if alive(pr) {
@@ -538,7 +577,7 @@ func Down(cluster, stateDir string) error {
 		errs = append(errs, err)
 	}
 	// Pid files and agent statistics of the cluster go too; logs stay.
-	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json", "lab-" + cluster + "-initrd"} {
+	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json", "lab-" + cluster + "-initrd", "lab-" + cluster + "-initrd-mig"} {
 		m, _ := filepath.Glob(filepath.Join(stateDirOr(stateDir), pat))
 		for _, f := range m {
 			_ = os.Remove(f)

@@ -258,8 +258,10 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 			k++
 		}
 		for _, dk := range vm.Disks {
+			// The VM's own socket on its host's gateway (docs/storage.md,
+			// "Access control"): reachable without a vNIC.
 			vp.Disks = append(vp.Disks, DiskPlan{Name: dk.Name, Datastore: dk.Datastore,
-				URI: fmt.Sprintf("nbd://%s:%d/%s/%s", hp.IP, NBDPort, vm.Name, dk.Name)})
+				URI: fmt.Sprintf("nbd+unix:///%s/%s?socket=%s", vm.Name, dk.Name, storage.VMSocket(storage.SocketDir(p.Cluster, hp.Host), vm.Name))})
 		}
 		pl.VMs = append(pl.VMs, vp)
 	}

@@ -114,13 +114,17 @@ func domainXML(v VMPlan, kernel, initrd, console string, o Options) string {
       <target dir='%s'/>
       <readonly/>
     </filesystem>
-%s    <serial type='file'>
+%s    <channel type='unix'>
+      <source mode='bind'/>
+      <target type='virtio' name='%s'/>
+    </channel>
+    <serial type='file'>
       <source path='%s'/>
       <target port='0'/>
     </serial>
     <memballoon model='none'/>
   </devices>
-</domain>`, typ, v.Name, GuestMemoryMiB, GuestVCPUs, kernel, initrd, strings.Join(cmd, " "), cpu, GuestRootTag, ifs.String(), console)
+</domain>`, typ, v.Name, GuestMemoryMiB, GuestVCPUs, kernel, initrd, strings.Join(cmd, " "), cpu, GuestRootTag, ifs.String(), GuestAgentPort, console)
 }
 
 // checkGuestTools says what a lab with guests is missing.
@@ -159,7 +163,13 @@ func startGuests(pl *Plan, st *State, o Options, logw io.Writer) error {
 		if err := writeState(o.StateDir, st); err != nil {
 			return err
 		}
-		dom, err := l.DomainDefineXML(domainXML(v, kernel, initrd, console, o))
+		vInitrd := initrd
+		if o.Migratable[v.VM] {
+			if vInitrd, err = migratableInitrd(o.StateDir, pl.Cluster, modDir); err != nil {
+				return err
+			}
+		}
+		dom, err := l.DomainDefineXML(domainXML(v, kernel, vInitrd, console, o))
 		if err != nil {
 			return fmt.Errorf("lab: define domain %s: %w", v.Name, err)
 		}
@@ -233,8 +243,13 @@ func ExistingDomains(cluster string) ([]string, error) {
 	return out, nil
 }
 
-// domainActive tells whether the named domain runs.
+// domainActive tells whether the named domain runs (under the machine's
+// libvirtd or, after a migration, a lab host's own).
 func domainActive(name string) bool {
+	return systemDomainActive(name) || hostLibvirtdActive(name)
+}
+
+func systemDomainActive(name string) bool {
 	c, err := virt.Dial("")
 	if err != nil {
 		return false

@@ -27,6 +27,7 @@ func init() {
 func agentUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: sluice agent --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--libvirt-socket PATH]")
 	fmt.Fprintln(w, "       sluice agent --host NAME --controller https://HOST:PORT --token-file F [--ca F] [...]")
+	fmt.Fprintln(w, "                    [--migrate-uri URI --migrate-peer HOST=URI ... [--migrate-data URI]]   (libvirt: live migrations to this host)")
 	fmt.Fprintln(w, "                    [--interval 100ms] [--dynamic=true|false] [--cpu] [--once] [--netns NS]")
 	fmt.Fprintln(w, "       sluice agent status --host NAME [--policy FILE] [-o table|json]")
 	fmt.Fprintln(w, "       sluice agent uninstall --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--netns NS]")
@@ -103,7 +104,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	policies := make(chan *policy.Policy)
 	var side *agentSide
 	if cl != nil {
-		side, inv, err = newAgentSide(&src, p, *host, inv, policies)
+		side, inv, err = newAgentSide(&src, &ctlf.mig, p, *host, inv, policies)
 		if err == nil {
 			err = side.arrive(desired)
 		}

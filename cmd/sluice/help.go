@@ -105,11 +105,19 @@ and HTB rates per uplink.
 example:
   sluice agent status --host h1 --policy examples/lab-1g.yaml -o json`,
 
-	"gateway": `usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT[/export] [--listen ADDR:PORT|unix:PATH] [--period 4s] [--status-file FILE] [--cpus N] [--poll DUR]
+	"gateway": `usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT[/export] [--period 4s] [--status-file FILE] [--cpus N] [--poll DUR]
+                      [--socket-dir DIR|none] [--socket-owner USER[:GROUP]] [--socket-mode 0600]
+                      [--listen unix:PATH] [--listen ADDR:PORT --tls-cert FILE --tls-key FILE --tls-ca FILE]
+                      [--max-conns 1024] [--max-conns-per-vm 64]
        sluice gateway status [--host H] [-o table|json] [--dir DIR]
 
 The storage gateway of a host: NBD exports per VM disk with mClock and
-PARDA against each datastore (--datastore is repeatable).
+PARDA against each datastore (--datastore is repeatable). Each VM reaches
+its own disks, and only those, on its socket DIR/VM.sock (default DIR
+/run/sluice/gw-CLUSTER-HOST, root-only 0600): nbd+unix:///VM/DISK?socket=DIR/VM.sock.
+--listen unix:PATH adds a root-only socket serving every disk; --listen
+ADDR:PORT serves TCP with TLS only (a client certificate whose Common Name
+is the VM). Nothing listens on TCP by default.
 
 example:
   sluice gateway --host h1 --policy examples/lab-1g.yaml --datastore ds1=nbd://198.18.0.2:10809`,
