@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
@@ -21,6 +22,20 @@ import (
 const (
 	DefaultEtcdClientPort = 23790
 	DefaultEtcdPeerPort   = 23800
+)
+
+// A change is one transaction that also publishes every host's desired
+// state that changed and carries the policy document: with 1,000 hosts
+// and 30,000 VMs an apply is ~1,000 operations and ~7 MiB, beyond etcd's
+// defaults (128 operations, 1.5 MiB). The embedded member takes these
+// limits; an external cluster needs them too (etcd --max-txn-ops
+// --max-request-bytes), and the client sends requests up to MaxTxnBytes.
+const (
+	MaxTxnOps   = 10_000   // a desired state per host (policy: ≤ 1,000 hosts), events, decisions
+	MaxTxnBytes = 32 << 20 // the document (≤ 8 MiB, escaped in JSON), the placement, every host's desired state
+	// AutoCompactionRetention is the history the embedded member keeps
+	// (etcd --auto-compaction-retention for an external cluster).
+	AutoCompactionRetention = "5m"
 )
 
 // EtcdConfig says where the cluster state lives: an etcd member embedded
@@ -61,7 +76,8 @@ func OpenEtcd(cfg EtcdConfig) (*Etcd, error) {
 	}
 	start := time.Now()
 	if len(cfg.Endpoints) > 0 {
-		c, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: timeout, Logger: quietLogger()})
+		c, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: timeout, Logger: quietLogger(),
+			MaxCallSendMsgSize: MaxTxnBytes + 1<<20})
 		if err != nil {
 			return nil, fmt.Errorf("etcd %v: %w", cfg.Endpoints, err)
 		}
@@ -97,6 +113,11 @@ func OpenEtcd(cfg EtcdConfig) (*Etcd, error) {
 	ec.LogLevel = "warn"
 	ec.LogOutputs = []string{filepath.Join(cfg.Dir, "etcd.log")}
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	ec.MaxTxnOps, ec.MaxRequestBytes = MaxTxnOps, MaxTxnBytes
+	// Every set rewrites the policy document and every report its host's
+	// key: without compaction the history grows until etcd's quota
+	// (2 GiB) stops all writes. Keep AutoCompactionRetention of history.
+	ec.AutoCompactionMode, ec.AutoCompactionRetention = embed.CompactorModePeriodic, AutoCompactionRetention
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd: %w", err)
@@ -126,5 +147,18 @@ func (e *Etcd) Close() error {
 }
 
 type mvccKV = mvccpb.KeyValue
+
+// txnHint says which etcd limit a refused transaction crossed: an
+// external cluster's, since the embedded member takes MaxTxnOps and
+// MaxTxnBytes.
+func txnHint(err error) string {
+	switch {
+	case errors.Is(err, rpctypes.ErrTooManyOps):
+		return fmt.Sprintf(" (start etcd with --max-txn-ops %d)", MaxTxnOps)
+	case errors.Is(err, rpctypes.ErrRequestTooLarge):
+		return fmt.Sprintf(" (start etcd with --max-request-bytes %d)", MaxTxnBytes)
+	}
+	return ""
+}
 
 func quietLogger() *zap.Logger { return zap.NewNop() }

@@ -34,24 +34,31 @@ func (c *Controller) Hosts(ctx context.Context) ([]HostInfo, error) {
 	out := []HostInfo{}
 	seen := map[string]bool{}
 	if st.p != nil {
-		d := entitle.Derive(st.p, entitle.Live{Hosts: st.place})
+		// Each VM and uplink visited once (not once per host).
+		byName := map[string]*HostInfo{}
 		for _, h := range st.p.Hosts {
-			hi := HostInfo{Name: h.Name, VMs: []string{}, Uplinks: []string{}, Report: reports[h.Name], Registered: reports[h.Name] != nil}
-			for _, v := range st.p.VMs {
-				if st.place[v.Name] == h.Name {
-					hi.VMs = append(hi.VMs, v.Name)
-				}
-			}
-			for _, u := range d.HostUplinks(h.Name) {
-				hi.Uplinks = append(hi.Uplinks, u.Uplink)
-				for _, cl := range u.Classes {
-					for _, v := range cl.VNICs {
-						hi.ReservedBps += v.ReservationBps
-					}
-				}
-			}
+			out = append(out, HostInfo{Name: h.Name, VMs: []string{}, Uplinks: []string{}, Report: reports[h.Name], Registered: reports[h.Name] != nil})
 			seen[h.Name] = true
-			out = append(out, hi)
+		}
+		for i := range out {
+			byName[out[i].Name] = &out[i]
+		}
+		for _, v := range st.p.VMs {
+			if hi := byName[st.place[v.Name]]; hi != nil {
+				hi.VMs = append(hi.VMs, v.Name)
+			}
+		}
+		for _, u := range entitle.Derive(st.p, entitle.Live{Hosts: st.place}).Uplinks {
+			hi := byName[u.Host]
+			if hi == nil {
+				continue
+			}
+			hi.Uplinks = append(hi.Uplinks, u.Uplink)
+			for _, cl := range u.Classes {
+				for _, v := range cl.VNICs {
+					hi.ReservedBps += v.ReservationBps
+				}
+			}
 		}
 	}
 	for _, name := range sortedKeys(reports) {
@@ -190,38 +197,31 @@ const MaxWatch = 60 * time.Second
 
 // WatchDesired returns host's desired state as soon as its revision is
 // larger than after, or when wait has passed (then with the revision
-// unchanged). Revision 0: nothing is published for the host yet.
+// unchanged). Revision 0: nothing is published for the host yet. The
+// polls share one etcd watch (desiredHub).
 func (c *Controller) WatchDesired(ctx context.Context, host string, after int64, wait time.Duration) (DesiredHost, error) {
 	wait = min(max(wait, 0), MaxWatch)
 	key := c.key(dirDesired + host)
-	resp, err := c.cfg.Client.Get(ctx, key)
-	if err != nil {
-		return DesiredHost{}, fmt.Errorf("etcd get: %w", err)
-	}
-	if len(resp.Kvs) > 0 && resp.Kvs[0].ModRevision > after || wait == 0 {
-		return c.desiredFrom(ctx, host, resp.Kvs)
-	}
-	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), wait)
-	defer cancel()
-	for wr := range c.cfg.Client.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
-		if err := wr.Err(); err != nil {
-			break
+	c.hub.start(c.cfg.Client, c.key(dirDesired))
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		changed := c.hub.wait(host) // before the read: a change after it closes changed
+		resp, err := c.cfg.Client.Get(ctx, key)
+		if err != nil {
+			return DesiredHost{}, fmt.Errorf("etcd get: %w", err)
 		}
-		for _, ev := range wr.Events {
-			if ev.Kv.ModRevision > after {
-				cancel()
-				break
-			}
+		if len(resp.Kvs) > 0 && resp.Kvs[0].ModRevision > after || wait == 0 {
+			return c.desiredFrom(ctx, host, resp.Kvs)
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return c.desiredFrom(ctx, host, resp.Kvs)
+		case <-ctx.Done():
+			return DesiredHost{}, ctx.Err()
 		}
 	}
-	if ctx.Err() != nil {
-		return DesiredHost{}, ctx.Err()
-	}
-	resp, err = c.cfg.Client.Get(ctx, key)
-	if err != nil {
-		return DesiredHost{}, fmt.Errorf("etcd get: %w", err)
-	}
-	return c.desiredFrom(ctx, host, resp.Kvs)
 }
 
 func (c *Controller) desiredFrom(ctx context.Context, host string, kvs []*mvccKV) (DesiredHost, error) {

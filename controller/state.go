@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -49,12 +50,13 @@ type Config struct {
 // use; changes are serialized and each is one etcd transaction that fails
 // when another writer changed the state since it was read.
 type Controller struct {
-	cfg   Config
-	mu    sync.Mutex // serializes changes
-	cache *state     // the last state read; its policy is reused while its revision holds
-	// history is each VM's last migration carried out by this process,
-	// so that rebalancing never undoes itself (placement.Options.History).
-	history map[string]placement.LastMove
+	cfg Config
+	mu  sync.Mutex // serializes changes
+	// cache is the last state read or written: its document, policy and
+	// placement are reused while their keys' mod revisions hold.
+	cacheMu sync.Mutex
+	cache   *state
+	hub     desiredHub // the agents' long polls of their desired state
 }
 
 // Key names under the prefix (docs/controller.md, "State in etcd").
@@ -62,6 +64,7 @@ const (
 	keyPolicy    = "state/policy"    // PolicyState
 	keyPlacement = "state/placement" // VM → host of the running VMs
 	keySeq       = "state/seq"       // the last event or decision number
+	keyHistory   = "state/history"   // VM → its last migration carried out (placement.LastMove)
 	dirHosts     = "hosts/"          // hosts/NAME: a registered host's Report, under its lease
 	dirDesired   = "desired/"        // desired/NAME: a host's DesiredHost (Revision 0)
 	dirEvents    = "events/"         // events/%020d: Event
@@ -88,7 +91,7 @@ func New(cfg Config) *Controller {
 	if cfg.RebalanceThreshold <= 0 {
 		cfg.RebalanceThreshold = 1
 	}
-	return &Controller{cfg: cfg, history: map[string]placement.LastMove{}}
+	return &Controller{cfg: cfg}
 }
 
 func (c *Controller) key(name string) string { return c.cfg.Prefix + name }
@@ -99,49 +102,96 @@ type state struct {
 	p     *policy.Policy // nil before the first apply
 	place placement.Placement
 	seq   int64
+	// history is each VM's last migration carried out, so that
+	// rebalancing never undoes itself (placement.Options.History). It is
+	// kept in etcd with the placement: a restarted controller (also after
+	// kill -9) neither repeats nor reverts a move. A new state leaves it
+	// nil unless it carries a move out (withMove); commit writes it then.
+	history map[string]placement.LastMove
 	// The mod revisions of the keys read, for the commit's comparison.
 	policyRev, placeRev, seqRev int64
 	// extra are further writes of the commit (a decision's new status).
 	extra []clientv3.Op
 }
 
-// load reads the state. The policy is rebuilt (document plus changes)
-// only when its key changed since the last read.
+// load reads the state. The document and the placement (megabytes in a
+// large cluster) are read and decoded only when their keys changed since
+// the last read, and the policy rebuilt (document plus changes) only when
+// the document changed. The state's place may be shared with later
+// loads: clone it before changing it.
 func (c *Controller) load(ctx context.Context) (*state, error) {
-	resp, err := c.cfg.Client.Get(ctx, c.key("state/"), clientv3.WithPrefix())
+	keys, err := c.cfg.Client.Get(ctx, c.key("state/"), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		return nil, fmt.Errorf("etcd get: %w", err)
 	}
 	st := &state{place: placement.Placement{}}
-	for _, kv := range resp.Kvs {
+	var histRev int64
+	for _, kv := range keys.Kvs {
 		switch strings.TrimPrefix(string(kv.Key), c.cfg.Prefix) {
 		case keyPolicy:
-			if err := json.Unmarshal(kv.Value, &st.doc); err != nil {
-				return nil, fmt.Errorf("%s: %w", kv.Key, err)
-			}
 			st.policyRev = kv.ModRevision
 		case keyPlacement:
-			if err := json.Unmarshal(kv.Value, &st.place); err != nil {
-				return nil, fmt.Errorf("%s: %w", kv.Key, err)
-			}
 			st.placeRev = kv.ModRevision
 		case keySeq:
-			if err := json.Unmarshal(kv.Value, &st.seq); err != nil {
-				return nil, fmt.Errorf("%s: %w", kv.Key, err)
-			}
 			st.seqRev = kv.ModRevision
+		case keyHistory:
+			histRev = kv.ModRevision
 		}
+	}
+	c.cacheMu.Lock()
+	cached := c.cache
+	c.cacheMu.Unlock()
+	// read decodes key's value at the revision of the keys read.
+	read := func(name string, rev int64, v any) error {
+		if rev == 0 {
+			return nil
+		}
+		resp, err := c.cfg.Client.Get(ctx, c.key(name), clientv3.WithRev(keys.Header.Revision))
+		if err != nil {
+			return fmt.Errorf("etcd get: %w", err)
+		}
+		if len(resp.Kvs) == 0 {
+			return fmt.Errorf("%s%s: gone at revision %d", c.cfg.Prefix, name, keys.Header.Revision)
+		}
+		if err := json.Unmarshal(resp.Kvs[0].Value, v); err != nil {
+			return fmt.Errorf("%s: %w", resp.Kvs[0].Key, err)
+		}
+		return nil
+	}
+	if err := read(keySeq, st.seqRev, &st.seq); err != nil {
+		return nil, err
+	}
+	if err := read(keyHistory, histRev, &st.history); err != nil {
+		return nil, err
+	}
+	if cached != nil && cached.placeRev == st.placeRev {
+		st.place = cached.place
+	} else if err := read(keyPlacement, st.placeRev, &st.place); err != nil {
+		return nil, err
 	}
 	if st.policyRev == 0 {
 		return st, nil
 	}
-	if c.cache != nil && c.cache.policyRev == st.policyRev && c.cache.p != nil {
-		st.p = c.cache.p
-	} else if st.p, err = rebuild(st.doc, st.place); err != nil {
-		return nil, err
+	if cached != nil && cached.policyRev == st.policyRev && cached.p != nil {
+		st.doc, st.p = cached.doc, cached.p
+	} else {
+		if err := read(keyPolicy, st.policyRev, &st.doc); err != nil {
+			return nil, err
+		}
+		if st.p, err = rebuild(st.doc, st.place); err != nil {
+			return nil, err
+		}
 	}
-	c.cache = st
+	c.remember(st)
 	return st, nil
+}
+
+// remember makes st the state later loads reuse (its document, policy
+// and placement, by their mod revisions).
+func (c *Controller) remember(st *state) {
+	c.cacheMu.Lock()
+	defer c.cacheMu.Unlock()
+	c.cache = &state{doc: st.doc, p: st.p, place: st.place, policyRev: st.policyRev, placeRev: st.placeRev}
 }
 
 // rebuild decodes the stored document and makes its changes again.
@@ -187,7 +237,10 @@ func (c *Controller) commit(ctx context.Context, old, st *state, evs []Event, de
 	if wrotePolicy {
 		put(keyPolicy, st.doc)
 	}
-	put(keyPlacement, st.place)
+	samePlace := maps.Equal(st.place, old.place)
+	if !samePlace {
+		put(keyPlacement, st.place) // ~25 bytes a VM: not rewritten with every event
+	}
 	st.seq = old.seq
 	for i := range decs {
 		st.seq++
@@ -200,12 +253,20 @@ func (c *Controller) commit(ctx context.Context, old, st *state, evs []Event, de
 		put(fmt.Sprintf("%s%020d", dirEvents, st.seq), evs[i])
 	}
 	put(keySeq, st.seq)
-	ops = append(ops, st.extra...)
-	pub, err := c.publishOps(ctx, st)
-	if err != nil {
-		return nil, err
+	if st.history != nil {
+		put(keyHistory, st.history)
 	}
-	ops = append(ops, pub...)
+	ops = append(ops, st.extra...)
+	if st.p != old.p || !samePlace {
+		// The desired states derive from the policy and the placement
+		// only: a commit that changes neither (an event, a decision's
+		// status) leaves them as published.
+		pub, err := c.publishOps(ctx, st)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, pub...)
+	}
 	cmp := []clientv3.Cmp{
 		clientv3.Compare(clientv3.ModRevision(c.key(keyPolicy)), "=", old.policyRev),
 		clientv3.Compare(clientv3.ModRevision(c.key(keyPlacement)), "=", old.placeRev),
@@ -213,15 +274,19 @@ func (c *Controller) commit(ctx context.Context, old, st *state, evs []Event, de
 	}
 	resp, err := c.cfg.Client.Txn(ctx).If(cmp...).Then(ops...).Commit()
 	if err != nil {
-		return nil, fmt.Errorf("etcd txn: %w", err)
+		return nil, fmt.Errorf("etcd txn: %w%s", err, txnHint(err))
 	}
 	if !resp.Succeeded {
-		c.cache = nil
 		return nil, errConflict
 	}
 	if wrotePolicy {
 		st.policyRev = resp.Header.Revision
-		c.cache = st // the policy of the next read, without rebuilding it
+	}
+	if !samePlace {
+		st.placeRev = resp.Header.Revision
+	}
+	if (wrotePolicy || !samePlace) && st.p != nil {
+		c.remember(st) // the next read reuses them without decoding
 	}
 	return evs, nil
 }
@@ -242,10 +307,14 @@ func (c *Controller) publishOps(ctx context.Context, st *state) ([]clientv3.Op, 
 	for _, kv := range resp.Kvs {
 		have[strings.TrimPrefix(string(kv.Key), c.key(dirDesired))] = string(kv.Value)
 	}
-	d := entitle.Derive(st.p, entitle.Live{Hosts: st.place})
+	byHost := desiredByHost(entitle.Derive(st.p, entitle.Live{Hosts: st.place}), st.place)
 	var ops []clientv3.Op
 	for _, h := range st.p.Hosts {
-		b, err := json.Marshal(desiredOf(h.Name, d, st.place))
+		dh := emptyDesired(h.Name)
+		if p := byHost[h.Name]; p != nil {
+			dh = *p
+		}
+		b, err := json.Marshal(dh)
 		if err != nil {
 			return nil, fmt.Errorf("desired state of %s: %w", h.Name, err)
 		}

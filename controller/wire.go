@@ -232,15 +232,26 @@ func limitOf(p *float64) float64 {
 	return *p
 }
 
-// desiredOf renders host's share of d.
-func desiredOf(host string, d *entitle.Desired, place map[string]string) DesiredHost {
-	out := DesiredHost{Host: host, VMs: []string{}, Uplinks: []WireUplink{}, Disks: []WireDisk{}}
-	for _, vm := range sortedKeys(place) {
-		if place[vm] == host {
-			out.VMs = append(out.VMs, vm)
+// desiredByHost renders every host's share of d, visiting each VM, uplink
+// and disk once: VMs in name order, uplinks and disks in d's order. A host
+// without any is absent (emptyDesired).
+func desiredByHost(d *entitle.Desired, place map[string]string) map[string]*DesiredHost {
+	out := map[string]*DesiredHost{}
+	of := func(host string) *DesiredHost {
+		dh := out[host]
+		if dh == nil {
+			e := emptyDesired(host)
+			dh = &e
+			out[host] = dh
 		}
+		return dh
 	}
-	for _, u := range d.HostUplinks(host) {
+	for _, vm := range sortedKeys(place) {
+		dh := of(place[vm])
+		dh.VMs = append(dh.VMs, vm)
+	}
+	for _, u := range d.Uplinks {
+		dh := of(u.Host)
 		wu := WireUplink{Uplink: u.Uplink, SpeedBps: u.SpeedBps, UsableBps: u.UsableBps, Down: u.Down}
 		for _, c := range u.Classes {
 			wc := WireClass{Name: c.Name, Class: c.Class, ReservationBps: c.ReservationBps, Shares: c.Shares,
@@ -250,17 +261,21 @@ func desiredOf(host string, d *entitle.Desired, place map[string]string) Desired
 			}
 			wu.Classes = append(wu.Classes, wc)
 		}
-		out.Uplinks = append(out.Uplinks, wu)
+		dh.Uplinks = append(dh.Uplinks, wu)
 	}
 	for _, ds := range d.Datastores {
 		for _, dk := range ds.Disks {
-			if dk.Host == host {
-				out.Disks = append(out.Disks, WireDisk{Name: dk.Name, Datastore: ds.Name, ReservationIOPS: dk.ReservationIOPS,
-					Shares: dk.Shares, LimitIOPS: limitPtr(dk.LimitIOPS)})
-			}
+			dh := of(dk.Host)
+			dh.Disks = append(dh.Disks, WireDisk{Name: dk.Name, Datastore: ds.Name, ReservationIOPS: dk.ReservationIOPS,
+				Shares: dk.Shares, LimitIOPS: limitPtr(dk.LimitIOPS)})
 		}
 	}
 	return out
+}
+
+// emptyDesired is the desired state of a host with nothing on it.
+func emptyDesired(host string) DesiredHost {
+	return DesiredHost{Host: host, VMs: []string{}, Uplinks: []WireUplink{}, Disks: []WireDisk{}}
 }
 
 // UplinkSpecs converts the desired state back to entitle's types, for an

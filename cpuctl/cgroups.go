@@ -164,7 +164,8 @@ func (c V2) Procs(group string) ([]int, error) {
 func (c V2) Remove(group string) error { return rmdir(c.Dir(group)) }
 
 // Stats reads cpu.stat (usage_usec, nr_periods, nr_throttled,
-// throttled_usec), cpu.pressure, and the schedstat of cgroup.threads.
+// throttled_usec), cpu.pressure, and the schedstat of the threads of the
+// group and its sub-groups (cgroup.threads).
 func (c V2) Stats(group string) (Stats, error) {
 	dir := c.Dir(group)
 	var st Stats
@@ -176,7 +177,7 @@ func (c V2) Stats(group string) (Stats, error) {
 	st.NrPeriods, st.NrThrottled = kv["nr_periods"], kv["nr_throttled"]
 	st.ThrottledNs = kv["throttled_usec"] * 1000
 	st.PressureSomeUs, st.HasPressure = readPressure(filepath.Join(dir, "cpu.pressure"))
-	tids, err := readIDs(filepath.Join(dir, "cgroup.threads"))
+	tids, err := subtreeIDs(dir, "cgroup.threads")
 	if err != nil {
 		return st, err
 	}
@@ -251,15 +252,32 @@ func (c V1) Remove(group string) error {
 
 // Stats reads cpuacct.usage, cpu.stat (nr_periods, nr_throttled,
 // throttled_time in ns), cpu.pressure from the unified hierarchy when
-// configured, and the schedstat of the group's tasks.
+// configured, and the schedstat of the tasks of the group and its
+// sub-groups (libvirt puts a domain's threads in emulator/ and vcpuN/).
+// Where the group exists in the cpu hierarchy only (libvirt on a machine
+// whose cpuacct is mounted apart, as this project's: it joins the domain
+// to cpu but leaves it at cpuacct's root), the usage is the CPU time of
+// the group's threads from schedstat (its first field), which loses what
+// threads that exited had used (Rates clamps a fall to 0).
 func (c V1) Stats(group string) (Stats, error) {
 	var st Stats
-	u, err := readFile(filepath.Join(c.acctDir(group), "cpuacct.usage"))
+	tids, err := subtreeIDs(c.Dir(group), "tasks")
 	if err != nil {
 		return st, err
 	}
-	if st.UsageNs, err = strconv.ParseUint(u, 10, 64); err != nil {
-		return st, fmt.Errorf("cpuctl: %s: %w", filepath.Join(c.acctDir(group), "cpuacct.usage"), err)
+	st.Threads = len(tids)
+	st.RunDelayNs = runDelay(procDir(c.Proc), tids)
+	acct := filepath.Join(c.acctDir(group), "cpuacct.usage")
+	u, err := readFile(acct)
+	switch {
+	case err == nil:
+		if st.UsageNs, err = strconv.ParseUint(u, 10, 64); err != nil {
+			return st, fmt.Errorf("cpuctl: %s: %w", acct, err)
+		}
+	case errors.Is(err, os.ErrNotExist) && c.acctDir(group) != c.Dir(group):
+		st.UsageNs = runTime(procDir(c.Proc), tids)
+	default:
+		return st, err
 	}
 	kv, err := readKV(filepath.Join(c.Dir(group), "cpu.stat"))
 	if err != nil {
@@ -269,13 +287,24 @@ func (c V1) Stats(group string) (Stats, error) {
 	if c.Unified != "" {
 		st.PressureSomeUs, st.HasPressure = readPressure(filepath.Join(c.Unified, group, "cpu.pressure"))
 	}
-	tids, err := readIDs(filepath.Join(c.Dir(group), "tasks"))
-	if err != nil {
-		return st, err
-	}
-	st.Threads = len(tids)
-	st.RunDelayNs = runDelay(procDir(c.Proc), tids)
 	return st, nil
+}
+
+// subtreeIDs reads the IDs in file (tasks, cgroup.threads) of dir and of
+// every group below it; a sub-group that vanishes meanwhile counts none.
+func subtreeIDs(dir, file string) ([]int, error) {
+	ids, err := readIDs(filepath.Join(dir, file))
+	if err != nil {
+		return nil, err
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.IsDir() {
+			sub, _ := subtreeIDs(filepath.Join(dir, e.Name()), file)
+			ids = append(ids, sub...)
+		}
+	}
+	return ids, nil
 }
 
 func hasWord(s, w string) bool {

@@ -119,8 +119,31 @@ func TestV1ApplyAndStats(t *testing.T) {
 	if err != nil || st != want {
 		t.Errorf("stats %+v, %v\nwant  %+v", st, err, want)
 	}
-	if _, err := c.Stats("sl-c1-vm2"); err == nil || !strings.Contains(err.Error(), "sl-c1-vm2/cpuacct.usage") {
+	if _, err := c.Stats("sl-c1-vm2"); err == nil || !strings.Contains(err.Error(), "sl-c1-vm2/tasks") {
 		t.Errorf("stats of a missing group: %v; want the file named", err)
+	}
+}
+
+// TestV1LibvirtGroup: libvirt's group on this project's machines holds
+// its threads in sub-groups (emulator, vcpu0) and exists in the cpu
+// hierarchy only; the stats count the sub-groups' threads and take the
+// usage from their schedstat.
+func TestV1LibvirtGroup(t *testing.T) {
+	cpu, acct, proc := t.TempDir(), t.TempDir(), t.TempDir()
+	g := "machine/qemu-1-vm1.libvirt-qemu"
+	fakeTree(t, cpu, map[string]string{
+		g + "/cpu.stat":         "nr_periods 5\nnr_throttled 2\nthrottled_time 7000000\n",
+		g + "/tasks":            "",
+		g + "/emulator/tasks":   "10\n11\n",
+		g + "/vcpu0/tasks":      "12\n",
+		g + "/vcpu0/cpu.shares": "1024\n",
+		"machine/other/tasks":   "99\n",
+	})
+	fakeTree(t, proc, map[string]string{"10/schedstat": "100 1 1\n", "11/schedstat": "200 2 1\n", "12/schedstat": "4000 30 9\n", "99/schedstat": "5 5 5\n"})
+	st, err := V1{CPU: cpu, Acct: acct, Proc: proc}.Stats(g)
+	want := Stats{UsageNs: 4300, NrPeriods: 5, NrThrottled: 2, ThrottledNs: 7e6, RunDelayNs: 33, Threads: 3}
+	if err != nil || st != want {
+		t.Errorf("stats %+v, %v\nwant  %+v", st, err, want)
 	}
 }
 

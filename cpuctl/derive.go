@@ -153,8 +153,10 @@ func Derive(h HostCPU, vms []VM) []Setting {
 			QuotaUs:  -1,
 			PeriodUs: DefaultPeriodUs}
 		if v.LimitMHz > 0 && h.MHz > 0 {
-			q := math.Ceil(float64(v.LimitMHz) / float64(h.MHz) * DefaultPeriodUs)
-			s.QuotaUs = int64(max(q, MinQuotaUs))
+			// Integer ceiling: in floating point 1430/2600 × 100000 is
+			// 55000.000000000007 and would round up to 55001.
+			q := (int64(v.LimitMHz)*DefaultPeriodUs + int64(h.MHz) - 1) / int64(h.MHz)
+			s.QuotaUs = max(q, MinQuotaUs)
 		}
 		out[i] = s
 	}

@@ -90,9 +90,16 @@ func readPressure(path string) (uint64, bool) {
 	return 0, false
 }
 
+// runTime sums the CPU time (ns, the first field of schedstat) of the
+// threads tids; a thread that is gone counts 0.
+func runTime(proc string, tids []int) uint64 { return schedstatSum(proc, tids, 0) }
+
 // runDelay sums the run-queue wait (ns, the second field of schedstat) of
 // the threads tids; a thread that is gone counts 0.
-func runDelay(proc string, tids []int) uint64 {
+func runDelay(proc string, tids []int) uint64 { return schedstatSum(proc, tids, 1) }
+
+// schedstatSum sums field (0-based) of /proc/TID/schedstat over tids.
+func schedstatSum(proc string, tids []int, field int) uint64 {
 	var sum uint64
 	for _, t := range tids {
 		b, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(t), "schedstat"))
@@ -100,10 +107,10 @@ func runDelay(proc string, tids []int) uint64 {
 			continue
 		}
 		f := strings.Fields(string(b))
-		if len(f) < 2 {
+		if len(f) <= field {
 			continue
 		}
-		if v, err := strconv.ParseUint(f[1], 10, 64); err == nil {
+		if v, err := strconv.ParseUint(f[field], 10, 64); err == nil {
 			sum += v
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -12,12 +14,13 @@ import (
 	"sluice/cpuctl"
 )
 
-// VMCgroup is the CPU cgroup of a namespace VM of the lab, relative to the
-// root of the cgroup hierarchy (cpuctl.Tree): its namespace's name,
+// VMCgroup is the CPU cgroup of a VM of the lab, relative to the root of
+// the cgroup hierarchy (cpuctl.Tree): its namespace's name,
 // "sl-<cluster>-<vm>" (on this machine /sys/fs/cgroup/cpu/sl-<cluster>-<vm>).
-// Up creates it; tests put the processes they start in the VM's namespace
-// into it (cpuctl.Tree.Attach) and the agent sets it. It is "" when the
-// plan has no such VM.
+// Up creates it; tests put the processes they start in a namespace VM
+// into it (cpuctl.Tree.Attach), Up moves a QEMU guest's process into it
+// (attachGuest), and the agent sets it. It is "" when the plan has no
+// such VM.
 func VMCgroup(pl *Plan, vm string) string {
 	if v := pl.VM(vm); v != nil {
 		return v.Name
@@ -44,6 +47,36 @@ func createCgroups(pl *Plan, st *State, logw io.Writer) {
 		fmt.Fprintln(logw, "warning: "+w)
 	}
 }
+
+// attachGuest moves the QEMU process of guest v (all its threads, out of
+// the group libvirt made for it) into the VM's lab cgroup, so that the
+// agent's settings and statistics of VMCgroup cover the whole guest as
+// they cover a namespace VM's processes. A lab without cgroups
+// (createCgroups warned) leaves the guest where libvirt put it.
+func attachGuest(st *State, v VMPlan) error {
+	if !slices.Contains(st.Cgroups, v.Name) {
+		return nil
+	}
+	tree, err := cpuctl.Detect("")
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(guestPidFile(v.Name))
+	if err != nil {
+		return fmt.Errorf("lab: pid of guest %s: %w", v.VM, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return fmt.Errorf("lab: pid of guest %s: %s: %w", v.VM, guestPidFile(v.Name), err)
+	}
+	if err := tree.Attach(v.Name, pid); err != nil {
+		return fmt.Errorf("lab: guest %s into its cgroup: %w", v.VM, err)
+	}
+	return nil
+}
+
+// guestPidFile is where libvirt's QEMU driver keeps a running domain's pid.
+func guestPidFile(domain string) string { return "/run/libvirt/qemu/" + domain + ".pid" }
 
 // removeCgroups removes the cluster's CPU cgroups, found by prefix (also
 // after a crash), killing the processes still in them: they are the lab's.

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"sluice/policy"
+	"sluice/storage"
 )
 
 // DefaultStateDir is where state files, logs and agent statistics live.
@@ -70,6 +71,9 @@ type Options struct {
 	// GuestIPv6Only names VMs whose guests get no IPv4 address: they send
 	// IPv6 only (tests of classification at the vNIC).
 	GuestIPv6Only map[string]bool
+	// Migratable names VMs whose guests can migrate live (lab/migrate.go):
+	// they boot from their initramfs alone, without the host's root.
+	Migratable map[string]bool
 }
 
 // StatePath is the state file of a cluster's lab.
@@ -229,9 +233,6 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 			continue
 		}
 		args := []string{o.Gateway, "gateway", "--host", h.Host, "--policy", o.PolicyFile}
-		if h.GatewaySocket != "" {
-			args = append(args, "--listen", "unix:"+h.GatewaySocket)
-		}
 		for _, d := range pl.Datastores {
 			if dss[d.Datastore] {
 				args = append(args, "--datastore", fmt.Sprintf("%s=nbd://%s:%d", d.Datastore, d.IP, NBDPort))
@@ -240,11 +241,18 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 		if err := start("gateway:"+h.Host, h.Name, "lab-"+p.Cluster+"-gateway-"+h.Host+".log", args...); err != nil {
 			return nil, err
 		}
-		if h.GatewaySocket != "" {
-			// A guest's QEMU connects to its disks when it starts.
-			if err := waitSocket(h.GatewaySocket, 10*time.Second); err != nil {
-				return nil, fmt.Errorf("gateway of %s: %w", h.Host, err)
+		// The VMs can open their disks when each VM's socket accepts
+		// (docs/storage.md, "Access control"); a guest's QEMU opens its
+		// disks when it starts.
+		var socks []string
+		for _, v := range p.VMs {
+			if v.Host == h.Host && len(v.Disks) > 0 {
+				socks = append(socks, storage.VMSocket(storage.SocketDir(p.Cluster, h.Host), v.Name))
 			}
+		}
+		if err := waitUnixSockets(socks, 10*time.Second); err != nil {
+			return nil, fmt.Errorf("lab: gateway of host %s: %v (log: %s)", h.Host, err,
+				filepath.Join(stateDirOr(o.StateDir), "lab-"+p.Cluster+"-gateway-"+h.Host+".log"))
 		}
 	}
 	// The guests boot while the servers start.
@@ -470,6 +478,25 @@ func startDaemon(ns, logPath, pidFile string, args ...string) (int, error) {
 	}
 }
 
+// waitUnixSockets polls until a server accepts on every Unix socket.
+func waitUnixSockets(paths []string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for _, p := range paths {
+		for {
+			c, err := net.DialTimeout("unix", p, time.Second)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("nothing accepts on %s after %s: %v", p, within, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
 // waitListening polls until every TCP port listens in ns.
 func waitListening(ns string, ports []int, within time.Duration) error {
 	deadline := time.Now().Add(within)
@@ -486,22 +513,6 @@ func waitListening(ns string, ports []int, within time.Duration) error {
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("lab: %d servers in %s not listening after %s", missing, ns, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// waitSocket polls until a Unix socket accepts connections.
-func waitSocket(path string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		c, err := net.DialTimeout("unix", path, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("lab: %s not accepting after %s: %v", path, within, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -525,6 +536,9 @@ func Down(cluster, stateDir string) error {
 		doms = st.Domains
 	}
 	if err := removeDomains(cluster, doms); err != nil {
+		errs = append(errs, err)
+	}
+	if err := stopHostLibvirtds(cluster); err != nil {
 		errs = append(errs, err)
 	}
 	if st != nil {
@@ -566,14 +580,8 @@ func Down(cluster, stateDir string) error {
 		errs = append(errs, err)
 	}
 	// Pid files and agent statistics of the cluster go too; logs stay.
-	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json", "lab-" + cluster + "-initrd"} {
+	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json", "lab-" + cluster + "-initrd", "lab-" + cluster + "-initrd-mig"} {
 		m, _ := filepath.Glob(filepath.Join(stateDirOr(stateDir), pat))
-		for _, f := range m {
-			_ = os.Remove(f)
-		}
-	}
-	// A gateway killed with SIGKILL leaves its socket (GatewaySocket).
-	if m, _ := filepath.Glob(GatewaySocket(cluster, "*")); len(m) > 0 {
 		for _, f := range m {
 			_ = os.Remove(f)
 		}

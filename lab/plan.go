@@ -24,7 +24,6 @@ package lab
 import (
 	"fmt"
 	"net/netip"
-	"path/filepath"
 
 	"sluice/policy"
 	"sluice/storage"
@@ -97,19 +96,6 @@ type HostPlan struct {
 	Host    string
 	IP      netip.Addr // on the bridge of the first uplink
 	Uplinks []UplinkPlan
-	// GatewaySocket, when not empty, is the Unix socket the host's
-	// storage gateway listens on instead of NBDPort: set for a host with
-	// a QEMU guest that has disks (QEMU runs in the root namespace and
-	// reaches the gateway through the filesystem; the namespace VMs of
-	// that host use the socket too).
-	GatewaySocket string
-}
-
-// GatewaySocket is the Unix socket of a lab host's storage gateway. It is
-// under DefaultStateDir whatever the lab's state directory, like the
-// gateways' status files.
-func GatewaySocket(cluster, host string) string {
-	return filepath.Join(DefaultStateDir, "lab-"+cluster+"-gw-"+host+".sock")
 }
 
 // UplinkPlan is one uplink of a host: a bridge in the host namespace and a
@@ -198,17 +184,8 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 	pl.Fabric = Namespace{Name: pre + "fabric", Role: RoleFabric, Entity: "fabric",
 		Addrs: []Addr{{Dev: FabricBridge, IP: FabricIP.String()}}}
 	hostIdx := map[string]int{}
-	guestDisks := map[string]bool{} // hosts with a QEMU guest that has disks
-	for _, vm := range p.VMs {
-		if vm.Lab.Kind == policy.LabQemu && len(vm.Disks) > 0 {
-			guestDisks[vm.Host] = true
-		}
-	}
 	for i, h := range p.Hosts {
 		hp := HostPlan{Host: h.Name, IP: netip.AddrFrom4([4]byte{198, 18, 1, byte(i + 1)})}
-		if guestDisks[h.Name] {
-			hp.GatewaySocket = GatewaySocket(p.Cluster, h.Name)
-		}
 		hp.Namespace = Namespace{Name: pre + h.Name, Role: RoleHost, Entity: h.Name}
 		for k, u := range h.Uplinks {
 			hp.Uplinks = append(hp.Uplinks, UplinkPlan{
@@ -281,11 +258,10 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 			k++
 		}
 		for _, dk := range vm.Disks {
-			uri := fmt.Sprintf("nbd://%s:%d/%s/%s", hp.IP, NBDPort, vm.Name, dk.Name)
-			if hp.GatewaySocket != "" {
-				uri = fmt.Sprintf("nbd+unix:///%s/%s?socket=%s", vm.Name, dk.Name, hp.GatewaySocket)
-			}
-			vp.Disks = append(vp.Disks, DiskPlan{Name: dk.Name, Datastore: dk.Datastore, URI: uri})
+			// The VM's own socket on its host's gateway (docs/storage.md,
+			// "Access control"): reachable without a vNIC.
+			vp.Disks = append(vp.Disks, DiskPlan{Name: dk.Name, Datastore: dk.Datastore,
+				URI: fmt.Sprintf("nbd+unix:///%s/%s?socket=%s", vm.Name, dk.Name, storage.VMSocket(storage.SocketDir(p.Cluster, hp.Host), vm.Name))})
 		}
 		pl.VMs = append(pl.VMs, vp)
 	}

@@ -57,7 +57,7 @@ func TestPlan(t *testing.T) {
 	if n := pl.NIC("vm1/nic1"); n == nil || n.Bridge != "sl-br1" || n.Uplink != "up1" {
 		t.Errorf("vm1/nic1 should be on up1's bridge sl-br1: %+v", n)
 	}
-	if d := pl.VM("vm1").Disks; len(d) != 1 || d[0].URI != "nbd://198.18.1.1:10809/vm1/d0" {
+	if d := pl.VM("vm1").Disks; len(d) != 1 || d[0].URI != "nbd+unix:///vm1/d0?socket=/run/sluice/gw-c1-h1/vm1.sock" {
 		t.Errorf("disk URI: %+v", d)
 	}
 	// 4 slots × 2 ms per 4 KiB I/O: 2000 IOPS shared by all hosts.
@@ -104,20 +104,17 @@ func TestMoveLines(t *testing.T) {
 	}
 }
 
-// TestPlanGuestDisks: a host with a QEMU guest that has disks serves them
-// on a Unix socket (QEMU runs in the root namespace), and every disk of
-// that host, a namespace VM's too, gets its nbd+unix URI; the guest's
-// domain attaches them as virtio disks vda, vdb with the reconnect delay.
+// TestPlanGuestDisks: a guest's disks are on its own socket of its host's
+// gateway (QEMU runs in the root namespace); its domain attaches them as
+// virtio disks vda, vdb with the reconnect delay, as <disk> elements or
+// as QEMU arguments.
 func TestPlanGuestDisks(t *testing.T) {
 	p, err := policy.Parse("g.yaml", []byte(`cluster: g1
 hosts:
   - {name: h1, uplinks: [{name: up0, speed: 1Gbps}]}
-  - {name: h2, uplinks: [{name: up0, speed: 1Gbps}]}
 datastores: [{name: ds1}]
 vms:
   - {name: vm1, host: h1, lab: {kind: qemu}, disks: [{name: a, datastore: ds1}, {name: b, datastore: ds1}]}
-  - {name: vm2, host: h1, nics: [{name: nic0}], disks: [{name: d0, datastore: ds1}]}
-  - {name: vm3, host: h2, nics: [{name: nic0}], disks: [{name: d0, datastore: ds1}]}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -126,22 +123,9 @@ vms:
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := "/run/sluice/lab-g1-gw-h1.sock"
-	if h := pl.Host("h1"); h.GatewaySocket != sock {
-		t.Errorf("h1's gateway socket %q, want %q", h.GatewaySocket, sock)
-	}
-	if h := pl.Host("h2"); h.GatewaySocket != "" {
-		t.Errorf("h2 has no guest, its gateway stays on TCP; got socket %q", h.GatewaySocket)
-	}
-	for vm, want := range map[string]string{
-		"vm1": "nbd+unix:///vm1/b?socket=" + sock,
-		"vm2": "nbd+unix:///vm2/d0?socket=" + sock,
-		"vm3": "nbd://198.18.1.2:10809/vm3/d0",
-	} {
-		d := pl.VM(vm).Disks
-		if got := d[len(d)-1].URI; got != want {
-			t.Errorf("%s: disk URI %s, want %s", vm, got, want)
-		}
+	sock := "/run/sluice/gw-g1-h1/vm1.sock"
+	if d := pl.VM("vm1").Disks; d[1].URI != "nbd+unix:///vm1/b?socket="+sock {
+		t.Errorf("vm1/b URI %s", d[1].URI)
 	}
 	x := domainXML(*pl.VM("vm1"), "/boot/k", "/run/i", "/run/c", guestDisks(pl, *pl.VM("vm1")), false, Options{})
 	for _, want := range []string{"<source protocol='nbd' name='vm1/b'>", "<host transport='unix' socket='" + sock + "'/>",

@@ -13,6 +13,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 
 	"sluice/policy"
+	"sluice/storage"
 	"sluice/virt"
 )
 
@@ -69,13 +70,13 @@ func guestInitrd(stateDir, cluster string) string {
 	return filepath.Join(stateDirOr(stateDir), "lab-"+cluster+"-initrd")
 }
 
-// guestDisks are the NBD disks of a guest: each of its disks from its
-// host's gateway socket, vda, vdb, … in policy order, serial = disk name.
+// guestDisks are the NBD disks of a guest: each of its disks from the
+// guest's own socket on its host's gateway (storage.VMSocket), vda, vdb, … in policy order, serial = disk name.
 func guestDisks(pl *Plan, v VMPlan) []virt.NBDDisk {
-	hp := pl.Host(v.Host)
+	sock := storage.VMSocket(storage.SocketDir(pl.Cluster, v.Host), v.VM)
 	var out []virt.NBDDisk
 	for i, d := range v.Disks {
-		out = append(out, virt.NBDDisk{Export: v.VM + "/" + d.Name, Socket: hp.GatewaySocket,
+		out = append(out, virt.NBDDisk{Export: v.VM + "/" + d.Name, Socket: sock,
 			Target: virt.TargetName(i), Serial: d.Name, ReconnectDelayS: virt.DefaultReconnectDelayS})
 	}
 	return out
@@ -195,8 +196,14 @@ func startGuests(pl *Plan, st *State, o Options, logw io.Writer) error {
 		if err := writeState(o.StateDir, st); err != nil {
 			return err
 		}
+		vInitrd := initrd
+		if o.Migratable[v.VM] {
+			if vInitrd, err = migratableInitrd(o.StateDir, pl.Cluster, modDir); err != nil {
+				return err
+			}
+		}
 		disks := guestDisks(pl, v)
-		dom, err := l.DomainDefineXML(domainXML(v, kernel, initrd, console, disks, false, o))
+		dom, err := l.DomainDefineXML(domainXML(v, kernel, vInitrd, console, disks, false, o))
 		if err != nil {
 			return fmt.Errorf("lab: define domain %s: %w", v.Name, err)
 		}
@@ -211,7 +218,7 @@ func startGuests(pl *Plan, st *State, o Options, logw io.Writer) error {
 				if err := l.DomainUndefineFlags(dom, 0); err != nil {
 					return fmt.Errorf("lab: undefine domain %s: %w", v.Name, err)
 				}
-				if dom, err = l.DomainDefineXML(domainXML(v, kernel, initrd, console, disks, true, o)); err != nil {
+				if dom, err = l.DomainDefineXML(domainXML(v, kernel, vInitrd, console, disks, true, o)); err != nil {
 					return fmt.Errorf("lab: define domain %s: %w", v.Name, err)
 				}
 				fmt.Fprintf(logw, "guest %s: this libvirt drops the NBD reconnect delay; its disks are QEMU arguments\n", v.VM)
@@ -219,6 +226,9 @@ func startGuests(pl *Plan, st *State, o Options, logw io.Writer) error {
 		}
 		if err := l.DomainCreate(dom); err != nil {
 			return fmt.Errorf("lab: start domain %s: %w", v.Name, err)
+		}
+		if err := attachGuest(st, v); err != nil {
+			return err
 		}
 		hostNS := pl.Prefix + v.Host
 		var lines []string
@@ -287,8 +297,13 @@ func ExistingDomains(cluster string) ([]string, error) {
 	return out, nil
 }
 
-// domainActive tells whether the named domain runs.
+// domainActive tells whether the named domain runs (under the machine's
+// libvirtd or, after a migration, a lab host's own).
 func domainActive(name string) bool {
+	return systemDomainActive(name) || hostLibvirtdActive(name)
+}
+
+func systemDomainActive(name string) bool {
 	c, err := virt.Dial("")
 	if err != nil {
 		return false

@@ -14,8 +14,11 @@ const (
 	MaxDepth     = 32                       // deepest nesting of lists and mappings accepted
 	// MaxNodes is how many YAML values (scalars, lists, mappings) a file
 	// may hold. A cheap scan of the text refuses a file that has more
-	// before the YAML library builds them.
-	MaxNodes = 200_000
+	// before the YAML library builds them. A VM with one vNIC takes at
+	// least ten (its mapping, name, host, nics and the vNIC's fields):
+	// 500,000 leaves room for the 1,000 hosts and 30,000 VMs of the
+	// controller's benchmark (controller.BenchmarkScale).
+	MaxNodes = 500_000
 	// MaxQuantityLen is the longest number with its unit (a rate, size,
 	// duration, IOPS, shares or integer) accepted, in bytes.
 	MaxQuantityLen = 64

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Reproduce every seed experiment in the simulator (DESIGN.md §7) and write
-# out/report.md: per experiment a table "seed vs sluice" and the plots.
+# out/report.md: per experiment a table "seed vs sluice" and the plots,
+# and the live run of the experiment when a live test left one in out/live/.
 # Usage: scripts/reproduce.sh [SCENARIO.yaml ...]   (default: scenarios/seeds/*.yaml)
 # Exit status: 0 when every expectation is met, 1 otherwise (the report
 # says which and why; see docs/sim.md).
@@ -35,6 +36,12 @@ for sc in "$@"; do
 		cat "$OUT/$name/report.md" >> "$REPORT"
 	else
 		echo "## $name\n\nfailed to run (see the error above).\n" >> "$REPORT"
+	fi
+	# A live run of the same experiment (written by its live test, e.g.
+	# out/live/cpu-limit-sweep.md by livetest/cpulive TestSeed003Live)
+	# goes beside it when there is one; it says when and where it ran.
+	if [ -f "$OUT/live/$name.md" ]; then
+		cat "$OUT/live/$name.md" >> "$REPORT"
 	fi
 done
 echo "report: $REPORT"

@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +50,10 @@ type Options struct {
 	// latency: each poll saves a thread wake-up when the answer comes
 	// within PollNs (docs/perf/storage.md).
 	PollNs int64
+	// MaxConns bounds the VM connections open at once over all listeners
+	// (default nbd.DefaultMaxConns); MaxConnsPerVM those on one VM's
+	// socket (default DefaultMaxConnsPerVM).
+	MaxConns, MaxConnsPerVM int
 }
 
 // Gateway serves the disks of one host and controls their I/O.
@@ -137,7 +143,7 @@ func New(opts Options) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: --datastore %s: no such datastore in the policy", name)
 		}
 	}
-	g.srv = &nbd.Server{Exports: g.exports, Logf: g.opts.Logf, PollNs: opts.PollNs}
+	g.srv = &nbd.Server{Exports: g.exports, Logf: g.opts.Logf, PollNs: opts.PollNs, MaxConns: opts.MaxConns}
 	g.status = g.snapshot(g.clk.Now(), nil)
 	return g, nil
 }
@@ -199,16 +205,30 @@ func (g *Gateway) closeGates() {
 // Exports lists the export names ("VM/DISK") this gateway serves.
 func (g *Gateway) Exports() []string { return g.exports.Names() }
 
-// Serve starts the control loop and serves NBD on l until Close.
-func (g *Gateway) Serve(l net.Listener) error {
+// Serve starts the control loop and serves NBD on l until Close; every
+// client on l may open every disk (the administrator's socket).
+func (g *Gateway) Serve(l net.Listener) error { return g.ServeAccess(l, nbd.Access{}) }
+
+// ServeAccess starts the control loop and serves NBD on l until Close;
+// clients on l may do what a allows. It may run for several listeners at
+// once; the Status lists them all.
+func (g *Gateway) ServeAccess(l net.Listener, a nbd.Access) error {
+	return g.serveNamed(l, a, listenName(l))
+}
+
+// serveNamed is ServeAccess with the listener's name in the Status (names
+// listed once).
+func (g *Gateway) serveNamed(l net.Listener, a nbd.Access, name string) error {
 	g.mu.Lock()
-	g.listen = listenName(l)
+	if !slices.Contains(strings.Fields(g.listen), name) {
+		g.listen = strings.TrimSpace(g.listen + " " + name)
+	}
 	g.mu.Unlock()
 	g.once.Do(func() {
 		g.wg.Add(1)
 		go g.controlLoop()
 	})
-	return g.srv.Serve(l)
+	return g.srv.ServeAccess(l, a)
 }
 
 // closeGrace is how long Close waits for requests in flight at the
@@ -256,7 +276,9 @@ func (g *Gateway) Close() error {
 func (g *Gateway) Status() Status {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.status
+	st := g.status
+	st.Listen = g.listen // the listeners serving now
+	return st
 }
 
 func (g *Gateway) period() time.Duration {

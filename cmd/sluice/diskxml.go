@@ -4,18 +4,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"strconv"
 	"strings"
 
+	"sluice/storage"
 	"sluice/virt"
 )
 
-// gatewayListenDefault is the gateway's --listen default; disk-xml takes
-// the same flag, so that both agree on where the gateway is.
-const gatewayListenDefault = ":10809"
-
-const diskXMLUsage = "usage: sluice gateway disk-xml --policy FILE --host H [--listen unix:PATH|ADDR:PORT] [--reconnect-delay 30] [--form disk|qemu] VM/DISK"
+const diskXMLUsage = "usage: sluice gateway disk-xml --policy FILE --host H [--socket-dir DIR] [--reconnect-delay 30] [--form disk|qemu] VM/DISK"
 
 // runGatewayDiskXML prints the libvirt XML that attaches a VM's disk to
 // its host's gateway (docs/storage.md, "QEMU").
@@ -24,7 +19,7 @@ func runGatewayDiskXML(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	pol := fs.String("policy", "", "policy file (required)")
 	host := fs.String("host", "", "the host whose gateway serves the disk (required)")
-	listen := fs.String("listen", gatewayListenDefault, "the gateway's --listen: unix:PATH or ADDR:PORT")
+	socketDir := fs.String("socket-dir", "", "the gateway's --socket-dir (default "+statusDir+"/gw-CLUSTER-HOST): the disk is on the VM's own socket DIR/VM.sock")
 	delay := fs.Int("reconnect-delay", virt.DefaultReconnectDelayS, "seconds QEMU holds requests while it reconnects to the gateway (0: fail them at once)")
 	form := fs.String("form", "disk", "disk: a libvirt <disk> element; qemu: a <qemu:commandline> element (for libvirt 9.0, which drops the reconnect delay)")
 	if err := fs.Parse(args); err != nil {
@@ -40,24 +35,9 @@ func runGatewayDiskXML(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	d := virt.NBDDisk{Export: fs.Arg(0), ReconnectDelayS: *delay}
-	if path, ok := strings.CutPrefix(*listen, "unix:"); ok {
-		if !strings.HasPrefix(path, "/") {
-			fmt.Fprintf(stderr, "sluice gateway disk-xml: --listen %s: want an absolute path (QEMU opens it)\n", *listen)
-			return exitBad
-		}
-		d.Socket = path
-	} else {
-		h, port, err := net.SplitHostPort(*listen)
-		n, perr := strconv.Atoi(port)
-		if err != nil || perr != nil || n <= 0 || n > 65535 {
-			fmt.Fprintf(stderr, "sluice gateway disk-xml: --listen %s: want unix:PATH or ADDR:PORT\n", *listen)
-			return exitBad
-		}
-		if h == "" || h == "0.0.0.0" || h == "::" {
-			fmt.Fprintf(stderr, "sluice gateway disk-xml: --listen %s names no address QEMU can connect to: give the gateway's unix:PATH or ADDR:PORT\n", *listen)
-			return exitBad
-		}
-		d.Host, d.Port = h, n
+	if *socketDir != "" && !strings.HasPrefix(*socketDir, "/") {
+		fmt.Fprintf(stderr, "sluice gateway disk-xml: --socket-dir %s: want an absolute path (QEMU opens it)\n", *socketDir)
+		return exitBad
 	}
 	p, code := loadPolicy(*pol, stderr)
 	if p == nil {
@@ -84,7 +64,11 @@ func runGatewayDiskXML(args []string, stdout, stderr io.Writer) int {
 			if dk.Name != diskName {
 				continue
 			}
-			d.Target, d.Serial = virt.TargetName(i), dk.Name
+			dir := *socketDir
+			if dir == "" {
+				dir = storage.SocketDir(p.Cluster, *host)
+			}
+			d.Socket, d.Target, d.Serial = storage.VMSocket(dir, vmName), virt.TargetName(i), dk.Name
 			if *form == "qemu" {
 				fmt.Fprintf(stdout, "<!-- the <domain> element needs xmlns:qemu='%s' -->\n%s", virt.QemuNamespace, virt.CommandlineXML([]virt.NBDDisk{d}, 0x18+i))
 			} else {

@@ -11,8 +11,8 @@ import (
 // TestGatewayDiskXML: `sluice gateway disk-xml` prints the <disk> of a
 // VM's disk on its host's gateway, or one line naming what is wrong.
 func TestGatewayDiskXML(t *testing.T) {
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "p.yaml")
+	tmp := t.TempDir()
+	pol := filepath.Join(tmp, "p.yaml")
 	if err := os.WriteFile(pol, []byte(`cluster: dx
 hosts:
   - {name: h1, uplinks: [{name: up0, speed: 1Gbps}]}
@@ -23,29 +23,27 @@ vms:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sock := "--listen=unix:/run/sluice/gw-h1.sock"
+	dir := "--socket-dir=/run/sluice/gw-h1"
 	cases := []struct {
 		args         []string
 		code         int
 		stdout, errs string
 	}{
-		{[]string{"--policy", pol, "--host", "h1", sock, "vm1/d1"}, exitOK,
-			"<disk type='network' device='disk'>\n  <driver name='qemu' type='raw'/>\n  <source protocol='nbd' name='vm1/d1'>\n    <host transport='unix' socket='/run/sluice/gw-h1.sock'/>\n    <reconnect delay='30'/>\n  </source>\n  <target dev='vdb' bus='virtio'/>\n  <serial>d1</serial>\n</disk>\n", ""},
-		{[]string{"--policy", pol, "--host", "h1", "--listen", "198.18.1.1:10809", "--reconnect-delay", "5", "vm1/d0"}, exitOK,
-			"<host name='198.18.1.1' port='10809'/>\n    <reconnect delay='5'/>", ""},
-		{[]string{"--policy", pol, "--host", "h1", sock, "--form", "qemu", "vm1/d0"}, exitOK,
+		{[]string{"--policy", pol, "--host", "h1", dir, "vm1/d1"}, exitOK,
+			"<disk type='network' device='disk'>\n  <driver name='qemu' type='raw'/>\n  <source protocol='nbd' name='vm1/d1'>\n    <host transport='unix' socket='/run/sluice/gw-h1/vm1.sock'/>\n    <reconnect delay='30'/>\n  </source>\n  <target dev='vdb' bus='virtio'/>\n  <serial>d1</serial>\n</disk>\n", ""},
+		{[]string{"--policy", pol, "--host", "h1", "--reconnect-delay", "5", "vm1/d0"}, exitOK,
+			"<host transport='unix' socket='/run/sluice/gw-dx-h1/vm1.sock'/>\n    <reconnect delay='5'/>", ""},
+		{[]string{"--policy", pol, "--host", "h1", dir, "--form", "qemu", "vm1/d0"}, exitOK,
 			"<qemu:arg value='virtio-blk-pci,drive=sl-disk24,id=sl-disk24,bus=pci.0,addr=0x18,serial=d0'/>", ""},
-		{[]string{"--policy", pol, "--host", "h1", "vm1/d0"}, exitBad, "",
-			"sluice gateway disk-xml: --listen :10809 names no address QEMU can connect to: give the gateway's unix:PATH or ADDR:PORT\n"},
-		{[]string{"--policy", pol, "--host", "h2", sock, "vm1/d0"}, exitBad, "",
+		{[]string{"--policy", pol, "--host", "h2", dir, "vm1/d0"}, exitBad, "",
 			"sluice gateway disk-xml: VM vm1 is on host \"h1\", not h2: its disks are served by its own host's gateway\n"},
-		{[]string{"--policy", pol, "--host", "h1", sock, "vm1/d9"}, exitBad, "", "sluice gateway disk-xml: VM vm1 has no disk \"d9\"\n"},
-		{[]string{"--policy", pol, "--host", "h1", sock, "vm9/d0"}, exitBad, "", "sluice gateway disk-xml: no VM \"vm9\" in " + pol + "\n"},
-		{[]string{"--policy", pol, "--host", "h9", sock, "vm1/d0"}, exitBad, "", "sluice gateway disk-xml: no host \"h9\" in " + pol + "\n"},
-		{[]string{"--policy", pol, "--host", "h1", "--listen", "unix:rel.sock", "vm1/d0"}, exitBad, "",
-			"sluice gateway disk-xml: --listen unix:rel.sock: want an absolute path (QEMU opens it)\n"},
-		{[]string{"--policy", pol, "--host", "h1", sock, "vm1"}, exitUsage, "", "sluice gateway disk-xml: \"vm1\": want VM/DISK\n"},
-		{[]string{"--policy", pol, "--host", "h1", sock, "--reconnect-delay", "-1", "vm1/d0"}, exitUsage, "", "sluice gateway disk-xml: --reconnect-delay must be ≥ 0\n"},
+		{[]string{"--policy", pol, "--host", "h1", dir, "vm1/d9"}, exitBad, "", "sluice gateway disk-xml: VM vm1 has no disk \"d9\"\n"},
+		{[]string{"--policy", pol, "--host", "h1", dir, "vm9/d0"}, exitBad, "", "sluice gateway disk-xml: no VM \"vm9\" in " + pol + "\n"},
+		{[]string{"--policy", pol, "--host", "h9", dir, "vm1/d0"}, exitBad, "", "sluice gateway disk-xml: no host \"h9\" in " + pol + "\n"},
+		{[]string{"--policy", pol, "--host", "h1", "--socket-dir", "rel", "vm1/d0"}, exitBad, "",
+			"sluice gateway disk-xml: --socket-dir rel: want an absolute path (QEMU opens it)\n"},
+		{[]string{"--policy", pol, "--host", "h1", dir, "vm1"}, exitUsage, "", "sluice gateway disk-xml: \"vm1\": want VM/DISK\n"},
+		{[]string{"--policy", pol, "--host", "h1", dir, "--reconnect-delay", "-1", "vm1/d0"}, exitUsage, "", "sluice gateway disk-xml: --reconnect-delay must be ≥ 0\n"},
 		{[]string{"--policy", pol, "vm1/d0"}, exitUsage, "", diskXMLUsage + "\n"},
 	}
 	for _, c := range cases {

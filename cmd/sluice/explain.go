@@ -22,15 +22,15 @@ func init() {
 	})
 }
 
-const explainUsage = "usage: sluice explain FILE PORT [--demand PORT=RATE ...] [--cpu-mhz-per-gbps MHZ]"
+const explainUsage = "usage: sluice explain FILE PORT [--demand PORT=RATE ...] [--unnamed HOST/VM/NIC ...] [--cpu-mhz-per-gbps MHZ]"
 
-// CPU cost of sending, from the simulator's seed-003 model
+// CPU cost of sending when the host has no measured one (its policy's
+// cpu.sendMHzPerGbps): the simulator's seed-003 model
 // (sim.DefaultCPUParams, fitted once to seed 003's sweep: 1 vCPU, iperf3,
 // 2600 MHz → 19.2 Gbps and 400 MHz → 2.2 Gbps): CyclesPerByte cycles per
 // payload byte are CyclesPerByte × 125 MHz per Gbps (129.4), above an
 // overhead of OverheadMHz (115) that the guest spends on anything else.
-// Until the agent measures the cost on the host (issue 17), explain uses
-// these; --cpu-mhz-per-gbps replaces the first.
+// --cpu-mhz-per-gbps replaces the cost per Gbps of either.
 var (
 	defaultCPUMHzPerGbps = sim.DefaultCPUParams.CyclesPerByte * 1e9 / 8 / 1e6
 	cpuOverheadMHz       = sim.DefaultCPUParams.OverheadMHz
@@ -55,7 +55,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	if p == nil {
 		return code
 	}
-	n, err := entitle.Network(p, a.demands)
+	n, err := entitle.NetworkWith(p, a.unnamed, a.demands)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return exitBad
@@ -67,7 +67,11 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice: %s: no such port or disk (ports are VM/NIC of a placed VM or HOST/CLASS; disks VM/DISK)\n", port)
+		hint := ""
+		if vm, _, ok := strings.Cut(port, "/"); ok && p.VM(vm) == nil && p.Host(vm) == nil {
+			hint = fmt.Sprintf("; %s is no VM of the policy: for one that runs unnamed give --unnamed HOST/%s", vm, port)
+		}
+		fmt.Fprintf(stderr, "sluice: %s: no such port or disk (ports are VM/NIC of a placed VM or HOST/CLASS; disks VM/DISK)%s\n", port, hint)
 		return exitBad
 	}
 	if l, ok := explainCPU(p, n, port, cost); ok {
@@ -81,13 +85,29 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 
 // cpuCost is the CPU cost of sending and where it came from.
 type cpuCost struct {
-	mhzPerGbps float64
-	source     string
+	mhzPerGbps  float64
+	overheadMHz float64
+	source      string
+	flag        bool // --cpu-mhz-per-gbps: replaces the host's cost per Gbps
+}
+
+// hostCost is the cost of sending on host h: its measured cost when the
+// policy gives one, else the seed-003 model; the flag's cost per Gbps
+// replaces either.
+func hostCost(h *policy.Host, flag cpuCost) cpuCost {
+	c := cpuCost{defaultCPUMHzPerGbps, cpuOverheadMHz, "seed 003's model", false}
+	if h.CPU.SendMHzPerGbps > 0 {
+		c = cpuCost{float64(h.CPU.SendMHzPerGbps), float64(h.CPU.SendOverheadMHz), "measured on " + h.Name + ", cpu.sendMHzPerGbps", false}
+	}
+	if flag.flag {
+		c.mhzPerGbps, c.source = flag.mhzPerGbps, flag.source
+	}
+	return c
 }
 
 // cutCPUCostFlag takes --cpu-mhz-per-gbps MHZ (or =MHZ) out of args.
 func cutCPUCostFlag(args []string) ([]string, cpuCost, error) {
-	c := cpuCost{defaultCPUMHzPerGbps, "seed 003's model"}
+	var c cpuCost
 	var rest []string
 	for i := 0; i < len(args); i++ {
 		name, val, hasVal := strings.Cut(args[i], "=")
@@ -106,7 +126,7 @@ func cutCPUCostFlag(args []string) ([]string, cpuCost, error) {
 		if err != nil || !(v > 0) || math.IsInf(v, 0) {
 			return nil, c, fmt.Errorf("%s %s: want MHz per Gbps, a number above 0", name, val)
 		}
-		c = cpuCost{v, "--cpu-mhz-per-gbps"}
+		c = cpuCost{mhzPerGbps: v, source: "--cpu-mhz-per-gbps", flag: true}
 	}
 	return rest, c, nil
 }
@@ -114,10 +134,10 @@ func cutCPUCostFlag(args []string) ([]string, cpuCost, error) {
 // explainCPU links the CPU and the network of the VM of a vNIC port: the
 // VM's CPU entitlement on its host under full contention (cpuctl.Derive
 // with every VM placed there busy) against what sending its vNICs'
-// network entitlements costs (cpuOverheadMHz + the cost per Gbps). ok is
+// network entitlements costs (hostCost: an overhead + the cost per Gbps). ok is
 // false for a port that is no placed VM's vNIC, or a host or VM without
 // CPU figures.
-func explainCPU(p *policy.Policy, n *entitle.Net, port string, cost cpuCost) (string, bool) {
+func explainCPU(p *policy.Policy, n *entitle.Net, port string, flag cpuCost) (string, bool) {
 	vmName, _, _ := strings.Cut(port, "/")
 	vm := p.VM(vmName)
 	if vm == nil || vm.Host == "" || len(n.Port(port)) == 0 || n.Port(port)[0].Kind != entitle.KindVNIC {
@@ -127,6 +147,7 @@ func explainCPU(p *policy.Policy, n *entitle.Net, port string, cost cpuCost) (st
 	if h == nil || h.CPU.Cores <= 0 || h.CPU.MHz <= 0 {
 		return "", false
 	}
+	cost := hostCost(h, flag)
 	var vms []cpuctl.VM
 	idx := -1
 	for i := range p.VMs {
@@ -149,7 +170,7 @@ func explainCPU(p *policy.Policy, n *entitle.Net, port string, cost cpuCost) (st
 			nics = append(nics, name)
 		}
 	}
-	driveBps := math.Max(s.EntitlementMHz-cpuOverheadMHz, 0) / cost.mhzPerGbps * 1e9
+	driveBps := math.Max(s.EntitlementMHz-cost.overheadMHz, 0) / cost.mhzPerGbps * 1e9
 	reason := s.Reason.String()
 	if s.Reason == alloc.LimitBound && (vm.CPU.LimitMHz == 0 || s.EntitlementMHz < float64(vm.CPU.LimitMHz)) {
 		reason = fmt.Sprintf("vCPUs: %d × %d MHz", vm.CPU.VCPUs, h.CPU.MHz)
@@ -159,11 +180,11 @@ func explainCPU(p *policy.Policy, n *entitle.Net, port string, cost cpuCost) (st
 		what = "its vNICs' (" + strings.Join(nics, " ") + ")"
 	}
 	head := fmt.Sprintf("cpu: %s is entitled to %.0f MHz (%s) of host %s's %d × %d MHz with every VM there busy; at %.1f MHz per Gbps above %.0f MHz (%s) that drives %s",
-		vm.Name, s.EntitlementMHz, reason, h.Name, h.CPU.Cores, h.CPU.MHz, cost.mhzPerGbps, cpuOverheadMHz, cost.source, entitle.FormatBps(driveBps))
+		vm.Name, s.EntitlementMHz, reason, h.Name, h.CPU.Cores, h.CPU.MHz, cost.mhzPerGbps, cost.overheadMHz, cost.source, entitle.FormatBps(driveBps))
 	if netBps <= driveBps {
 		return fmt.Sprintf("%s, enough for %s network entitlement %s", head, what, entitle.FormatBps(netBps)), true
 	}
-	needMHz := cpuOverheadMHz + netBps/1e9*cost.mhzPerGbps
+	needMHz := cost.overheadMHz + netBps/1e9*cost.mhzPerGbps
 	return fmt.Sprintf("%s: the CPU is the bottleneck, %s (%.0f%%) short of %s network entitlement %s, which needs %.0f MHz",
 		head, entitle.FormatBps(netBps-driveBps), 100*(netBps-driveBps)/netBps, what, entitle.FormatBps(netBps), needMHz), true
 }

@@ -1,20 +1,24 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"sluice/storage"
+	"sluice/storage/nbd"
 )
 
 // statusDir is where gateways publish their status (one JSON file per host).
@@ -34,7 +38,7 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
-const gatewayUsage = "usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT [--listen ADDR:PORT|unix:PATH] [--period 4s]"
+const gatewayUsage = "usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT [--socket-dir DIR|none] [--socket-owner USER[:GROUP]] [--socket-mode 0600] [--listen unix:PATH|ADDR:PORT --tls-cert F --tls-key F --tls-ca F] [--max-conns N] [--max-conns-per-vm N] [--period 4s]"
 
 func runGateway(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "status" {
@@ -47,7 +51,17 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	host := fs.String("host", "", "policy host this gateway serves (required)")
 	pol := fs.String("policy", "", "policy file (required)")
-	listen := fs.String("listen", gatewayListenDefault, "NBD listen address: ADDR:PORT (TCP) or unix:PATH (Unix socket)")
+	// Where VMs connect (docs/storage.md, "Access control" and "TLS").
+	socketDir := fs.String("socket-dir", "", "directory of the per-VM sockets DIR/VM.sock (default "+statusDir+"/gw-CLUSTER-HOST; none: no per-VM sockets)")
+	socketOwner := fs.String("socket-owner", "", "USER[:GROUP] owning the per-VM sockets (default: the gateway's user)")
+	socketMode := fs.String("socket-mode", "0600", "mode of the per-VM sockets (octal)")
+	var listens multiFlag
+	fs.Var(&listens, "listen", "more listeners (repeatable): unix:PATH (every disk; the administrator's socket, mode 0600) or ADDR:PORT (TCP, needs --tls-*)")
+	tlsCert := fs.String("tls-cert", "", "TLS certificate of the gateway (PEM), for --listen ADDR:PORT")
+	tlsKey := fs.String("tls-key", "", "its private key (PEM)")
+	tlsCA := fs.String("tls-ca", "", "CA certificate(s) (PEM) that sign the clients' certificates (Common Name = VM name)")
+	maxConns := fs.Int("max-conns", nbd.DefaultMaxConns, "connections open at once over all listeners")
+	maxConnsVM := fs.Int("max-conns-per-vm", storage.DefaultMaxConnsPerVM, "connections open at once on one VM's socket")
 	period := fs.Duration("period", 0, "control period (default: the datastore's sioc.controlPeriod)")
 	statusFile := fs.String("status-file", "", "status JSON file (default "+statusDir+"/gateway-CLUSTER-HOST.json; removed on exit)")
 	// One OS thread runs the gateway by default: the request path is a few
@@ -78,6 +92,40 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, gatewayUsage)
 		return exitUsage
 	}
+	if *maxConns < 1 || *maxConnsVM < 1 {
+		fmt.Fprintln(stderr, "sluice gateway: --max-conns and --max-conns-per-vm must be ≥ 1")
+		return exitUsage
+	}
+	perm := storage.DefaultSocketPerm
+	if m, err := strconv.ParseUint(*socketMode, 8, 32); err != nil || m > 0o777 {
+		fmt.Fprintf(stderr, "sluice gateway: --socket-mode %q: want an octal mode such as 0600 or 0660\n", *socketMode)
+		return exitUsage
+	} else {
+		perm.Mode = os.FileMode(m)
+	}
+	if *socketOwner != "" {
+		uid, gid, err := storage.ParseSocketOwner(*socketOwner)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice gateway: --socket-owner %q: %v\n", *socketOwner, err)
+			return exitUsage
+		}
+		perm.UID, perm.GID = uid, gid
+	}
+	var tcp []string
+	for _, a := range listens {
+		if !strings.HasPrefix(a, "unix:") {
+			tcp = append(tcp, a)
+		}
+	}
+	tlsSet := *tlsCert != "" || *tlsKey != "" || *tlsCA != ""
+	if len(tcp) > 0 && (*tlsCert == "" || *tlsKey == "" || *tlsCA == "") {
+		fmt.Fprintf(stderr, "sluice gateway: --listen %s: TCP is served only with TLS: give --tls-cert, --tls-key and --tls-ca\n", tcp[0])
+		return exitUsage
+	}
+	if tlsSet && len(tcp) == 0 {
+		fmt.Fprintln(stderr, "sluice gateway: --tls-cert/--tls-key/--tls-ca need a --listen ADDR:PORT")
+		return exitUsage
+	}
 	uris := map[string]string{}
 	for _, d := range dss {
 		name, uri, ok := strings.Cut(d, "=")
@@ -94,23 +142,88 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	if *statusFile == "" {
 		*statusFile = filepath.Join(statusDir, "gateway-"+p.Cluster+"-"+*host+".json")
 	}
+	var tlsCfg *tls.Config
+	if len(tcp) > 0 {
+		var err error
+		if tlsCfg, err = storage.ServerTLSConfig(*tlsCert, *tlsKey, *tlsCA); err != nil {
+			fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
+			return exitBad
+		}
+	}
+	if *socketDir == "" {
+		*socketDir = storage.SocketDir(p.Cluster, *host)
+	}
 	g, err := storage.New(storage.Options{Host: *host, Policy: p, Datastores: uris, Period: *period,
-		StatusFile: *statusFile, PollNs: poll.Nanoseconds(), Logf: func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }})
+		StatusFile: *statusFile, PollNs: poll.Nanoseconds(), MaxConns: *maxConns, MaxConnsPerVM: *maxConnsVM,
+		Logf: func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return exitBad
 	}
-	l, err := storage.Listen(*listen)
-	if err != nil {
+	// Every listener is opened before any is served: an error leaves none.
+	var serves []func() error
+	var where []string
+	var opened []net.Listener
+	fail := func(err error) int {
+		for _, l := range opened {
+			l.Close()
+		}
 		g.Close()
 		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return exitBad
 	}
-	fmt.Fprintf(stderr, "sluice gateway: host %s serving %s on %s\n", *host, strings.Join(g.Exports(), " "), l.Addr())
+	if *socketDir != "none" && len(g.VMs()) > 0 {
+		ls, err := storage.ListenVMs(*socketDir, g.VMs(), perm)
+		if err != nil {
+			return fail(err)
+		}
+		for vm, l := range ls {
+			opened = append(opened, l)
+			serves = append(serves, func() error { return g.ServeVM(l, vm) })
+		}
+		where = append(where, fmt.Sprintf("%s (one socket per VM, mode %#o)", storage.VMSocket(*socketDir, "VM"), perm.Mode))
+	}
+	for _, a := range listens {
+		l, err := storage.Listen(a)
+		if err != nil {
+			return fail(err)
+		}
+		opened = append(opened, l)
+		if strings.HasPrefix(a, "unix:") {
+			serves = append(serves, func() error { return g.Serve(l) })
+			where = append(where, a+" (every disk)")
+		} else {
+			serves = append(serves, func() error { return g.ServeTLS(l, tlsCfg) })
+			where = append(where, l.Addr().String()+" (TLS)")
+		}
+	}
+	if len(serves) == 0 {
+		return fail(fmt.Errorf("nothing to serve on: host %s has no disks and no --listen is given", *host))
+	}
+	// SIGINT/SIGTERM stop the gateway from the moment it says it serves.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	go func() { <-sig; g.Close() }()
-	err = g.Serve(l)
+	defer signal.Stop(sig)
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-sig:
+			g.Close()
+		case <-stopped:
+		}
+	}()
+	fmt.Fprintf(stderr, "sluice gateway: host %s serving %s on %s\n", *host, strings.Join(g.Exports(), " "), strings.Join(where, ", "))
+	errs := make(chan error, len(serves))
+	for _, serve := range serves {
+		go func() { errs <- serve() }()
+	}
+	for range serves {
+		if e := <-errs; e != nil && err == nil {
+			err = e
+			g.Close() // one listener failed: stop the others
+		}
+	}
 	g.Close()
 	_ = os.Remove(*statusFile) // a stopped gateway has no status
 	if err != nil {

@@ -19,20 +19,25 @@ exit 1 and one line per problem: FILE:LINE: field: message.
 example:
   sluice validate examples/netioc-fig2.yaml`,
 
-	"alloc": `usage: sluice alloc FILE [--demand PORT=RATE ...] [-o table|json]
+	"alloc": `usage: sluice alloc FILE [--demand PORT=RATE ...] [--unnamed HOST/VM/NIC ...] [-o table|json]
 
 The entitlement of every port and traffic class on every uplink. A demand
 is a rate (2Gbps) or unlimited (the default); PORT is VM/NIC or HOST/CLASS.
+--unnamed adds a vNIC of a VM that runs on HOST but that the policy does
+not name (as the agent sees it): port VM/NIC, with the policy's unnamedVMs.
 
 example:
   sluice alloc examples/netioc-fig2.yaml --demand vm2/nic0=1Gbps -o json`,
 
-	"explain": `usage: sluice explain FILE PORT [--demand PORT=RATE ...] [--cpu-mhz-per-gbps MHZ]
+	"explain": `usage: sluice explain FILE PORT [--demand PORT=RATE ...] [--unnamed HOST/VM/NIC ...] [--cpu-mhz-per-gbps MHZ]
 
 Why a port (VM/NIC, HOST/CLASS) or a disk (VM/DISK) gets what it gets,
-level by level. For a vNIC it also says whether its VM's CPU entitlement
-can drive its network entitlement, at a CPU cost per Gbps sent (default
-129.4 MHz above 115 MHz, the simulator's seed-003 model).
+level by level; --unnamed as for alloc. For a vNIC it also says whether
+its VM's CPU entitlement can drive its network entitlement, at the CPU
+cost of sending measured on its host (the policy's cpu.sendMHzPerGbps
+above cpu.sendOverheadMHz), or else 129.4 MHz per Gbps above 115 MHz (the
+simulator's seed-003 model); --cpu-mhz-per-gbps replaces the cost per
+Gbps.
 
 example:
   sluice explain examples/netioc-fig2.yaml vm1/nic0`,
@@ -105,12 +110,20 @@ and HTB rates per uplink.
 example:
   sluice agent status --host h1 --policy examples/lab-1g.yaml -o json`,
 
-	"gateway": `usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT[/export] [--listen ADDR:PORT|unix:PATH] [--period 4s] [--status-file FILE] [--cpus N] [--poll DUR]
+	"gateway": `usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT[/export] [--period 4s] [--status-file FILE] [--cpus N] [--poll DUR]
+                      [--socket-dir DIR|none] [--socket-owner USER[:GROUP]] [--socket-mode 0600]
+                      [--listen unix:PATH] [--listen ADDR:PORT --tls-cert FILE --tls-key FILE --tls-ca FILE]
+                      [--max-conns 1024] [--max-conns-per-vm 64]
        sluice gateway status [--host H] [-o table|json] [--dir DIR]
-       sluice gateway disk-xml --policy FILE --host H [--listen unix:PATH|ADDR:PORT] VM/DISK
+       sluice gateway disk-xml --policy FILE --host H [--socket-dir DIR] VM/DISK
 
 The storage gateway of a host: NBD exports per VM disk with mClock and
-PARDA against each datastore (--datastore is repeatable).
+PARDA against each datastore (--datastore is repeatable). Each VM reaches
+its own disks, and only those, on its socket DIR/VM.sock (default DIR
+/run/sluice/gw-CLUSTER-HOST, root-only 0600): nbd+unix:///VM/DISK?socket=DIR/VM.sock.
+--listen unix:PATH adds a root-only socket serving every disk; --listen
+ADDR:PORT serves TCP with TLS only (a client certificate whose Common Name
+is the VM). Nothing listens on TCP by default.
 
 example:
   sluice gateway --host h1 --policy examples/lab-1g.yaml --datastore ds1=nbd://198.18.0.2:10809`,
@@ -123,16 +136,17 @@ windows, latencies and every disk's IOPS.
 example:
   sluice gateway status --host h1 -o json`,
 
-	"gateway disk-xml": `usage: sluice gateway disk-xml --policy FILE --host H [--listen unix:PATH|ADDR:PORT] [--reconnect-delay 30] [--form disk|qemu] VM/DISK
+	"gateway disk-xml": `usage: sluice gateway disk-xml --policy FILE --host H [--socket-dir DIR] [--reconnect-delay 30] [--form disk|qemu] VM/DISK
 
 Print the libvirt XML that attaches a VM's disk to its host's gateway: a
-<disk> with an NBD source on the gateway's --listen address and QEMU's
+<disk> with an NBD source on the VM's own socket of the gateway
+(--socket-dir as the gateway's, DIR/VM.sock) and QEMU's
 reconnect delay (seconds QEMU holds I/O while the gateway restarts), or
 with --form qemu a <qemu:commandline> element for libvirt 9.0, which drops
 the reconnect delay (docs/storage.md, "QEMU").
 
 example:
-  sluice gateway disk-xml --policy examples/lab-1g.yaml --host h1 --listen unix:/run/sluice/gw-h1.sock vm1/disk0`,
+  sluice gateway disk-xml --policy examples/lab-1g.yaml --host h1 vm1/disk0`,
 
 	"version": `usage: sluice version
 

@@ -157,6 +157,7 @@ func runPair(t *testing.T, tree cpuctl.Tree, cpu int, vms []cpuctl.VM, d time.Du
 // cpuTimes are one CPU's /proc/stat counters in USER_HZ (100/s) jiffies.
 type cpuTimes struct{ busy, steal, idle uint64 }
 
+// readCPU reads CPU cpu's counters, or the sum over all CPUs when cpu < 0.
 func readCPU(t *testing.T, cpu int) cpuTimes {
 	t.Helper()
 	b, err := os.ReadFile("/proc/stat")
@@ -164,6 +165,9 @@ func readCPU(t *testing.T, cpu int) cpuTimes {
 		t.Fatal(err)
 	}
 	name := "cpu" + strconv.Itoa(cpu)
+	if cpu < 0 {
+		name = "cpu"
+	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 9 || f[0] != name {

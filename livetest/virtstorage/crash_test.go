@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sluice/storage"
 )
 
 // One host, one guest whose disk (64 MiB) lives on a datastore of 4 slots
@@ -34,7 +36,7 @@ func verifiedWrite(offset, size string) []string {
 }
 
 // TestGuestStorageCrash runs fio with verify inside a QEMU guest whose disk
-// is attached to its host's gateway (NBD on a Unix socket, QEMU's
+// is attached to its host's gateway (NBD on the VM's socket, QEMU's
 // reconnect delay 30 s), and in the middle of the writes:
 //
 //   - kills the gateway with SIGKILL and starts it again with the same
@@ -46,7 +48,7 @@ func verifiedWrite(offset, size string) []string {
 //     acknowledged still verifies. A verify error is a silent loss.
 func TestGuestStorageCrash(t *testing.T) {
 	l := upLab(t, "vsc", crashPolicy)
-	socket := l.plan.Host("h1").GatewaySocket
+	socket := storage.VMSocket(storage.SocketDir(l.p.Cluster, "h1"), "vm1")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

@@ -1,0 +1,550 @@
+package cpulive
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/agent"
+	"sluice/cpuctl"
+	"sluice/lab"
+	"sluice/policy"
+	"sluice/sim"
+)
+
+// sweepCluster names the lab of TestSeed003Live.
+const sweepCluster = "cpusw"
+
+// sweepPolicy is seed 003's test bed in the lab: a sending QEMU guest (tx,
+// 1 vCPU) and a receiving namespace VM (rx) on one host, the host's CPU
+// as this machine's (2 cores at 2600 MHz, /proc/cpuinfo). The traffic
+// stays on the host's bridge, as the seed's stays on one port group.
+const sweepPolicy = `cluster: ` + sweepCluster + `
+hosts:
+  - name: h1
+    cpu: {cores: 2, mhz: 2600}
+    uplinks: [{name: up0, speed: 10Gbps}]
+vms:
+  - {name: tx, host: h1, cpu: {vcpus: 1}, lab: {kind: qemu}, nics: [{name: nic0}]}
+  - {name: rx, host: h1, cpu: {vcpus: 1}, nics: [{name: nic0}]}
+`
+
+// sweepLimitsMHz are the sender's CPU limits, after an unlimited point:
+// 100% of a core down to 15% (390 of 2600 MHz), 9 points in all.
+var sweepLimitsMHz = []int{2600, 2210, 1820, 1430, 1170, 910, 650, 520, 390}
+
+// Per point: once the agent set the limit, sweepWarmS seconds for the
+// flow to settle, then sweepMeasureS seconds counted.
+const (
+	sweepWarmS    = 1
+	sweepMeasureS = 4
+	sweepStreams  = 4 // as the seed's iperf: four threads
+)
+
+// sweepOut is where the test writes its points for the reproduction
+// report (scripts/reproduce.sh), relative to the module's root.
+const sweepOut = "out/live/cpu-limit-sweep"
+
+// TestSeed003Live is seed 003 on a real QEMU guest: the guest sends iperf3
+// (the client runs in the guest through its guest agent, 4 streams, one
+// flow for the whole sweep) to a namespace VM on the same host while the
+// agent (sluice agent --cpu, run in this process on the lab's inventory)
+// sets the guest's CPU limit from the policy: unlimited, then
+// sweepLimitsMHz. The guest's whole QEMU process is in its lab cgroup
+// (lab.VMCgroup), so the limit is the cfs quota of everything the guest
+// costs the host. The rate is what the receiver's sockets received over
+// the counted seconds, timed by the host (a throttled TCG guest's own
+// clock falls behind: iperf3's 5 s took 27 s at 15%). It asserts:
+//
+//   - throughput against allocation is a straight line, R² ≥ 0.95 (the
+//     allocation of the unlimited point is what the guest used);
+//   - the ready-time analog (run-queue wait of the QEMU threads,
+//     /proc/TID/schedstat) rises as the limit falls: Spearman's rank
+//     correlation between the limit and the ready % is ≤ −0.9 over the
+//     limited points, and the ready % at 15% is at least 50 points above
+//     the unlimited point's;
+//   - the simulator's model calibrated once to this machine
+//     (calibrationScenario) predicts the slope of the limited points
+//     within 15%;
+//
+// and writes the points, a plot beside the seed's and a report section
+// to out/live/cpu-limit-sweep.*.
+func TestSeed003Live(t *testing.T) {
+	tree := requireSweep(t)
+	p, err := policy.Parse("sweep.yaml", []byte(sweepPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := lab.NewPlan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	_ = lab.Down(sweepCluster, dir) // a crashed run's
+	t.Cleanup(func() {
+		if err := lab.Down(sweepCluster, dir); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	t0 := time.Now()
+	if _, err := lab.Up(p, lab.Options{StateDir: dir, GuestTTL: 5 * time.Minute}); err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	t.Logf("lab up in %v", time.Since(t0).Round(100*time.Millisecond))
+	txGroup, rxGroup := lab.VMCgroup(pl, "tx"), lab.VMCgroup(pl, "rx")
+	if pids, err := tree.Procs(txGroup); err != nil || len(pids) != 1 {
+		t.Fatalf("cgroup %s holds %v (%v), want the guest's QEMU process", txGroup, pids, err)
+	}
+
+	policies := make(chan *policy.Policy, 1)
+	runSweepAgent(t, pl, p, tree, policies)
+
+	f := startFlow(t, tree, pl, rxGroup)
+	var pts []sim.SweepPoint
+	var others []float64
+	for _, lim := range append([]int{0}, sweepLimitsMHz...) {
+		policies <- withTxLimit(p, lim)
+		waitQuota(t, tree, txGroup, lim, sweepCoreMHz)
+		pt, o := f.measure(t, tree, txGroup, lim)
+		pts = append(pts, pt)
+		others = append(others, o)
+	}
+	f.stop(t)
+
+	slope, icpt, r2 := sim.FitSweep(pts)
+	t.Logf("fit over all points: %.4f Gbps per %% of a core, intercept %.3f Gbps, R² %.4f", slope, icpt, r2)
+	if !(r2 >= 0.95) {
+		t.Errorf("throughput against CPU allocation is not linear: R² %.4f < 0.95 (points above)", r2)
+	}
+	var lim, rdy []float64
+	for _, pt := range pts[1:] {
+		lim = append(lim, float64(pt.LimitMHz))
+		rdy = append(rdy, pt.ReadyPct)
+	}
+	rho := spearman(lim, rdy)
+	rise := pts[len(pts)-1].ReadyPct - pts[0].ReadyPct
+	t.Logf("ready: Spearman ρ(limit, ready) %.3f; %.1f%% at 15%% vs %.1f%% unlimited (+%.1f points)", rho, pts[len(pts)-1].ReadyPct, pts[0].ReadyPct, rise)
+	if !(rho <= -0.9) {
+		t.Errorf("ready time does not rise as the limit falls: Spearman ρ %.3f > −0.9", rho)
+	}
+	if !(rise >= 50) {
+		t.Errorf("ready time at 15%% is only %.1f points above unlimited (want ≥ 50)", rise)
+	}
+
+	// The simulator calibrated once to this machine predicts the slope
+	// of the limited points within 15%.
+	ls, lc, _ := sim.FitSweep(pts[1:])
+	t.Logf("limited points: %.4f Gbps per %% of a core, intercept %.3f Gbps: %.0f MHz per Gbps above %.0f MHz; as the simulator's model (the calibration's figures when this run is the calibration run): cyclesPerByte %.2f, overheadMHz %.0f, peakMHz %.0f",
+		ls, lc, sweepCoreMHz/100/ls, -lc/ls*sweepCoreMHz/100, sweepCoreMHz/100/ls*8/1000, -lc/ls*sweepCoreMHz/100, pts[0].UsedPct*sweepCoreMHz/100)
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	simPts := simulateLab(t, root)
+	ss, _, _ := sim.FitSweep(limited(simPts))
+	dev := ls/ss - 1
+	busy := 0.0
+	for _, o := range others {
+		busy += o / float64(len(others))
+	}
+	t.Logf("slope: live %.4f, simulator (%s) %.4f Gbps per %% of a core: %+.1f%%", ls, calibrationScenario, ss, 100*dev)
+	if math.Abs(dev) > 0.15 {
+		t.Errorf("the simulator calibrated to this machine predicts %.4f Gbps per %% of a core, the guest gave %.4f (%+.1f%%, want within 15%%); meanwhile the rest of the machine used %.0f%% of a core on average (receiver included)",
+			ss, ls, 100*dev, 100*busy)
+	}
+	writeSweep(t, root, pts, simPts, r2, ls, ss, busy)
+}
+
+// sweepCoreMHz is this machine's core clock (/proc/cpuinfo), the unit of
+// the limits.
+const sweepCoreMHz = 2600
+
+// calibrationScenario is the simulator's model of the lab's sweep, with
+// the CPU model calibrated once to this machine (docs/perf/cpu.md).
+const calibrationScenario = "scenarios/calibration/cpu-limit-sweep-lab.yaml"
+
+// simulateLab runs the calibration scenario and returns its points.
+func simulateLab(t *testing.T, root string) []sim.SweepPoint {
+	t.Helper()
+	sc, err := sim.LoadScenario(filepath.Join(root, calibrationScenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := sim.Run(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, err := res.Sweep(sweepCoreMHz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pts
+}
+
+// limited drops the unlimited point.
+func limited(pts []sim.SweepPoint) []sim.SweepPoint {
+	var out []sim.SweepPoint
+	for _, p := range pts {
+		if p.LimitMHz > 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// runSweepAgent runs the agent of h1 with the lab's inventory and the
+// machine's cgroups (static mode, 100 ms steps), taking new policies from
+// policies.
+func runSweepAgent(t *testing.T, pl *lab.Plan, p *policy.Policy, tree cpuctl.Tree, policies chan *policy.Policy) {
+	t.Helper()
+	k, err := agent.NewNetlinkKernel(pl.Host("h1").Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := pl.Inventory("h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Policy: p, Host: "h1", Kernel: k, Inventory: inv, Cgroups: tree, Policies: policies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var mu sync.Mutex
+	var lastErr error
+	go func() {
+		defer close(done)
+		_ = agent.Run(ctx, a, nil, agent.NowNs(), (100 * time.Millisecond).Nanoseconds(), func(_ agent.Stats, _ agent.Changes, err error) {
+			if err != nil {
+				mu.Lock()
+				lastErr = err
+				mu.Unlock()
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		k.Close()
+		if lastErr != nil {
+			t.Errorf("agent step failed: %v", lastErr)
+		}
+	})
+}
+
+// withTxLimit is p with the sender's CPU limit set (0: unlimited).
+func withTxLimit(p *policy.Policy, mhz int) *policy.Policy {
+	q := *p
+	q.VMs = append([]policy.VM(nil), p.VMs...)
+	for i := range q.VMs {
+		if q.VMs[i].Name == "tx" {
+			q.VMs[i].CPU.LimitMHz = mhz
+		}
+	}
+	return &q
+}
+
+// waitQuota polls the group's cfs quota until the agent set the limit
+// (-1 when unlimited), for at most 5 s.
+func waitQuota(t *testing.T, tree cpuctl.Tree, group string, mhz, coreMHz int) {
+	t.Helper()
+	want := int64(-1)
+	if mhz > 0 {
+		want = (int64(mhz)*100000 + int64(coreMHz) - 1) / int64(coreMHz)
+	}
+	file := filepath.Join(tree.Dir(group), "cpu.cfs_quota_us")
+	if _, ok := tree.(cpuctl.V2); ok {
+		file = filepath.Join(tree.Dir(group), "cpu.max")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile(file)
+		have := strings.Fields(string(b))
+		if err == nil && len(have) > 0 {
+			q := have[0]
+			if (want < 0 && (q == "-1" || q == "max")) || q == strconv.FormatInt(want, 10) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not set the limit %d MHz on %s within 5 s: %s holds %q (%v), want quota %d", mhz, group, file, b, err, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// flow is the guest's iperf3 flow to the receiving VM: one flow for the
+// whole sweep, as the limit changes under it.
+type flow struct {
+	pl      *lab.Plan
+	rxGroup string
+	addr    string // the server's IP:PORT
+	srv  *exec.Cmd
+	pid  int // the client's pid in the guest
+}
+
+// startFlow starts a one-off iperf3 server in the receiving VM (in its
+// cgroup) and the iperf3 client in the guest through the guest agent
+// (lab.GuestStart), sweepStreams streams for far longer than the sweep,
+// and returns once the streams are connected.
+func startFlow(t *testing.T, tree cpuctl.Tree, pl *lab.Plan, rxGroup string) *flow {
+	t.Helper()
+	rx := pl.NIC("rx/nic0")
+	port := strconv.Itoa(rx.IperfPort)
+	f := &flow{pl: pl, rxGroup: rxGroup, addr: rx.IP.String() + ":" + port}
+	f.srv = exec.Command("ip", "netns", "exec", pl.VM("rx").Name, "iperf3", "-s", "-1", "-B", rx.IP.String(), "-p", port)
+	if err := f.srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.srv.Process.Kill() }) // when the test fails before stop
+	if err := tree.Attach(rxGroup, f.srv.Process.Pid); err != nil {
+		t.Logf("receiver not in %s: %v", rxGroup, err)
+	}
+	waitListening(t, pl.VM("rx").Name, f.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err error
+	f.pid, err = lab.GuestStart(ctx, sweepCluster, "tx", "/usr/bin/iperf3", "-c", rx.IP.String(), "-p", port,
+		"-P", strconv.Itoa(sweepStreams), "-t", "3600")
+	if err != nil {
+		t.Fatalf("iperf3 client in the guest: %v", err)
+	}
+	waitEstablished(t, pl.VM("rx").Name, f.addr, 1+sweepStreams)
+	return f
+}
+
+// stop ends the flow: the server is killed, the client in the guest then
+// fails on its connections and exits.
+func (f *flow) stop(t *testing.T) {
+	t.Helper()
+	_ = f.srv.Process.Kill()
+	_ = f.srv.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if res, err := lab.GuestWait(ctx, sweepCluster, "tx", f.pid); err == nil || res.Exit == 0 {
+		t.Logf("the guest's iperf3 client ended with %v (exit %d) when its server was killed", err, res.Exit)
+	}
+}
+
+// received is the payload the receiver's sockets of the flow have
+// received (ss's bytes_received, summed): timed by the host, whatever the
+// guest's clock does (a throttled TCG guest's clock falls behind).
+func (f *flow) received(t *testing.T) uint64 {
+	t.Helper()
+	out, err := lab.Exec(context.Background(), f.pl.VM("rx").Name, "ss", "-Htin", "state", "established", "src", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum uint64
+	for _, m := range bytesReceived.FindAllStringSubmatch(string(out), -1) {
+		v, _ := strconv.ParseUint(m[1], 10, 64)
+		sum += v
+	}
+	return sum
+}
+
+var bytesReceived = regexp.MustCompile(`bytes_received:(\d+)`)
+
+// measure measures the guest's cgroup and the flow over sweepMeasureS
+// after sweepWarmS at the current limit. It returns the point and what
+// the rest of the machine used (cores).
+func (f *flow) measure(t *testing.T, tree cpuctl.Tree, txGroup string, limitMHz int) (sim.SweepPoint, float64) {
+	t.Helper()
+	sample := func() (cpuctl.Stats, cpuctl.Stats, cpuTimes, uint64, time.Time) {
+		s, err := tree.Stats(txGroup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, _ := tree.Stats(f.rxGroup)
+		return s, rs, readCPU(t, -1), f.received(t), time.Now()
+	}
+	time.Sleep(time.Duration(sweepWarmS) * time.Second)
+	s0, rs0, b0, r0, t0 := sample()
+	time.Sleep(time.Duration(sweepMeasureS) * time.Second)
+	s1, rs1, b1, r1, t1 := sample()
+	if r1 <= r0 {
+		t.Fatalf("limit %d MHz: the receiver got nothing in %v (bytes_received %d → %d)", limitMHz, t1.Sub(t0), r0, r1)
+	}
+	gbps := float64(r1-r0) * 8 / t1.Sub(t0).Seconds() / 1e9
+	el := t1.Sub(t0)
+	r := s1.Rates(s0, el.Nanoseconds())
+	tick := el.Seconds() * 100 // USER_HZ jiffies in the interval
+	others := float64(b1.busy-b0.busy)/tick - r.UsedCores
+	rxUsed := rs1.Rates(rs0, el.Nanoseconds()).UsedCores
+	steal := float64(b1.steal-b0.steal) / tick
+	pt := sim.SweepPoint{LimitMHz: limitMHz, Gbps: gbps, UsedPct: 100 * r.UsedCores, ReadyPct: r.ReadyPct, ThrottledPct: 100 * r.ThrottledFrac}
+	pt.AllocPct = 100 * float64(limitMHz) / sweepCoreMHz
+	name := fmt.Sprintf("%d MHz (%.0f%%)", limitMHz, pt.AllocPct)
+	if limitMHz == 0 {
+		pt.AllocPct = pt.UsedPct
+		name = "unlimited"
+	}
+	t.Logf("%-16s %.3f Gbps; guest used %.1f%% of a core, ready %.1f%% (%d threads), throttled %.1f%%; the receiver used %.1f%% of a core, the rest of the machine (receiver included) %.1f%%, the hypervisor stole %.1f%%",
+		name, gbps, pt.UsedPct, pt.ReadyPct, s1.Threads, pt.ThrottledPct, 100*rxUsed, 100*max(others, 0), 100*steal)
+	return pt, max(others, 0)
+}
+
+// waitListening polls ss in namespace ns until addr (IP:PORT) listens, for
+// at most 5 s.
+func waitListening(t *testing.T, ns, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, err := lab.Exec(context.Background(), ns, "ss", "-Hltn", "src", addr)
+		if err == nil && strings.Contains(string(out), addr) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on %s in %s after 5 s (ss: %q, %v)", addr, ns, out, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitEstablished polls ss in namespace ns until n connections to addr
+// (the server's IP:PORT) are established, for at most 30 s.
+func waitEstablished(t *testing.T, ns, addr string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := lab.Exec(context.Background(), ns, "ss", "-Htn", "state", "established", "src", addr)
+		if err == nil && strings.Count(string(out), addr) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the guest's iperf3 client did not connect to %s in %s within 30 s (ss: %q, %v)", addr, ns, out, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// spearman is the rank correlation of x and y (no ties expected).
+func spearman(x, y []float64) float64 {
+	rank := func(v []float64) []float64 {
+		r := make([]float64, len(v))
+		for i := range v {
+			for j := range v {
+				if v[j] < v[i] {
+					r[i]++
+				}
+			}
+		}
+		return r
+	}
+	// Pearson's r of the ranks: the sign of the slope, the root of R².
+	s, _, r2 := sim.FitLine(rank(x), rank(y))
+	return math.Copysign(math.Sqrt(r2), s)
+}
+
+// writeSweep writes the points, the plot beside the seed's and a report
+// section under the module's out/live/ (scripts/reproduce.sh adds the
+// section to out/report.md when it is there).
+func writeSweep(t *testing.T, root string, pts, simPts []sim.SweepPoint, r2, liveSlope, simSlope, busy float64) {
+	t.Helper()
+	host, _ := os.Hostname()
+	base := filepath.Join(root, sweepOut)
+	when := time.Now().UTC().Format("2006-01-02 15:04 UTC")
+	comments := []string{
+		fmt.Sprintf("seed 003 live: TestSeed003Live (livetest/cpulive) on %s, %s", host, when),
+		fmt.Sprintf("a QEMU TCG guest (1 vCPU) sends iperf3 -P %d (client in the guest, one flow) to a namespace VM on its host; the agent sets its cgroup's cfs quota; %d s per point after %d s; rate from the receiver's sockets", sweepStreams, sweepMeasureS, sweepWarmS),
+		fmt.Sprintf("R² %.4f over all points; limited points %.4f Gbps per %% of a core, the simulator calibrated to this machine %.4f", r2, liveSlope, simSlope),
+	}
+	if err := sim.WriteSweepCSV(base+".csv", comments, pts); err != nil {
+		t.Errorf("write %s.csv: %v", base, err)
+		return
+	}
+	if err := sim.PlotSweeps(base, "Seed 003: throughput vs CPU allocation, seed and live",
+		sim.SweepCurve{Label: "seed 003 (ESX, 2.6 GHz, VMXNET3)", Points: sim.Seed003},
+		sim.SweepCurve{Label: "live: QEMU TCG guest, cfs quota set by the agent", Points: pts},
+		sim.SweepCurve{Label: "simulator calibrated to this machine", Points: simPts}); err != nil {
+		t.Errorf("plot: %v", err)
+	}
+	simAt := map[int]float64{}
+	for _, p := range simPts {
+		simAt[p.LimitMHz] = p.Gbps
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "## cpu-limit-sweep, live: seed 003 on a real QEMU guest\n\n")
+	fmt.Fprintf(&b, "TestSeed003Live (livetest/cpulive) on %s, %s: a QEMU TCG guest (1 vCPU) under libvirt sends iperf3 (the client in the guest, %d streams, one flow for the whole sweep) to a namespace VM on the same host; "+
+		"the agent (`sluice agent --cpu`, in the test's process) sets the cfs quota of the guest's cgroup from the policy's `cpu.limitMHz`, "+
+		"stepped from unlimited to 15%% of a %d MHz core; %d s counted per point after %d s, the rate from the receiver's sockets (ss bytes_received) timed by the host. "+
+		"The simulator's column is scenarios/calibration/cpu-limit-sweep-lab.yaml, calibrated once to this machine (docs/perf/cpu.md). "+
+		"Ready is the run-queue wait of the QEMU threads (/proc/TID/schedstat) per wall time, summed over threads as esxtop's %%RDY.\n\n",
+		host, when, sweepStreams, sweepCoreMHz, sweepMeasureS, sweepWarmS)
+	b.WriteString("| CPU limit | allocation (% of a core) | live (Gbps) | simulator (Gbps) | CPU used (%) | ready (%) | throttled (%) |\n|---|---|---|---|---|---|---|\n")
+	for _, p := range pts {
+		l := fmt.Sprintf("%d MHz", p.LimitMHz)
+		if p.LimitMHz == 0 {
+			l = "unlimited"
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %.3f | %.3f | %.1f | %.1f | %.1f |\n", l, p.AllocPct, p.Gbps, simAt[p.LimitMHz], p.UsedPct, p.ReadyPct, p.ThrottledPct)
+	}
+	ss, _, sr2 := sim.FitSweep(sim.Seed003)
+	verdict := "✅ within 15%"
+	if math.Abs(liveSlope/simSlope-1) > 0.15 {
+		verdict = "❌ not within 15%"
+	}
+	fmt.Fprintf(&b, "\nLinear: R² %.4f over all points (the seed's own points: %.4f). Slope of the limited points: live %.4f Gbps per %% of a core, "+
+		"the simulator %.4f (%+.1f%%: %s). Relative to the throughput at 100%% of a core, the seed loses %.2f%% per %% of a core taken away, the live guest %.2f%%. "+
+		"The rest of the machine (the receiver and other work) used %.0f%% of a core on average meanwhile.\n\n",
+		r2, sr2, liveSlope, simSlope, 100*(liveSlope/simSlope-1), verdict, 100*ss/19.2, 100*liveSlope/pts[1].Gbps, 100*busy)
+	b.WriteString("![Seed 003: throughput vs CPU allocation, seed and live](live/cpu-limit-sweep.png)\n\n")
+	if err := os.WriteFile(base+".md", []byte(b.String()), 0o644); err != nil {
+		t.Errorf("write %s.md: %v", base, err)
+		return
+	}
+	t.Logf("points, plot and report section written to %s.{csv,png,svg,md}", base)
+}
+
+// moduleRoot is the directory of go.mod above the test's directory.
+func moduleRoot() (string, error) {
+	d, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return "", fmt.Errorf("no go.mod above the test's directory")
+		}
+		d = up
+	}
+}
+
+func tail(s string) string {
+	if len(s) > 400 {
+		return "…" + s[len(s)-400:]
+	}
+	return s
+}
+
+// requireSweep fails the test when the machine cannot run it.
+func requireSweep(t *testing.T) cpuctl.Tree {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("TestSeed003Live needs root (namespaces, cgroups, libvirt)")
+	}
+	for _, tool := range []string{"iperf3", "ip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("TestSeed003Live needs %s", tool)
+		}
+	}
+	tree, err := cpuctl.Detect("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tree
+}

@@ -1,0 +1,234 @@
+package sim
+
+import (
+	"bufio"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// Seed 003's figure, throughput against CPU allocation, for the live
+// sweep (livetest/cpulive) and the reproduction report: the points, a
+// straight-line fit, a CSV file of points and the plot of several sweeps
+// side by side.
+
+// SweepPoint is one point of a throughput-vs-CPU sweep.
+type SweepPoint struct {
+	LimitMHz int // the CPU limit; 0: unlimited
+	// AllocPct is the CPU allocation in % of one core: the limit, or for
+	// the unlimited point what the VM used.
+	AllocPct     float64
+	Gbps         float64 // payload throughput (iperf)
+	UsedPct      float64 // CPU the VM used, % of one core (-1: not measured)
+	ReadyPct     float64 // ready-time analog, % of wall time (-1: not measured)
+	ThrottledPct float64 // time throttled, % of wall time summed over the CPUs (-1: not measured)
+}
+
+// Seed003MHz is the core clock of seed 003's host (E5-2670, 2.6 GHz): its
+// limits in MHz are % of a core against it.
+const Seed003MHz = 2600
+
+// Seed003 are seed 003's limited points (the text's list; the unlimited
+// run, 20.2 Gbps at a turbo clock the seed does not give, is left out).
+var Seed003 = func() []SweepPoint {
+	gbps := []float64{19.2, 17.7, 16.4, 14.7, 12.1, 10.3, 8.5, 6.5, 5.2, 4.1, 2.7, 2.2}
+	var out []SweepPoint
+	for i, g := range gbps {
+		mhz := 2600 - 200*i
+		out = append(out, SweepPoint{LimitMHz: mhz, AllocPct: 100 * float64(mhz) / Seed003MHz, Gbps: g, UsedPct: -1, ReadyPct: -1, ThrottledPct: -1})
+	}
+	return out
+}()
+
+// FitLine fits y = slope·x + intercept by least squares and returns the
+// coefficient of determination R² (1 − residual/total sum of squares).
+// Fewer than two points or no spread in x give NaN.
+func FitLine(x, y []float64) (slope, intercept, r2 float64) {
+	n := float64(len(x))
+	if len(x) < 2 || len(x) != len(y) {
+		return math.NaN(), math.NaN(), math.NaN()
+	}
+	var mx, my float64
+	for i := range x {
+		mx += x[i]
+		my += y[i]
+	}
+	mx, my = mx/n, my/n
+	var sxx, sxy, syy float64
+	for i := range x {
+		sxx += (x[i] - mx) * (x[i] - mx)
+		sxy += (x[i] - mx) * (y[i] - my)
+		syy += (y[i] - my) * (y[i] - my)
+	}
+	if sxx == 0 {
+		return math.NaN(), math.NaN(), math.NaN()
+	}
+	slope = sxy / sxx
+	intercept = my - slope*mx
+	if syy == 0 {
+		return slope, intercept, 1
+	}
+	var res float64
+	for i := range x {
+		d := y[i] - (slope*x[i] + intercept)
+		res += d * d
+	}
+	return slope, intercept, 1 - res/syy
+}
+
+// FitSweep fits Gbps against AllocPct over the points.
+func FitSweep(pts []SweepPoint) (gbpsPerPct, intercept, r2 float64) {
+	var x, y []float64
+	for _, p := range pts {
+		x = append(x, p.AllocPct)
+		y = append(y, p.Gbps)
+	}
+	return FitLine(x, y)
+}
+
+const sweepHeader = "limit_mhz,alloc_pct,gbps,used_pct,ready_pct,throttled_pct"
+
+// WriteSweepCSV writes the points as CSV, after comment lines ("# ...").
+func WriteSweepCSV(path string, comments []string, pts []SweepPoint) error {
+	var b strings.Builder
+	for _, c := range comments {
+		fmt.Fprintf(&b, "# %s\n", c)
+	}
+	b.WriteString(sweepHeader + "\n")
+	for _, p := range pts {
+		fmt.Fprintf(&b, "%d,%.2f,%.4f,%.2f,%.2f,%.2f\n", p.LimitMHz, p.AllocPct, p.Gbps, p.UsedPct, p.ReadyPct, p.ThrottledPct)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// ReadSweepCSV reads what WriteSweepCSV wrote: the comments (without
+// "# ") and the points.
+func ReadSweepCSV(path string) (comments []string, pts []SweepPoint, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	line := 0
+	for sc.Scan() {
+		line++
+		s := sc.Text()
+		if c, ok := strings.CutPrefix(s, "#"); ok {
+			comments = append(comments, strings.TrimSpace(c))
+			continue
+		}
+		if s == sweepHeader || strings.TrimSpace(s) == "" {
+			continue
+		}
+		f := strings.Split(s, ",")
+		if len(f) != 6 {
+			return nil, nil, fmt.Errorf("%s:%d: want 6 fields (%s), got %d", path, line, sweepHeader, len(f))
+		}
+		var v [6]float64
+		for i := range f {
+			if v[i], err = strconv.ParseFloat(f[i], 64); err != nil {
+				return nil, nil, fmt.Errorf("%s:%d: field %d: %v", path, line, i+1, err)
+			}
+		}
+		pts = append(pts, SweepPoint{LimitMHz: int(v[0]), AllocPct: v[1], Gbps: v[2], UsedPct: v[3], ReadyPct: v[4], ThrottledPct: v[5]})
+	}
+	return comments, pts, sc.Err()
+}
+
+// SweepCurve is one labelled sweep of a plot.
+type SweepCurve struct {
+	Label  string
+	Points []SweepPoint
+}
+
+// PlotSweeps draws the curves as throughput relative to each curve's
+// point at a limit of 100% of a core (so that a 20 Gbps host and a
+// 1 Gbps lab guest can be compared) against the allocation in % of a
+// core, and saves base.svg and base.png.
+func PlotSweeps(base, title string, curves ...SweepCurve) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "CPU allocation (% of one core)"
+	p.Y.Label.Text = "throughput / throughput at a 100% limit"
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.X.Min, p.Y.Min = 0, 0
+	var args []any
+	for _, c := range curves {
+		ref := 0.0
+		for _, pt := range c.Points {
+			if pt.LimitMHz > 0 && math.Abs(pt.AllocPct-100) < 0.5 {
+				ref = pt.Gbps
+			}
+		}
+		if ref == 0 {
+			return fmt.Errorf("plot %s: curve %q has no point at a 100%% limit", base, c.Label)
+		}
+		var xy plotter.XYs
+		for _, pt := range c.Points {
+			xy = append(xy, plotter.XY{X: pt.AllocPct, Y: pt.Gbps / ref})
+		}
+		sort.Slice(xy, func(i, j int) bool { return xy[i].X < xy[j].X })
+		args = append(args, c.Label, xy)
+	}
+	if err := plotutil.AddLinePoints(p, args...); err != nil {
+		return err
+	}
+	for _, ext := range []string{"svg", "png"} {
+		if err := p.Save(8*vg.Inch, 5*vg.Inch, base+"."+ext); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Sweep reads the result of a sweep scenario (as scenarios/seeds/
+// cpu-limit-sweep.yaml): one point per expectation on a rate, at the CPU
+// limit its run sets (a cpuLimit event in MHz; none: unlimited, placed at
+// the model's peak clock) against a core of coreMHz.
+func (res *Result) Sweep(coreMHz float64) ([]SweepPoint, error) {
+	peak := DefaultCPUParams.PeakMHz
+	if v := res.Scenario.Models.CPU.PeakMHz; v != 0 {
+		peak = v
+	}
+	limits := map[string]int{}
+	for _, r := range res.Scenario.Runs {
+		for _, e := range r.Events {
+			if e.CPULimit == "" {
+				continue
+			}
+			v, ok := strings.CutSuffix(e.CPULimit, "MHz")
+			n, err := strconv.Atoi(v)
+			if !ok || err != nil || n <= 0 {
+				return nil, fmt.Errorf("run %s: cpuLimit %q: want MHz", r.Name, e.CPULimit)
+			}
+			limits[r.Name] = n
+		}
+	}
+	var out []SweepPoint
+	for _, o := range res.Summary.Expect {
+		if o.Metric != "rate" {
+			continue
+		}
+		lim := limits[o.Run]
+		pt := SweepPoint{LimitMHz: lim, AllocPct: 100 * float64(lim) / coreMHz, Gbps: o.Measured / 1e9, UsedPct: -1, ReadyPct: -1, ThrottledPct: -1}
+		if lim == 0 {
+			pt.AllocPct = 100 * peak / coreMHz
+		}
+		out = append(out, pt)
+	}
+	return out, nil
+}
