@@ -178,8 +178,12 @@ func killPID(t *testing.T, pid int) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
+		// Gone, or a zombie whose threads have all exited (a killed
+		// process's leader is a zombie while its other threads, which
+		// still hold its sockets, exit).
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil || zombie(b) {
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil || (zombie(b) && len(tasks) <= 1) {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -219,11 +223,19 @@ func (l *guestLab) restartGateway(pr lab.Process, socket string) {
 // listens.
 func (l *guestLab) restartDatastore(pr lab.Process) {
 	l.t.Helper()
-	out, err := exec.Command("ip", append([]string{"netns", "exec", pr.Namespace}, pr.Args...)...).CombinedOutput()
-	if err != nil {
-		l.t.Fatalf("restart nbdkit: %v: %s", err, out)
-	}
+	// A killed nbdkit's leader thread is a zombie while its other threads
+	// exit, and they hold the listening socket a moment longer.
 	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := exec.Command("ip", append([]string{"netns", "exec", pr.Namespace}, pr.Args...)...).CombinedOutput()
+		if err == nil {
+			break
+		}
+		if !bytes.Contains(out, []byte("Address already in use")) || time.Now().After(deadline) {
+			l.t.Fatalf("restart nbdkit: %v: %s", err, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for {
 		o, _ := exec.Command("ip", "netns", "exec", pr.Namespace, "ss", "-Hltn").Output()
 		if bytes.Contains(o, []byte(fmt.Sprintf(":%d ", lab.NBDPort))) {
