@@ -22,6 +22,7 @@
 package lab
 
 import (
+	"path/filepath"
 	"fmt"
 	"net/netip"
 
@@ -83,11 +84,42 @@ type Addr struct {
 	IP  string `json:"ip"` // without prefix length; the lab is one /15
 }
 
-// DiskPlan is a VM disk and the URI its host's gateway exports it at.
+// DiskPlan is a VM disk and the URIs its host's gateway exports it at:
+// URI on the gateway's Unix socket (GatewaySocket), which a VM's
+// namespace reaches with or without a vNIC, and TCPURI on the host's
+// address (only a VM with a vNIC reaches it).
 type DiskPlan struct {
 	Name      string `json:"name"`
 	Datastore string `json:"datastore"`
 	URI       string `json:"uri"`
+	TCPURI    string `json:"tcp_uri"`
+}
+
+// GatewaySocket is the Unix socket of host's storage gateway in a lab
+// whose state lives in stateDir ("": DefaultStateDir).
+func GatewaySocket(stateDir, cluster, host string) string {
+	return filepath.Join(stateDirOr(stateDir), "lab-"+cluster+".sockets", "gw-"+host+".sock")
+}
+
+// VolumeDir is the directory of datastore ds's volumes (served by its
+// nbdkit) in a lab whose state lives in stateDir.
+func VolumeDir(stateDir, cluster, ds string) string {
+	return filepath.Join(stateDirOr(stateDir), "lab-"+cluster+".volumes", ds)
+}
+
+// useStateDir sets the paths that depend on the state directory: the
+// disks' socket URIs and the datastores' volume directories.
+func (pl *Plan) useStateDir(stateDir string) {
+	for i := range pl.VMs {
+		v := &pl.VMs[i]
+		for k := range v.Disks {
+			d := &v.Disks[k]
+			d.URI = fmt.Sprintf("nbd+unix:///%s/%s?socket=%s", v.VM, d.Name, GatewaySocket(stateDir, pl.Cluster, v.Host))
+		}
+	}
+	for i := range pl.Datastores {
+		pl.Datastores[i].Array.Dir = VolumeDir(stateDir, pl.Cluster, pl.Datastores[i].Datastore)
+	}
 }
 
 // HostPlan is a host namespace.
@@ -200,19 +232,10 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 		pl.Hosts = append(pl.Hosts, hp)
 	}
 	for j, d := range p.Datastores {
-		var size policy.Bytes
-		for _, vm := range p.VMs {
-			for _, dk := range vm.Disks {
-				if dk.Datastore == d.Name {
-					size += dk.Size
-				}
-			}
-		}
-		// The gateway keeps a statistics region after the disks; the memory
-		// plugin is sparse, so 1 GiB of headroom costs nothing.
-		size += 1 << 30
+		// One volume file per disk in the datastore's directory
+		// (useStateDir), served by nbdkit's file plugin.
 		dp := DatastorePlan{Datastore: d.Name, IP: netip.AddrFrom4([4]byte{198, 18, 2, byte(j + 1)}),
-			Dev: "sl-eth0", FabricDev: fmt.Sprintf("sl-d%d", j), Array: storage.ArrayOf(d.Array, uint64(size))}
+			Dev: "sl-eth0", FabricDev: fmt.Sprintf("sl-d%d", j), Array: storage.ArrayOf(d.Array, "")}
 		dp.Namespace = Namespace{Name: pre + d.Name, Role: RoleDatastore, Entity: d.Name,
 			Addrs: []Addr{{Dev: dp.Dev, IP: dp.IP.String()}}}
 		pl.Datastores = append(pl.Datastores, dp)
@@ -259,10 +282,11 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 		}
 		for _, dk := range vm.Disks {
 			vp.Disks = append(vp.Disks, DiskPlan{Name: dk.Name, Datastore: dk.Datastore,
-				URI: fmt.Sprintf("nbd://%s:%d/%s/%s", hp.IP, NBDPort, vm.Name, dk.Name)})
+				TCPURI: fmt.Sprintf("nbd://%s:%d/%s/%s", hp.IP, NBDPort, vm.Name, dk.Name)})
 		}
 		pl.VMs = append(pl.VMs, vp)
 	}
+	pl.useStateDir("")
 	return pl, nil
 }
 

@@ -57,12 +57,14 @@ func TestPlan(t *testing.T) {
 	if n := pl.NIC("vm1/nic1"); n == nil || n.Bridge != "sl-br1" || n.Uplink != "up1" {
 		t.Errorf("vm1/nic1 should be on up1's bridge sl-br1: %+v", n)
 	}
-	if d := pl.VM("vm1").Disks; len(d) != 1 || d[0].URI != "nbd://198.18.1.1:10809/vm1/d0" {
+	// The socket reaches the VM with or without a vNIC; TCP needs one.
+	if d := pl.VM("vm1").Disks; len(d) != 1 || d[0].URI != "nbd+unix:///vm1/d0?socket=/run/sluice/lab-c1.sockets/gw-h1.sock" ||
+		d[0].TCPURI != "nbd://198.18.1.1:10809/vm1/d0" {
 		t.Errorf("disk URI: %+v", d)
 	}
 	// 4 slots × 2 ms per 4 KiB I/O: 2000 IOPS shared by all hosts.
 	args := strings.Join(pl.Datastores[0].Array.NbdkitArgs(), " ")
-	if want := "-t 64 --filter=rate --filter=delay memory size=1140850688 rate=65536000 burstiness=0.1 rdelay=2ms wdelay=2ms"; args != want {
+	if want := "-t 64 --filter=rate --filter=delay file dir=/run/sluice/lab-c1.volumes/ds1 rate=65536000 burstiness=0.1 rdelay=2ms wdelay=2ms"; args != want {
 		t.Errorf("datastore nbdkit args\n got %s\nwant %s", args, want)
 	}
 }

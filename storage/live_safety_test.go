@@ -35,8 +35,7 @@ vms:
 func TestLiveNoDataLost(t *testing.T) {
 	needTools(t, "nbdkit", "fio")
 	p := parsePolicy(t, safetyPolicy)
-	_, req := Layout(p, "ds1")
-	uri := startNbdkit(t, Array{SizeBytes: req, ServiceTime: time.Millisecond, Threads: 16})
+	uri := startNbdkit(t, Array{Dir: prepareDatastore(t, p), ServiceTime: time.Millisecond, Threads: 16})
 	dss := map[string]string{"ds1": uri}
 	gw := startGateway(t, p, "h1", dss, 200*time.Millisecond, "")
 	addr := gw.addr
@@ -210,8 +209,7 @@ vms:
 func TestLiveLargeIO(t *testing.T) {
 	needTools(t, "nbdkit", "fio")
 	p := parsePolicy(t, largePolicy)
-	_, req := Layout(p, "ds1")
-	uri := startNbdkit(t, Array{SizeBytes: req, Threads: 16})
+	uri := startNbdkit(t, Array{Dir: prepareDatastore(t, p), Threads: 16})
 	gw := startGateway(t, p, "h1", map[string]string{"ds1": uri}, 200*time.Millisecond, "")
 	var jobs []fioJob
 	for i := 0; i < 8; i++ {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"sluice/policy"
 	"sluice/storage"
 )
 
@@ -34,7 +36,7 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
-const gatewayUsage = "usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT [--listen ADDR:PORT|unix:PATH] [--period 4s]"
+const gatewayUsage = "usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT|dir:PATH [--listen ADDR:PORT|unix:PATH ...] [--period 4s] [--reload 2s]"
 
 func runGateway(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "status" {
@@ -44,7 +46,9 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	host := fs.String("host", "", "policy host this gateway serves (required)")
 	pol := fs.String("policy", "", "policy file (required)")
-	listen := fs.String("listen", ":10809", "NBD listen address: ADDR:PORT (TCP) or unix:PATH (Unix socket)")
+	var listens multiFlag
+	fs.Var(&listens, "listen", "NBD listen address: ADDR:PORT (TCP) or unix:PATH (Unix socket); repeatable (default :10809)")
+	reload := fs.Duration("reload", 2*time.Second, "how often to look for a changed policy file (VMs that arrived or left; 0: only on SIGHUP)")
 	period := fs.Duration("period", 0, "control period (default: the datastore's sioc.controlPeriod)")
 	statusFile := fs.String("status-file", "", "status JSON file (default "+statusDir+"/gateway-CLUSTER-HOST.json; removed on exit)")
 	// One OS thread runs the gateway by default: the request path is a few
@@ -55,9 +59,16 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	// Bounded busy polling (Options.PollNs): CPU for latency.
 	poll := fs.Duration("poll", 0, "poll sockets for up to this long for an expected answer before sleeping (CPU for latency; 0 = off)")
 	var dss multiFlag
-	fs.Var(&dss, "datastore", "DS=nbd://IP:PORT[/export] (repeatable)")
+	fs.Var(&dss, "datastore", "DS=nbd://IP:PORT, DS=nbd+unix:///?socket=PATH or DS=dir:PATH (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		fmt.Fprintf(stderr, "sluice gateway: %v; %s\n", err, gatewayUsage)
+		return exitUsage
+	}
+	if len(listens) == 0 {
+		listens = multiFlag{":10809"}
+	}
+	if *reload < 0 {
+		fmt.Fprintln(stderr, "sluice gateway: --reload must be ≥ 0")
 		return exitUsage
 	}
 	if *poll < 0 {
@@ -79,7 +90,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	for _, d := range dss {
 		name, uri, ok := strings.Cut(d, "=")
 		if !ok || name == "" || uri == "" {
-			fmt.Fprintf(stderr, "sluice gateway: --datastore %q: want DS=nbd://IP:PORT\n", d)
+			fmt.Fprintf(stderr, "sluice gateway: --datastore %q: want DS=nbd://IP:PORT or DS=dir:PATH\n", d)
 			return exitUsage
 		}
 		uris[name] = uri
@@ -97,17 +108,36 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return exitBad
 	}
-	l, err := storage.Listen(*listen)
-	if err != nil {
-		g.Close()
-		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
-		return exitBad
+	var ls []net.Listener
+	for _, a := range listens {
+		l, err := storage.Listen(a)
+		if err != nil {
+			for _, l := range ls {
+				l.Close()
+			}
+			g.Close()
+			fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
+			return exitBad
+		}
+		ls = append(ls, l)
 	}
-	fmt.Fprintf(stderr, "sluice gateway: host %s serving %s on %s\n", *host, strings.Join(g.Exports(), " "), l.Addr())
+	var addrs []string
+	for _, l := range ls {
+		addrs = append(addrs, l.Addr().String())
+	}
+	fmt.Fprintf(stderr, "sluice gateway: host %s serving %s on %s\n", *host, strings.Join(g.Exports(), " "), strings.Join(addrs, " "))
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	go func() { <-sig; g.Close() }()
-	err = g.Serve(l)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	stop := make(chan struct{})
+	go func() { <-sig; close(stop); g.Close() }()
+	go followPolicy(g, *pol, *host, *reload, hup, stop, stderr)
+	errs := make(chan error, len(ls))
+	for _, l := range ls {
+		go func() { errs <- g.Serve(l) }()
+	}
+	err = <-errs
 	g.Close()
 	_ = os.Remove(*statusFile) // a stopped gateway has no status
 	if err != nil {
@@ -115,6 +145,50 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		return exitBad
 	}
 	return exitOK
+}
+
+// followPolicy applies the policy file to g whenever it changes (looked
+// at every interval, and on SIGHUP): VMs that arrived on the host get
+// their disks served, VMs that left have theirs drained and closed. A file
+// that does not load is reported in one line and the last good policy
+// stays.
+func followPolicy(g *storage.Gateway, file, host string, interval time.Duration, hup <-chan os.Signal, stop <-chan struct{}, stderr io.Writer) {
+	stamp := func() string {
+		fi, err := os.Stat(file)
+		if err != nil {
+			return ""
+		}
+		return fmt.Sprint(fi.ModTime().UnixNano(), fi.Size())
+	}
+	last := stamp()
+	var tick <-chan time.Time
+	if interval > 0 {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-hup:
+		case <-tick:
+			if s := stamp(); s == last || s == "" {
+				continue
+			}
+		}
+		last = stamp()
+		p, err := policy.Load(file)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice gateway: policy not reloaded: %v\n", err)
+			continue
+		}
+		if err := g.SetPolicy(p); err != nil {
+			fmt.Fprintf(stderr, "sluice gateway: policy reloaded with errors: %v\n", err)
+			continue
+		}
+		fmt.Fprintf(stderr, "sluice gateway: policy reloaded; serving %s\n", strings.Join(g.Exports(), " "))
+	}
 }
 
 func runGatewayStatus(args []string, stdout, stderr io.Writer) int {

@@ -105,14 +105,30 @@ and HTB rates per uplink.
 example:
   sluice agent status --host h1 --policy examples/lab-1g.yaml -o json`,
 
-	"gateway": `usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT[/export] [--listen ADDR:PORT|unix:PATH] [--period 4s] [--status-file FILE] [--cpus N] [--poll DUR]
+	"gateway": `usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT|dir:PATH [--listen ADDR:PORT|unix:PATH ...] [--period 4s] [--reload 2s] [--status-file FILE] [--cpus N] [--poll DUR]
        sluice gateway status [--host H] [-o table|json] [--dir DIR]
 
 The storage gateway of a host: NBD exports per VM disk with mClock and
-PARDA against each datastore (--datastore is repeatable).
+PARDA against each datastore (--datastore and --listen are repeatable). A
+datastore is a directory of volumes (one file VM+DISK.img per disk, e.g.
+an NFS mount) or an NBD server with one export per volume; prepare it with
+'sluice datastore create'. The policy file is read again when it changes
+(or on SIGHUP): disks of VMs that arrived are served, those of VMs that
+left are flushed and closed.
 
 example:
-  sluice gateway --host h1 --policy examples/lab-1g.yaml --datastore ds1=nbd://198.18.0.2:10809`,
+  sluice gateway --host h1 --policy examples/lab-1g.yaml --datastore ds1=nbd://198.18.0.2:10809
+  sluice gateway --host h1 --policy /etc/sluice/policy.yaml --datastore ds1=dir:/mnt/ds1 --listen unix:/run/sluice/gw.sock`,
+
+	"datastore": `usage: sluice datastore create --policy FILE DS=DIR [DS=DIR ...]
+
+Prepare directory DIR as datastore DS: create every missing volume
+(VM+DISK.img, a sparse file of the disk's size) and the stats volume
+sluice-stats with the datastore's identity. Existing volumes are kept; one
+smaller than its disk is an error. Run it again after adding disks.
+
+example:
+  sluice datastore create --policy /etc/sluice/policy.yaml ds1=/mnt/ds1`,
 
 	"gateway status": `usage: sluice gateway status [--host H] [-o table|json] [--dir DIR]
 
