@@ -506,11 +506,31 @@ func (g *Gateway) Close() error {
 	return g.closeErr
 }
 
-// Status returns the measurements of the last complete period.
+// Status returns the measurements of the last complete period, with the
+// errors of datastores and disks as they are now.
 func (g *Gateway) Status() Status {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.status
+	st := g.status
+	g.mu.Unlock()
+	st.Datastores = append([]DatastoreStatus(nil), st.Datastores...)
+	st.Disks = append([]DiskStatus(nil), st.Disks...)
+	for _, gt := range g.gates {
+		gt.mu.Lock()
+		for i := range st.Datastores {
+			if st.Datastores[i].Name == gt.name && gt.failed != nil {
+				st.Datastores[i].Error = gt.failed.Error()
+			}
+		}
+		for _, d := range gt.disks {
+			for i := range st.Disks {
+				if st.Disks[i].Disk == d.v.Export() && d.lost != nil {
+					st.Disks[i].Error = d.lost.Error()
+				}
+			}
+		}
+		gt.mu.Unlock()
+	}
+	return st
 }
 
 func (g *Gateway) period() time.Duration {
