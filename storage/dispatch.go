@@ -41,8 +41,8 @@ type datastoreGate struct {
 	name  string
 	ds    policy.Datastore
 	st    store
-	stats volume      // the stats volume
-	id    datastoreID // the datastore's identity, read at start
+	stats volume            // the stats volume
+	id    datastoreID       // the datastore's identity, read at start
 	parda *parda.Controller // nil when SIOC is off
 
 	// The stats slot (control loop only): this host's slot, -1 before it

@@ -60,9 +60,9 @@ type Gateway struct {
 	exports *exportSet
 	srv     *nbd.Server
 
-	polMu sync.Mutex // serialises SetPolicy
-	mu    sync.Mutex
-	pol   *policy.Policy
+	polMu  sync.Mutex // serialises SetPolicy
+	mu     sync.Mutex
+	pol    *policy.Policy
 	status Status
 	listen string
 	stop   chan struct{}
@@ -443,7 +443,6 @@ func (g *Gateway) removeDisk(d *disk) {
 
 // Exports lists the export names ("VM/DISK") this gateway serves.
 func (g *Gateway) Exports() []string { return g.exports.Names() }
-
 
 // Serve starts the control loop and serves NBD on l until Close. It may
 // be called for several listeners at once (Status.Listen lists them all).

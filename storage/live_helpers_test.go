@@ -61,6 +61,7 @@ func startNbdkitCmd(t *testing.T, array Array, sock string, filters ...string) (
 	if sock == "" {
 		sock = filepath.Join(t.TempDir(), "ds.sock")
 	}
+	os.Remove(sock) // left by a killed nbdkit
 	args := append([]string{"-f", "-U", sock}, filters...)
 	args = append(args, array.NbdkitArgs()...)
 	cmd := exec.Command("nbdkit", args...)

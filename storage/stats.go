@@ -74,10 +74,10 @@ func (h *latencyHist) quantileNs(q float64) float64 {
 // Status is what a gateway reports: per disk and per datastore, measured
 // over the last complete period.
 type Status struct {
-	Host       string            `json:"host"`
-	TimeUnixNs int64             `json:"time_unix_ns"`
-	PeriodS    float64           `json:"period_s"`
-	Listen     string            `json:"listen"`
+	Host       string  `json:"host"`
+	TimeUnixNs int64   `json:"time_unix_ns"`
+	PeriodS    float64 `json:"period_s"`
+	Listen     string  `json:"listen"`
 
 	Datastores []DatastoreStatus `json:"datastores"`
 	Disks      []DiskStatus      `json:"disks"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,7 +65,14 @@ func (u *upstream) get() (*nbd.Client, error) {
 	defer cancel()
 	c, err := nbd.DialPoll(ctx, u.network, u.addr, u.export, u.pollNs)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to %s (export %q): %w", u.addr, u.export, err)
+		err = fmt.Errorf("connecting to %s (export %q): %w", u.addr, u.export, err)
+		if u.dials > 0 && strings.Contains(err.Error(), "server error") {
+			// The server is back but refuses the export: the datastore
+			// lost the volume (or is another one). Waiting cures nothing.
+			u.failed = &errFailed{err}
+			return nil, u.failed
+		}
+		return nil, err
 	}
 	u.dials++
 	if u.dials > 1 && u.onRedial != nil {
