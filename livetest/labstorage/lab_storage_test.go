@@ -25,7 +25,9 @@ import (
 // follow their shares, so vm2 gets twice vm1's IOPS across hosts, with no
 // central scheduler. The threshold (20 ms) puts the datastore's total window
 // near 20 (20 ms / 4 ms × 4 slots), so that neither host sits at PARDA's
-// minimum window of 4, which would bound the split.
+// minimum window of 4, which would bound the split. vm2 has no vNIC: it
+// reaches its disk on its gateway's Unix socket (the disk URI the lab
+// lists), as every VM does.
 const policyYAML = `cluster: lst
 hosts:
   - name: h1
@@ -38,7 +40,7 @@ datastores:
     array: {slots: 4, serviceTime: 4ms}
 vms:
   - {name: vm1, host: h1, nics: [{name: nic0}], disks: [{name: d0, datastore: ds1, size: 64MiB, shares: 1000}]}
-  - {name: vm2, host: h2, nics: [{name: nic0}], disks: [{name: d0, datastore: ds1, size: 64MiB, shares: 2000}]}
+  - {name: vm2, host: h2, disks: [{name: d0, datastore: ds1, size: 64MiB, shares: 2000}]}
 `
 
 // TestLabStorageSharesAcrossHosts: fio in vm1 and vm2 (each iodepth 16,
