@@ -244,6 +244,13 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 	if err := waitGuests(pl, o.StateDir, GuestBootTimeout); err != nil {
 		return nil, err
 	}
+	for _, v := range pl.VMs {
+		if len(v.Disks) > 0 {
+			if err := pl.linkDiskSocket(v.VM, v.Host, true); err != nil {
+				return nil, fmt.Errorf("disk socket of %s: %w", v.VM, err)
+			}
+		}
+	}
 	for _, h := range pl.Hosts {
 		dss := map[string]bool{}
 		for _, v := range p.VMs {

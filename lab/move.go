@@ -17,8 +17,11 @@ import (
 // own. Nothing new is created: the veth still dies with the VM's
 // namespace, so the state file stays right and `sluice lab down` cleans
 // up as before. A QEMU guest is not moved this way (live migration of a
-// guest is not built: MoveLines refuses it). Disks are not reconnected
-// to the destination's gateway yet.
+// guest is not built: MoveLines refuses it). The VM's disk socket (the
+// URI of its disks) is re-pointed at the destination's gateway socket:
+// the VM's next connection reaches the destination's gateway, which
+// serves the same volumes once it knows the VM is there (its policy file
+// or the controller, docs/storage.md).
 
 // MoveLines returns the `ip -batch` lines (batch's "-n NS" form) that move
 // vm's vNICs from host from to host to.
@@ -86,5 +89,11 @@ func (pl *Plan) Move(vm, to string) error {
 	if err != nil {
 		return err
 	}
-	return batch(lines)
+	if err := batch(lines); err != nil {
+		return err
+	}
+	if v := pl.VM(vm); v != nil && len(v.Disks) > 0 {
+		return pl.linkDiskSocket(vm, to, false)
+	}
+	return nil
 }

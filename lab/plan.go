@@ -22,9 +22,10 @@
 package lab
 
 import (
-	"path/filepath"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 
 	"sluice/policy"
 	"sluice/storage"
@@ -56,6 +57,7 @@ const FabricBridge = "sl-fabric"
 // addresses of every namespace and link. The agent uses it to find uplink
 // devices and vNIC addresses.
 type Plan struct {
+	stateDir   string // where sockets and volumes live ("": DefaultStateDir)
 	Cluster    string
 	Prefix     string // "sl-<cluster>-"
 	Fabric     Namespace
@@ -85,8 +87,9 @@ type Addr struct {
 }
 
 // DiskPlan is a VM disk and the URIs its host's gateway exports it at:
-// URI on the gateway's Unix socket (GatewaySocket), which a VM's
-// namespace reaches with or without a vNIC, and TCPURI on the host's
+// URI on the VM's disk socket (VMDiskSocket: a link to its host's
+// gateway socket), which a VM's namespace reaches with or without a vNIC
+// and which follows the VM when it moves, and TCPURI on the host's
 // address (only a VM with a vNIC reaches it).
 type DiskPlan struct {
 	Name      string `json:"name"`
@@ -101,20 +104,47 @@ func GatewaySocket(stateDir, cluster, host string) string {
 	return filepath.Join(stateDirOr(stateDir), "lab-"+cluster+".sockets", "gw-"+host+".sock")
 }
 
+// VMDiskSocket is the path a VM opens its disks at: a symbolic link to
+// its host's GatewaySocket, which Move points at the new host's.
+func VMDiskSocket(stateDir, cluster, vm string) string {
+	return filepath.Join(stateDirOr(stateDir), "lab-"+cluster+".sockets", "vm-"+vm+".sock")
+}
+
 // VolumeDir is the directory of datastore ds's volumes (served by its
 // nbdkit) in a lab whose state lives in stateDir.
 func VolumeDir(stateDir, cluster, ds string) string {
 	return filepath.Join(stateDirOr(stateDir), "lab-"+cluster+".volumes", ds)
 }
 
+// linkDiskSocket points vm's disk socket at host's gateway socket
+// (replacing the link atomically). Without create, a lab whose sockets
+// directory is not there (a plan of another state directory) is left
+// alone.
+func (pl *Plan) linkDiskSocket(vm, host string, create bool) error {
+	path := VMDiskSocket(pl.stateDir, pl.Cluster, vm)
+	if _, err := os.Stat(filepath.Dir(path)); err != nil && !create {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".new"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(filepath.Base(GatewaySocket(pl.stateDir, pl.Cluster, host)), tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
 // useStateDir sets the paths that depend on the state directory: the
 // disks' socket URIs and the datastores' volume directories.
 func (pl *Plan) useStateDir(stateDir string) {
+	pl.stateDir = stateDir
 	for i := range pl.VMs {
 		v := &pl.VMs[i]
 		for k := range v.Disks {
 			d := &v.Disks[k]
-			d.URI = fmt.Sprintf("nbd+unix:///%s/%s?socket=%s", v.VM, d.Name, GatewaySocket(stateDir, pl.Cluster, v.Host))
+			d.URI = fmt.Sprintf("nbd+unix:///%s/%s?socket=%s", v.VM, d.Name, VMDiskSocket(stateDir, pl.Cluster, v.VM))
 		}
 	}
 	for i := range pl.Datastores {

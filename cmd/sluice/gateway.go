@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -10,11 +12,14 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
 
+	"sluice/controller"
+	"sluice/internal/inputfile"
 	"sluice/policy"
 	"sluice/storage"
 )
@@ -36,7 +41,7 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
-const gatewayUsage = "usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT|dir:PATH [--listen ADDR:PORT|unix:PATH ...] [--period 4s] [--reload 2s]"
+const gatewayUsage = "usage: sluice gateway --host H --policy FILE|--controller URL --token-file F --datastore DS=nbd://IP:PORT|dir:PATH [--listen ADDR:PORT|unix:PATH ...] [--period 4s] [--reload 2s]"
 
 func runGateway(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "status" {
@@ -58,6 +63,8 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	cpus := fs.Int("cpus", 1, "OS threads running Go code (GOMAXPROCS); 0 keeps Go's default")
 	// Bounded busy polling (Options.PollNs): CPU for latency.
 	poll := fs.Duration("poll", 0, "poll sockets for up to this long for an expected answer before sleeping (CPU for latency; 0 = off)")
+	var ctl controllerFlags
+	ctl.register(fs)
 	var dss multiFlag
 	fs.Var(&dss, "datastore", "DS=nbd://IP:PORT, DS=nbd+unix:///?socket=PATH or DS=dir:PATH (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -82,7 +89,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	if *cpus > 0 {
 		runtime.GOMAXPROCS(*cpus)
 	}
-	if *host == "" || *pol == "" || fs.NArg() > 0 {
+	if *host == "" || (*pol == "") == (ctl.server == "") || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, gatewayUsage)
 		return exitUsage
 	}
@@ -95,9 +102,32 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		}
 		uris[name] = uri
 	}
-	p, code := loadPolicy(*pol, stderr)
-	if p == nil {
-		return code
+	var p *policy.Policy
+	var cl *controller.Client
+	var desired controller.DesiredHost
+	var stamp string
+	if ctl.server != "" {
+		var err error
+		if cl, err = ctl.client(); err != nil {
+			fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
+			return exitBad
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		p, desired, err = ctl.startState(ctx, cl, *host)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
+			return exitBad
+		}
+		if desired.Revision > 0 { // else nothing published yet: the policy's placement
+			p = placedOn(p, *host, desired.VMs)
+		}
+	} else {
+		var code int
+		stamp = fileStamp(*pol) // before loading: a change in between is applied
+		if p, code = loadPolicy(*pol, stderr); p == nil {
+			return code
+		}
 	}
 	if *statusFile == "" {
 		*statusFile = filepath.Join(statusDir, "gateway-"+p.Cluster+"-"+*host+".json")
@@ -132,7 +162,11 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	stop := make(chan struct{})
 	go func() { <-sig; close(stop); g.Close() }()
-	go followPolicy(g, *pol, *host, *reload, hup, stop, stderr)
+	if cl != nil {
+		go followController(g, cl, *host, desired.Revision, stop, stderr)
+	} else {
+		go followPolicy(g, *pol, stamp, *reload, hup, stop, stderr)
+	}
 	errs := make(chan error, len(ls))
 	for _, l := range ls {
 		go func() { errs <- g.Serve(l) }()
@@ -147,20 +181,89 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// followPolicy applies the policy file to g whenever it changes (looked
-// at every interval, and on SIGHUP): VMs that arrived on the host get
-// their disks served, VMs that left have theirs drained and closed. A file
-// that does not load is reported in one line and the last good policy
-// stays.
-func followPolicy(g *storage.Gateway, file, host string, interval time.Duration, hup <-chan os.Signal, stop <-chan struct{}, stderr io.Writer) {
-	stamp := func() string {
-		fi, err := os.Stat(file)
-		if err != nil {
-			return ""
+// placedOn is p with the VMs of the controller's desired state for host
+// (vms) placed on host and every other VM placed elsewhere: the
+// controller's placement, migrations included, is what the gateway serves.
+func placedOn(p *policy.Policy, host string, vms []string) *policy.Policy {
+	q := *p
+	q.VMs = append([]policy.VM(nil), p.VMs...)
+	for i := range q.VMs {
+		switch {
+		case slices.Contains(vms, q.VMs[i].Name):
+			q.VMs[i].Host = host
+		case q.VMs[i].Host == host:
+			q.VMs[i].Host = "" // runs elsewhere
 		}
-		return fmt.Sprint(fi.ModTime().UnixNano(), fi.Size())
 	}
-	last := stamp()
+	return &q
+}
+
+// followController applies the controller's desired state for host to g
+// whenever its revision changes (a long poll; errors are retried every
+// second, reported once): VMs that migrate in get their disks served,
+// VMs that left have theirs drained and closed. The gateway does not
+// register the host (the agent does).
+func followController(g *storage.Gateway, cl *controller.Client, host string, rev int64, stop <-chan struct{}, stderr io.Writer) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-stop; cancel() }()
+	lastErr := ""
+	fail := func(err error) {
+		if ctx.Err() == nil && err.Error() != lastErr {
+			fmt.Fprintf(stderr, "sluice gateway: controller: %v\n", err)
+			lastErr = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second): // retry back-off
+		}
+	}
+	for ctx.Err() == nil {
+		d, err := cl.WatchDesired(ctx, host, rev, 30*time.Second)
+		if err != nil {
+			fail(err)
+			continue
+		}
+		if d.Revision == 0 || d.Revision == rev {
+			continue
+		}
+		ps, err := cl.Policy(ctx)
+		if err != nil {
+			fail(err)
+			continue
+		}
+		p, err := ps.Build()
+		if err != nil {
+			fail(err)
+			continue
+		}
+		if err := g.SetPolicy(placedOn(p, host, d.VMs)); err != nil {
+			fail(err)
+			continue
+		}
+		rev, lastErr = d.Revision, ""
+		fmt.Fprintf(stderr, "sluice gateway: desired state %d; serving %s\n", rev, strings.Join(g.Exports(), " "))
+	}
+}
+
+// fileStamp identifies the content of file ("" when it cannot be read): the
+// content, not the modification time, since two writes within one tick of
+// the file system's clock keep the time.
+func fileStamp(file string) string {
+	b, err := inputfile.Read(file, inputfile.MaxPolicyBytes) // bounded: not a device or a huge file
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return string(sum[:])
+}
+
+// followPolicy applies the policy file to g whenever its content differs
+// from last, the stamp of the file g was built from (looked at every
+// interval, and on SIGHUP): VMs that arrived on the host get their disks
+// served, VMs that left have theirs drained and closed. A file that does
+// not load is reported in one line and the last good policy stays.
+func followPolicy(g *storage.Gateway, file, last string, interval time.Duration, hup <-chan os.Signal, stop <-chan struct{}, stderr io.Writer) {
+	stamp := func() string { return fileStamp(file) }
 	var tick <-chan time.Time
 	if interval > 0 {
 		t := time.NewTicker(interval)

@@ -105,7 +105,7 @@ and HTB rates per uplink.
 example:
   sluice agent status --host h1 --policy examples/lab-1g.yaml -o json`,
 
-	"gateway": `usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT|dir:PATH [--listen ADDR:PORT|unix:PATH ...] [--period 4s] [--reload 2s] [--status-file FILE] [--cpus N] [--poll DUR]
+	"gateway": `usage: sluice gateway --host H --policy FILE|--controller URL --token-file F [--ca F] --datastore DS=nbd://IP:PORT|dir:PATH [--listen ADDR:PORT|unix:PATH ...] [--period 4s] [--reload 2s] [--status-file FILE] [--cpus N] [--poll DUR]
        sluice gateway status [--host H] [-o table|json] [--dir DIR]
 
 The storage gateway of a host: NBD exports per VM disk with mClock and
@@ -114,7 +114,9 @@ datastore is a directory of volumes (one file VM+DISK.img per disk, e.g.
 an NFS mount) or an NBD server with one export per volume; prepare it with
 'sluice datastore create'. The policy file is read again when it changes
 (or on SIGHUP): disks of VMs that arrived are served, those of VMs that
-left are flushed and closed.
+left are flushed and closed. With --controller the gateway follows the
+controller's policy and its desired state for the host (migrations
+included) instead of a file.
 
 example:
   sluice gateway --host h1 --policy examples/lab-1g.yaml --datastore ds1=nbd://198.18.0.2:10809

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/policy"
+	"sluice/storage"
+)
+
+const followPolicyYAML = `cluster: gwf
+hosts:
+  - {name: h1, uplinks: [{name: up0, speed: 1Gbps}]}
+  - {name: h2, uplinks: [{name: up0, speed: 1Gbps}]}
+datastores:
+  - {name: ds1}
+vms:
+  - {name: vm1, host: h1, disks: [{name: d0, datastore: ds1, size: 1MiB}]}
+  - {name: vm2, host: h1, disks: [{name: d0, datastore: ds1, size: 1MiB}]}
+`
+
+// The gateway follows its policy file: when vm2 moves to h2 in the file,
+// h1's gateway stops serving its disk without a restart, and serves it
+// again when it comes back.
+func TestGatewayFollowsPolicyFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(file, []byte(followPolicyYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stamp := fileStamp(file)
+	p, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vols := filepath.Join(dir, "ds1")
+	os.Mkdir(vols, 0o700)
+	if _, err := storage.CreateVolumes(vols, p, "ds1"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := storage.New(storage.Options{Host: "h1", Policy: p, Datastores: map[string]string{"ds1": "dir:" + vols}, Period: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go followPolicy(g, file, stamp, 10*time.Millisecond, nil, stop, io.Discard)
+	waitExports := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for strings.Join(g.Exports(), " ") != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("gateway serves %q, want %q", strings.Join(g.Exports(), " "), want)
+			}
+			time.Sleep(5 * time.Millisecond) // polling the gateway's exports
+		}
+	}
+	waitExports("vm1/d0 vm2/d0")
+	moved := strings.Replace(followPolicyYAML, "{name: vm2, host: h1", "{name: vm2, host: h2", 1)
+	if err := os.WriteFile(file, []byte(moved), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitExports("vm1/d0")
+	// A broken file changes nothing.
+	if err := os.WriteFile(file, []byte("cluster: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // several reload intervals: nothing may change
+	waitExports("vm1/d0")
+	if err := os.WriteFile(file, []byte(followPolicyYAML+"# back\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitExports("vm1/d0 vm2/d0")
+}
+
+// placedOn puts the controller's VMs for the host on it and every other
+// VM of the host elsewhere, without touching the policy it was given.
+func TestPlacedOn(t *testing.T) {
+	p := &policy.Policy{VMs: []policy.VM{{Name: "a", Host: "h1"}, {Name: "b", Host: "h2"}, {Name: "c", Host: "h1"}}}
+	q := placedOn(p, "h1", []string{"a", "b"})
+	got := []string{q.VMs[0].Host, q.VMs[1].Host, q.VMs[2].Host}
+	if strings.Join(got, ",") != "h1,h1," {
+		t.Errorf("hosts %v, want h1,h1,\"\"", got)
+	}
+	if p.VMs[1].Host != "h2" || p.VMs[2].Host != "h1" {
+		t.Error("placedOn changed the policy it was given")
+	}
+}
