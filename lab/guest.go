@@ -18,13 +18,18 @@ import (
 // disk image is built or downloaded; the guest runs the host's programs
 // (iperf3, sockperf, fio). See ../shared/lab-vms.md for what was measured.
 
-// GuestModules are the kernel modules a guest needs for virtio-net and a 9p
-// root; their own dependencies are loaded first, from modules.dep.
+// GuestModules are the kernel modules a guest needs for virtio-net, a 9p
+// root and the guest agent's virtio-serial port; their own dependencies are
+// loaded first, from modules.dep.
 var GuestModules = []string{"virtio_ring", "virtio", "virtio_pci_modern_dev", "virtio_pci_legacy_dev",
-	"virtio_pci", "failover", "net_failover", "virtio_net", "netfs", "fscache", "9pnet", "9pnet_virtio", "9p"}
+	"virtio_pci", "failover", "net_failover", "virtio_net", "netfs", "fscache", "9pnet", "9pnet_virtio", "9p",
+	"virtio_console"}
 
 // GuestRootTag is the 9p mount tag of the host's root filesystem.
 const GuestRootTag = "hostroot"
+
+// GuestAgentPort is the name of the guest agent's virtio-serial port.
+const GuestAgentPort = "org.qemu.guest_agent.0"
 
 // GuestKernel finds the newest /boot/vmlinuz-* whose modules directory
 // (/lib/modules/VERSION with modules.dep) exists.
@@ -109,7 +114,9 @@ exec $B switch_root /root /bin/sh /tmp/sl-guest.sh
 //	sl.iperf=PORT                   an iperf3 server (IPv4 and IPv6) on PORT
 //	sl.ttl=SECONDS                  power off after that long (0: never)
 //
-// and says "sl-guest: ready" on the console once its servers listen.
+// It starts the host's qemu-guest-agent on the virtio-serial port named
+// GuestAgentPort (GuestExec runs commands through it) and says "sl-guest:
+// ready" on the console once its servers listen and the agent runs.
 const GuestScript = `#!/bin/sh
 echo "sl-guest: root up, uptime $(cut -d' ' -f1 /proc/uptime) s"
 ip link set lo up
@@ -129,6 +136,12 @@ for a in $(cat /proc/cmdline); do
     ttl=${a#sl.ttl=}
     ;;
   esac
+done
+for p in /sys/class/virtio-ports/*; do
+  if [ "$(cat "$p/name" 2>/dev/null)" = "` + GuestAgentPort + `" ]; then
+    mkdir -p /run/qemu-ga
+    qemu-ga -m virtio-serial -p "/dev/${p##*/}" -t /run/qemu-ga -f /run/qemu-ga/pid >/dev/null 2>&1 &
+  fi
 done
 i=0
 while [ $i -lt 50 ] && ! grep -q ' 0A ' /proc/net/tcp6 /proc/net/tcp 2>/dev/null; do sleep 0.1; i=$((i+1)); done

@@ -114,13 +114,17 @@ func domainXML(v VMPlan, kernel, initrd, console string, o Options) string {
       <target dir='%s'/>
       <readonly/>
     </filesystem>
-%s    <serial type='file'>
+%s    <channel type='unix'>
+      <source mode='bind'/>
+      <target type='virtio' name='%s'/>
+    </channel>
+    <serial type='file'>
       <source path='%s'/>
       <target port='0'/>
     </serial>
     <memballoon model='none'/>
   </devices>
-</domain>`, typ, v.Name, GuestMemoryMiB, GuestVCPUs, kernel, initrd, strings.Join(cmd, " "), cpu, GuestRootTag, ifs.String(), console)
+</domain>`, typ, v.Name, GuestMemoryMiB, GuestVCPUs, kernel, initrd, strings.Join(cmd, " "), cpu, GuestRootTag, ifs.String(), GuestAgentPort, console)
 }
 
 // checkGuestTools says what a lab with guests is missing.

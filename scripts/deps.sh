@@ -14,9 +14,11 @@ for pair in ip:iproute2 iperf3:iperf3 sockperf:sockperf fio:fio nbdkit:nbdkit \
 	command -v "$bin" >/dev/null 2>&1 || need+=("$pkg")
 done
 # Real guests (livetest/virtlive): QEMU under libvirtd, booting Debian's
-# kernel from an initramfs made of busybox-static and the kernel's modules.
+# kernel from an initramfs made of busybox-static and the kernel's modules;
+# the guests run the host's qemu-guest-agent, through which the lab runs
+# commands inside them (lab.GuestExec).
 for pkg in qemu-system-x86 libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients \
-           linux-image-amd64 busybox-static; do
+           linux-image-amd64 busybox-static qemu-guest-agent; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ "$(id -u)" != 0 ]; then

@@ -65,6 +65,7 @@ type guestLab struct {
 func TestLabGuests(t *testing.T) {
 	l := upGuestLab(t)
 	ports := []string{"vm1/nic0", "vm2/nic0", "vm3/nic0"}
+	l.checkGuestExec()
 
 	usable := l.measureUsable(ports)
 	p := l.withUsable(usable)
@@ -103,6 +104,33 @@ func TestLabGuests(t *testing.T) {
 		if math.Abs(relErr(got, 60e6)) > 0.05 {
 			t.Errorf("%s (%s): mean %s Mbps, want 57–63 (its 60 Mbps limit ±5%%)", r.Name, fam, mbps(got))
 		}
+	}
+}
+
+// checkGuestExec runs commands inside vm1 through the guest agent: its
+// output and exit status come back, and the host's fio runs in the guest.
+func (l *guestLab) checkGuestExec() {
+	t := l.t
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := lab.GuestExec(ctx, l.p.Cluster, "vm1", "/bin/sh", "-c", "echo out; echo err >&2; exit 3")
+	if err == nil || res.Exit != 3 || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" {
+		t.Fatalf("guest exec: got exit %d, stdout %q, stderr %q, err %v; want 3, \"out\\n\", \"err\\n\" and an error", res.Exit, res.Stdout, res.Stderr, err)
+	}
+	res, err = lab.GuestExec(ctx, l.p.Cluster, "vm1", "fio", "--name=g", "--filename=/tmp/fio.dat", "--size=4M",
+		"--rw=randwrite", "--bs=4k", "--io_size=1M", "--output-format=json")
+	if err != nil {
+		t.Fatalf("fio in the guest: %v", err)
+	}
+	var out struct {
+		Jobs []struct {
+			Write struct {
+				IOs int64 `json:"total_ios"`
+			} `json:"write"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal(res.Stdout, &out); err != nil || len(out.Jobs) != 1 || out.Jobs[0].Write.IOs != 256 {
+		t.Fatalf("fio in the guest: want 256 writes of 4 KiB in its JSON, got %+v (%v); output %s", out, err, res.Stdout)
 	}
 }
 
