@@ -285,6 +285,11 @@ func (g *Gateway) SetPolicy(p *policy.Policy) error {
 	if !hasHost(p, g.opts.Host) {
 		return fmt.Errorf("gateway: host %q is not in the policy", g.opts.Host)
 	}
+	select {
+	case <-g.stop:
+		return errors.New("gateway: closed")
+	default:
+	}
 	return g.reconcile(p, false)
 }
 
