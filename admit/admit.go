@@ -20,14 +20,19 @@ import (
 // UUID.
 type Domain struct {
 	Name, UUID string
+	// VNICs is how many network interfaces the domain has (other than
+	// passthrough ones): a domain the policy does not name reserves the
+	// policy's unnamedVMs reservation on each.
+	VNICs int
 }
 
 // Decision is whether a domain may start, and why (one line, then one
 // line per shortfall).
 type Decision struct {
 	Allow bool
-	// VM is the policy's name of the domain ("" when the policy does not
-	// name it).
+	// VM is the policy's name of the domain; for a domain the policy does
+	// not name, its domain name when its unnamedVMs reservation was
+	// checked, else "".
 	VM      string
 	Why     string
 	Details []string
@@ -69,11 +74,13 @@ func VMName(p *policy.Policy, d Domain) string {
 // there now (running; dom itself is ignored among them). Every running
 // domain the policy names counts with its reservations (CPU MHz, memory,
 // vNIC reservations by the policy's uplink rule and reservationCap, IOPS
-// of its disks); one it does not name reserves nothing. dom is admitted
-// when placement admits it on this host; otherwise it is refused with
-// placement's shortfalls. A domain the policy does not name is admitted
-// (it reserves nothing), and so is any domain of a host the policy does
-// not know (sluice has no say there).
+// of its disks); one it does not name reserves the policy's unnamedVMs
+// reservation on each of its vNICs (and no CPU, memory or IOPS), as the
+// agent's derivation gives it. dom is admitted when placement admits it
+// on this host; otherwise it is refused with placement's shortfalls. A
+// domain the policy does not name is admitted without a check when
+// unnamedVMs reserves nothing, and so is any domain of a host the policy
+// does not know (sluice has no say there).
 //
 // Only this host's VMs are counted: cluster-wide quotas (network pools,
 // datastore IOPS) see the VMs of this host, not those of the others.
@@ -83,7 +90,8 @@ func Decide(p *policy.Policy, host string, dom Domain, running []Domain) Decisio
 		return Decision{Allow: true, Why: fmt.Sprintf("host %q is not in the policy; sluice does not decide here", host)}
 	}
 	name := VMName(p, dom)
-	if name == "" {
+	unnamedR := p.UnnamedVNICSetting().Reservation
+	if name == "" && (unnamedR == 0 || dom.VNICs == 0) {
 		return Decision{Allow: true, Why: fmt.Sprintf("domain %s is not named by the policy: it reserves nothing", dom.Name)}
 	}
 	// The cluster as this host sees it: the host, the VMs that run on it,
@@ -92,21 +100,21 @@ func Decide(p *policy.Policy, host string, dom Domain, running []Domain) Decisio
 	q.Hosts = []policy.Host{*h}
 	q.VMs = nil
 	cur := placement.Placement{}
+	self, label := vmOf(p, dom)
+	name = self.Name
 	seen := map[string]bool{name: true}
 	for _, r := range running {
-		n := VMName(p, r)
-		if n == "" || seen[n] {
+		vm, _ := vmOf(p, r)
+		if seen[vm.Name] || (VMName(p, r) == "" && (unnamedR == 0 || r.VNICs == 0)) {
 			continue
 		}
-		seen[n] = true
-		vm := *p.VM(n)
+		seen[vm.Name] = true
 		vm.Host = host
 		q.VMs = append(q.VMs, vm)
-		cur[n] = host
+		cur[vm.Name] = host
 	}
-	vm := *p.VM(name)
-	vm.Host = ""
-	q.VMs = append(q.VMs, vm)
+	self.Host = ""
+	q.VMs = append(q.VMs, self)
 	r := placement.Plan(&q, cur, placement.Demand{}, placement.Options{Threshold: 1, MaxMoves: -1})
 	for _, d := range r.Decisions {
 		if d.VM != name {
@@ -114,13 +122,13 @@ func Decide(p *policy.Policy, host string, dom Domain, running []Domain) Decisio
 		}
 		switch d.Kind {
 		case placement.Admit:
-			return Decision{Allow: true, VM: name, Why: fmt.Sprintf("its reservations fit on %s with the %d VMs that run there", host, len(cur))}
+			return Decision{Allow: true, VM: name, Why: fmt.Sprintf("its reservations%s fit on %s with the %d VMs that run there", label, host, len(cur))}
 		case placement.Refuse:
 			var det []string
 			for _, s := range d.Details {
 				det = append(det, strings.TrimPrefix(s, host+": "))
 			}
-			why := fmt.Sprintf("its reservations do not fit on %s with the %d VMs that run there", host, len(cur))
+			why := fmt.Sprintf("its reservations%s do not fit on %s with the %d VMs that run there", label, host, len(cur))
 			if strings.Contains(d.Why, "quota") {
 				why = d.Why
 			}
@@ -128,4 +136,19 @@ func Decide(p *policy.Policy, host string, dom Domain, running []Domain) Decisio
 		}
 	}
 	return Decision{VM: name, Why: "placement took no decision on it (a bug: please report)"}
+}
+
+// vmOf returns the policy's VM of d, or for a domain the policy does not
+// name a VM of its name whose every vNIC has the policy's unnamedVMs
+// setting (label then says so).
+func vmOf(p *policy.Policy, d Domain) (policy.VM, string) {
+	if n := VMName(p, d); n != "" {
+		return *p.VM(n), ""
+	}
+	set := p.UnnamedVNICSetting()
+	vm := policy.VM{Name: d.Name, CPU: policy.VMCPU{VCPUs: 1, Shares: policy.CPUSharesNormal}, Migratable: true}
+	for k := range d.VNICs {
+		vm.NICs = append(vm.NICs, policy.NIC{Name: fmt.Sprintf("nic%d", k), Shares: set.Shares, Reservation: set.Reservation, Limit: set.Limit})
+	}
+	return vm, fmt.Sprintf(" (unnamedVMs: %s per vNIC, %d vNICs)", policy.FormatRate(set.Reservation), d.VNICs)
 }

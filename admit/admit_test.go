@@ -70,3 +70,33 @@ func TestDecide(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideUnnamed: with an unnamedVMs reservation, a domain the policy
+// does not name reserves it on each of its vNICs, running or starting.
+func TestDecideUnnamed(t *testing.T) {
+	p, err := policy.Parse("t.yaml", []byte(testPolicy+"unnamedVMs: {reservation: 100Mbps}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		dom     Domain
+		running []Domain
+		allow   bool
+		want    string
+	}{
+		{"running unnamed domains reserve 100Mbps per vNIC: 600+2×100 > 750", Domain{Name: "big"}, []Domain{{Name: "stranger", VNICs: 2}}, false,
+			"network: needs 600Mbps of vNIC reservations, free 550Mbps (short 50Mbps)"},
+		{"one vNIC fits", Domain{Name: "big"}, []Domain{{Name: "stranger", VNICs: 1}}, true, "admitted big"},
+		{"an unnamed domain starting is checked", Domain{Name: "web7", VNICs: 2}, []Domain{{Name: "big"}}, false,
+			"refused web7: its reservations (unnamedVMs: 100Mbps per vNIC, 2 vNICs) do not fit on h1 with the 1 VMs that run there: network: needs 200Mbps of vNIC reservations, free 150Mbps (short 50Mbps)"},
+		{"an unnamed domain that fits starts", Domain{Name: "web7", VNICs: 1}, []Domain{{Name: "big"}}, true,
+			"admitted web7: its reservations (unnamedVMs: 100Mbps per vNIC, 1 vNICs) fit"},
+		{"without vNICs it reserves nothing", Domain{Name: "web7"}, []Domain{{Name: "big"}}, true, "reserves nothing"},
+	} {
+		d := Decide(p, "h1", c.dom, c.running)
+		if d.Allow != c.allow || !strings.Contains(d.String(), c.want) {
+			t.Errorf("%s: %v, want allow=%v and %q", c.name, d, c.allow, c.want)
+		}
+	}
+}

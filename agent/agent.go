@@ -72,6 +72,8 @@ type Agent struct {
 	released []string
 	cpuVMs   []*cpuVM          // running VMs of the policy, in policy order
 	cpuGone  map[string]string // group → VM of VMs that stopped: reset at the next Apply
+	// vnicMissing holds when each vNIC device was first found missing.
+	vnicMissing map[string]int64
 }
 
 type portState struct {
@@ -95,7 +97,8 @@ type Stats struct {
 	NowNs   int64        `json:"now_ns"`
 	Uplinks []UplinkStat `json:"uplinks"`
 	// Unnamed are the running VMs the policy does not name (when the
-	// inventory knows them): their packets fall into the default class.
+	// inventory knows them): each of their vNICs has a class of its own
+	// with the policy's unnamedVMs setting.
 	Unnamed []string `json:"unnamed,omitempty"`
 	// CPU is each running VM's CPU setting and use (Config.Cgroups);
 	// CPUCapacityMHz is the host's cores × MHz that they share.
@@ -154,7 +157,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	return &Agent{cfg: cfg, trees: trees, ports: map[string]*portState{}, rec: rec, taken: map[string]bool{},
-		cpuVMs: cpu, cpuGone: map[string]string{}}, nil
+		cpuVMs: cpu, cpuGone: map[string]string{}, vnicMissing: map[string]int64{}}, nil
 }
 
 // Trees returns the derived trees.
@@ -257,7 +260,7 @@ func (a *Agent) Apply(d Decision) (Changes, error) {
 	}
 	// A vNIC's classifier points at its class on its uplink: it is set
 	// once that uplink is in place.
-	errs = append(errs, a.reconcileVNICs(ready, &total))
+	errs = append(errs, a.reconcileVNICs(d.NowNs, ready, &total))
 	n, err := a.applyCPU(d)
 	total.CPUFiles += n
 	errs = append(errs, err)
@@ -303,8 +306,15 @@ func (a *Agent) Decide(m Measurement) Decision {
 				demand[n.Name] = alloc.Inf
 			}
 			if !ok {
-				// Created by this step: its counters start at 0.
+				// Created by this step: its counters start at 0. A new
+				// vNIC (a VM that arrived, e.g. by migration) keeps
+				// unbounded demand for its first demand window, as a
+				// saturated one does: its sender, stalled by the move,
+				// ramps up against neighbours that take all they get.
 				ps.lastBytes, ps.haveLast = 0, true
+				if n.IsNIC {
+					ps.satUntilNs = nowNs + DemandWindowNs
+				}
 				continue
 			}
 			if ps.haveLast && !first && dtNs > 0 && c.Bytes >= ps.lastBytes {

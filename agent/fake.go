@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -44,10 +45,13 @@ func NewFakeKernel(devs ...string) *FakeKernel {
 	return k
 }
 
+// errFakeNoLink is the fake's error for a device that does not exist.
+var errFakeNoLink = errors.New("Link not found")
+
 func (k *FakeKernel) dev(name string) (*FakeDev, error) {
 	d, ok := k.Devs[name]
 	if !ok {
-		return nil, fmt.Errorf("Link not found: %s", name)
+		return nil, fmt.Errorf("%w: %s", errFakeNoLink, name)
 	}
 	return d, nil
 }

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"github.com/vishvananda/netlink"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -109,11 +111,25 @@ func (a *Agent) takeUplink(dev string) error {
 	return nil
 }
 
+// VNICGoneGraceNs is how long a vNIC device may be missing before the
+// agent reports it (the inventory drops a stopped VM within it).
+const VNICGoneGraceNs = int64(2e9)
+
+// isNoDevice tells an error of a device that does not exist.
+func isNoDevice(err error) bool {
+	var nf netlink.LinkNotFoundError
+	return errors.As(err, &nf) || errors.Is(err, errFakeNoLink)
+}
+
 // reconcileVNICs puts the vNIC classifiers of the trees whose uplink is
 // ready in place (read, compare, replace), recording each device before
 // its first change, and removes the classifiers of recorded devices no
 // tree wants any more.
-func (a *Agent) reconcileVNICs(ready map[string]bool, ch *Changes) error {
+//
+// A vNIC device that does not exist is reported only once it has been
+// missing for VNICGoneGraceNs: a stopped VM's tap goes a moment before the
+// inventory says the VM stopped.
+func (a *Agent) reconcileVNICs(nowNs int64, ready map[string]bool, ch *Changes) error {
 	k := a.cfg.Kernel
 	var errs []error
 	want := map[string]bool{}
@@ -124,6 +140,17 @@ func (a *Agent) reconcileVNICs(ready map[string]bool, ch *Changes) error {
 				continue
 			}
 			class, ok, err := k.VNICClass(v.Dev)
+			if err != nil && isNoDevice(err) {
+				since, seen := a.vnicMissing[v.Dev]
+				if !seen {
+					a.vnicMissing[v.Dev], since = nowNs, nowNs
+				}
+				if nowNs-since >= VNICGoneGraceNs {
+					errs = append(errs, fmt.Errorf("VNICClass %s: %w (for %.1f s)", v.Dev, err, float64(nowNs-since)/1e9))
+				}
+				continue
+			}
+			delete(a.vnicMissing, v.Dev)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("VNICClass %s: %w", v.Dev, err))
 				continue
@@ -143,6 +170,11 @@ func (a *Agent) reconcileVNICs(ready map[string]bool, ch *Changes) error {
 				continue
 			}
 			ch.VNICsSet++
+		}
+	}
+	for dev := range a.vnicMissing {
+		if !want[dev] {
+			delete(a.vnicMissing, dev)
 		}
 	}
 	var keep []string

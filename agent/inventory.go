@@ -50,12 +50,19 @@ type StaticInventory struct {
 	VNICs   map[string]VNICMatch // VM/NIC → match
 	Addr    netip.Addr           // the host's own address
 	Cgroups map[string]string    // VM → its CPU cgroup (CgroupInventory); nil: none known
+	// Unnamed are running VMs that the policy does not name
+	// (UnnamedLister); VNICs holds the matches of their vNICs.
+	Unnamed []UnnamedVM
 }
 
 var (
 	_ Inventory       = (*StaticInventory)(nil)
 	_ CgroupInventory = (*StaticInventory)(nil)
+	_ UnnamedLister   = (*StaticInventory)(nil)
 )
+
+// UnnamedVMs returns Unnamed.
+func (s *StaticInventory) UnnamedVMs() []UnnamedVM { return s.Unnamed }
 
 // VMs returns Running.
 func (s *StaticInventory) VMs() ([]string, error) { return s.Running, nil }

@@ -57,6 +57,24 @@ func (k *NetlinkKernel) link(dev string) (netlink.Link, error) {
 	return l, nil
 }
 
+// Master returns the name of the device dev is a port of (its bridge or
+// bond), or "" when it has none.
+func (k *NetlinkKernel) Master(dev string) (string, error) {
+	l, err := k.link(dev)
+	if err != nil {
+		return "", err
+	}
+	idx := l.Attrs().MasterIndex
+	if idx == 0 {
+		return "", nil
+	}
+	m, err := k.h.LinkByIndex(idx)
+	if err != nil {
+		return "", fmt.Errorf("LinkByIndex %d (master of %s): %w", idx, dev, err)
+	}
+	return m.Attrs().Name, nil
+}
+
 func nlHandle(h Handle) uint32 { return uint32(h) }
 
 // RootHTB implements Kernel.

@@ -24,10 +24,19 @@ type PolicyNamer interface {
 }
 
 // UnnamedLister is an Inventory that knows the running VMs the policy
-// does not name. They get no class of their own: their packets fall into
-// the default class (DefaultClass); the statistics list them (Stats.Unnamed).
+// does not name, with their vNICs. The derivation gives each such vNIC a
+// class of its own with the policy's unnamedVMs setting (entitle.Live's
+// Unnamed); its port is VM/NIC with the names given here, which VNIC
+// resolves. The statistics list the VMs (Stats.Unnamed).
 type UnnamedLister interface {
-	Unnamed() []string
+	UnnamedVMs() []UnnamedVM
+}
+
+// UnnamedVM is a running VM that the policy does not name, and the names
+// of its vNICs (those with a host-side device the agent can classify at).
+type UnnamedVM struct {
+	Name string
+	NICs []string
 }
 
 func tellPolicyVMs(inv Inventory, p *policy.Policy) {
@@ -55,6 +64,11 @@ func derive(p *policy.Policy, host string, inv Inventory, ports map[string][]Por
 	live := entitle.Live{Hosts: map[string]string{}}
 	for _, vm := range vms {
 		live.Hosts[vm] = host
+	}
+	if u, ok := inv.(UnnamedLister); ok {
+		for _, vm := range u.UnnamedVMs() {
+			live.Unnamed = append(live.Unnamed, entitle.UnnamedVM{Name: vm.Name, Host: host, NICs: vm.NICs})
+		}
 	}
 	if ports == nil {
 		ports = DefaultClassPorts
@@ -142,10 +156,15 @@ func (a *Agent) setTrees(trees []*Tree) {
 // unnamed lists the running VMs the policy does not name, when the
 // inventory knows them.
 func (a *Agent) unnamed() []string {
-	if u, ok := a.cfg.Inventory.(UnnamedLister); ok {
-		return u.Unnamed()
+	u, ok := a.cfg.Inventory.(UnnamedLister)
+	if !ok {
+		return nil
 	}
-	return nil
+	var out []string
+	for _, vm := range u.UnnamedVMs() {
+		out = append(out, vm.Name)
+	}
+	return out
 }
 
 // releaseUplinks gives back the recorded root qdisc of the uplinks that a

@@ -15,12 +15,10 @@ import (
 type changingInventory struct {
 	*StaticInventory
 	changes chan struct{}
-	unnamed []string
 	named   []string // what the agent told it (SetPolicyVMs)
 }
 
 func (c *changingInventory) Changes() <-chan struct{}  { return c.changes }
-func (c *changingInventory) Unnamed() []string         { return c.unnamed }
 func (c *changingInventory) SetPolicyVMs(vms []string) { c.named = vms }
 
 const followPolicy = `cluster: t
@@ -100,7 +98,7 @@ func TestRunFollowsInventory(t *testing.T) {
 	// vm2 starts.
 	inv.Running = []string{"vm1", "vm2"}
 	inv.VNICs = full.VNICs
-	inv.unnamed = []string{"stranger"}
+	inv.Unnamed = []UnnamedVM{{Name: "stranger"}}
 	inv.changes <- struct{}{}
 	s, err := step(1.2e9)
 	if err != nil {
@@ -258,5 +256,107 @@ func TestWatchPolicy(t *testing.T) {
 	clock.ch <- 0
 	if len(out) != 1 {
 		t.Error("SIGHUP with a good file did not send it")
+	}
+}
+
+// TestUnnamedVMGetsItsClass: a running VM that the policy does not name
+// gets, per vNIC, a class of its own with the policy's unnamedVMs setting
+// and a classifier at its tap, from the step after it starts; the class
+// and classifier go when it stops.
+func TestUnnamedVMGetsItsClass(t *testing.T) {
+	p := mustPolicy(t, followPolicy+"unnamedVMs: {shares: low, reservation: 50Mbps, limit: 300Mbps}\n")
+	full := testInventory(p, "h1")
+	inv := &changingInventory{StaticInventory: &StaticInventory{Running: []string{"vm1", "vm2"}, Devices: full.Devices,
+		VNICs: full.VNICs}, changes: make(chan struct{})}
+	k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0", "vnet7")
+	a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: inv, Dynamic: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step, cancel := runAgent(t, a)
+	defer cancel()
+
+	inv.Unnamed = []UnnamedVM{{Name: "stranger", NICs: []string{"vnet7"}}}
+	inv.VNICs = map[string]VNICMatch{"stranger/vnet7": {Index: 9, HostDev: "vnet7"}}
+	for port, m := range full.VNICs {
+		inv.VNICs[port] = m
+	}
+	inv.changes <- struct{}{}
+	s, err := step(1.1e9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := MakeHandle(1, 0x100+9)
+	c, ok := k.Devs["sl-up0"].Classes[id]
+	if !ok {
+		t.Fatalf("the unnamed VM's vNIC has no class %s", id)
+	}
+	if c.Parent != MakeHandle(1, classMinorBase+1) {
+		t.Errorf("its class's parent is %s, want the vm class 1:11", c.Parent)
+	}
+	if c.CeilBps > 330e6 || c.CeilBps < 300e6 {
+		t.Errorf("its ceil is %d, want unnamedVMs' 300Mbps limit on the wire", c.CeilBps)
+	}
+	if k.Devs["vnet7"].VNICClass != id {
+		t.Errorf("its tap classifies into %s, want %s", k.Devs["vnet7"].VNICClass, id)
+	}
+	var port *PortStat
+	for i, ps := range s.Uplinks[0].Ports {
+		if ps.Port == "stranger/vnet7" {
+			port = &s.Uplinks[0].Ports[i]
+		}
+	}
+	if port == nil || port.Class != "vm" {
+		t.Fatalf("stats have no vm port stranger/vnet7: %+v", s.Uplinks[0].Ports)
+	}
+	if strings.Join(s.Unnamed, ",") != "stranger" {
+		t.Errorf("stats list unnamed VMs %v, want stranger", s.Unnamed)
+	}
+	// The vm class reserves the policy's vNICs' 100Mbps and its 50Mbps.
+	ent := a.Trees()[0].Entitlements(map[string]float64{"vm1/nic0": 0, "vm2/nic0": 0, "stranger/vnet7": 1e9})
+	if ent["stranger/vnet7"] != 300e6 {
+		t.Errorf("alone on the uplink it is entitled to %v, want its 300Mbps limit", ent["stranger/vnet7"])
+	}
+	if r := a.Trees()[0].Classes[1].R; r != 150e6 {
+		t.Errorf("the vm class reserves %v, want 150Mbps", r)
+	}
+
+	inv.Unnamed = nil
+	delete(inv.VNICs, "stranger/vnet7")
+	inv.changes <- struct{}{}
+	if _, err := step(1.2e9); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := k.Devs["sl-up0"].Classes[id]; ok {
+		t.Error("the unnamed VM stopped but its class is still there")
+	}
+	if k.Devs["vnet7"].VNICClass != 0 {
+		t.Error("the unnamed VM stopped but its tap still has sluice's classifier")
+	}
+}
+
+// TestMissingTapReportedAfterGrace: a vNIC whose device is gone (a VM's
+// tap goes a moment before the inventory says the VM stopped) is not an
+// error for VNICGoneGraceNs; after that it is, naming the device.
+func TestMissingTapReportedAfterGrace(t *testing.T) {
+	p := mustPolicy(t, followPolicy)
+	k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0")
+	a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: testInventory(p, "h1"), Dynamic: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Step(1e9); err != nil {
+		t.Fatal(err)
+	}
+	delete(k.Devs, "sl-v1n0")
+	if _, err := a.Step(1.1e9); err != nil {
+		t.Errorf("the tap gone for 0 s: %v", err)
+	}
+	if _, err := a.Step(1.1e9 + VNICGoneGraceNs - 1); err != nil {
+		t.Errorf("the tap gone for less than the grace: %v", err)
+	}
+	_, err = a.Step(1.1e9 + VNICGoneGraceNs)
+	if err == nil || !strings.Contains(err.Error(), "sl-v1n0") {
+		t.Errorf("the tap gone for the grace: error %v, want one naming sl-v1n0", err)
 	}
 }

@@ -21,7 +21,10 @@
 # LABEL=BINARY runs another build of sluice (SLUICE=BINARY replaces the
 # build of this tree) (e.g. before=/tmp/sluice-old)
 # with its default flags, shown as gw-poll-LABEL; PROXY=0 leaves
-# out the nbdkit proxy. GATEWAY_UNIX=1 also runs, per --poll value, a
+# out the nbdkit proxy. This tree's build serves TCP only with TLS
+# (docs/storage.md, "TLS"), which fio cannot use here: it runs on a Unix
+# socket, shown as gw-unix-poll-VALUE. For other builds (LABEL=BINARY),
+# GATEWAY_UNIX=1 also runs, per --poll value, a
 # gateway listening on a Unix socket (`--listen unix:PATH`, fio's
 # nbd+unix URI), shown as gw-unix-poll-VALUE beside the TCP one: the VM's
 # leg without the TCP/IP stack, as for a VM on the gateway's host (the
@@ -96,7 +99,11 @@ for pl in $polls; do
   esac
   # shellcheck disable=SC2086
   listens="tcp"
-  [ "${GATEWAY_UNIX:-0}" = 1 ] && [ "$bin" = "$tmp/sluice" ] && listens="tcp unix"
+  [ "${GATEWAY_UNIX:-0}" = 1 ] && listens="tcp unix"
+  # This tree's gateway serves TCP only with TLS, and fio's nbd engine
+  # (libnbd) takes client certificates only from /etc/pki/libnbd when root
+  # (not ?tls-certificates=): its runs here are over the Unix socket.
+  [ "$bin" = "$tmp/sluice" ] && listens="unix" && pf="$pf --socket-dir none" # one gateway per value: no per-VM sockets (they would collide)
   for ln in $listens; do
     if [ "$ln" = unix ]; then
       name=gw-unix-poll-$pl; la="unix:$tmp/gw$i.sock"; uri="nbd+unix:///vm1/disk0?socket=$tmp/gw$i.sock"

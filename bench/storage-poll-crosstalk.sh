@@ -10,7 +10,8 @@
 #   bench/storage-poll-crosstalk.sh [SECONDS]
 #
 # SLUICE=BINARY uses that build instead of building this tree. Needs go,
-# fio (nbd engine), nbdkit. Listens on 127.0.0.1:10909 and 10930.
+# fio (nbd engine), nbdkit. Listens on 127.0.0.1:10909 (nbdkit) and on a
+# Unix socket (the gateway: TCP needs TLS, which fio cannot use here).
 set -euf
 secs=${1:-8}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,12 +44,12 @@ echo "| --cpus | --poll | vm2 p50 µs | vm2 p99 µs | vm2 max µs | vm1 IOPS |"
 echo "|---:|---:|---:|---:|---:|---:|"
 for cpus in 1 2; do
 for pl in 0 50us; do
-  "$bin" gateway --cpus $cpus --poll $pl --host h1 --policy "$tmp/p.yaml" --datastore ds1=nbd://127.0.0.1:10909 --listen 127.0.0.1:10930 --status-file "$tmp/st.json" 2>"$tmp/gw.log" & g=$!
+  "$bin" gateway --cpus $cpus --poll $pl --host h1 --policy "$tmp/p.yaml" --datastore ds1=nbd://127.0.0.1:10909 --listen unix:"$tmp/gw.sock" --status-file "$tmp/st.json" 2>"$tmp/gw.log" & g=$!
   pids="$pids $g"
-  for i in $(seq 100); do fio --name=probe --ioengine=nbd --uri=nbd://127.0.0.1:10930/vm1/disk0 --rw=read --bs=4k --size=4k --output-format=terse >/dev/null 2>&1 && break; sleep 0.1; done
-  fio --name=busy --ioengine=nbd --uri=nbd://127.0.0.1:10930/vm1/disk0 --rw=randread --bs=4k --iodepth=1 --size=1G --time_based --runtime=$((secs+2)) --output-format=json >"$tmp/busy.json" 2>/dev/null & b=$!
+  for i in $(seq 100); do fio --name=probe --ioengine=nbd --uri="nbd+unix:///vm1/disk0?socket=$tmp/gw.sock" --rw=read --bs=4k --size=4k --output-format=terse >/dev/null 2>&1 && break; sleep 0.1; done
+  fio --name=busy --ioengine=nbd --uri="nbd+unix:///vm1/disk0?socket=$tmp/gw.sock" --rw=randread --bs=4k --iodepth=1 --size=1G --time_based --runtime=$((secs+2)) --output-format=json >"$tmp/busy.json" 2>/dev/null & b=$!
   sleep 1
-  fio --name=light --ioengine=nbd --uri=nbd://127.0.0.1:10930/vm2/disk0 --rw=randread --bs=4k --iodepth=1 --rate_iops=200 --size=1G --time_based --runtime=$secs --output-format=json >"$tmp/light.json" 2>/dev/null
+  fio --name=light --ioengine=nbd --uri="nbd+unix:///vm2/disk0?socket=$tmp/gw.sock" --rw=randread --bs=4k --iodepth=1 --rate_iops=200 --size=1G --time_based --runtime=$secs --output-format=json >"$tmp/light.json" 2>/dev/null
   wait $b
   kill $g; wait $g 2>/dev/null || true
   python3 - "$tmp/light.json" "$tmp/busy.json" $cpus $pl <<'PY'

@@ -40,19 +40,20 @@ func ParseDRSMode(s string) (DRSMode, error) {
 // the source's agent lets it go. The decision is "moving" until the
 // destination's agent reports the VM, then "done".
 
-// plannedMoves turns placement's moves into decisions and events. In
-// automatic mode each move is carried out in place (the VM's host
-// changes; placement's history notes it); in manual mode it is recommended.
-func (c *Controller) plannedMoves(moves []placement.Decision, place placement.Placement) ([]Decision, []Event) {
+// plannedMoves turns placement's moves into decisions and events of the
+// new state st (read as old). In automatic mode each move is carried out
+// in st (the VM's host changes; its history notes it); in manual mode it
+// is recommended.
+func (c *Controller) plannedMoves(moves []placement.Decision, old, st *state) ([]Decision, []Event) {
 	var decs []Decision
 	var evs []Event
 	for _, d := range moves {
-		if place[d.VM] != d.From {
+		if st.place[d.VM] != d.From {
 			continue
 		}
 		if c.cfg.DRS == DRSAutomatic {
-			place[d.VM] = d.To
-			c.noteMove(d.VM, d.From, d.To)
+			st.place[d.VM] = d.To
+			c.noteMove(old, st, d.VM, d.From, d.To)
 			decs = append(decs, Decision{VM: d.VM, From: d.From, To: d.To, Status: "moving", Reason: d.Why})
 			evs = append(evs, Event{Kind: "migrate", Subject: d.VM, Message: fmt.Sprintf("moving %s from %s to %s (DRS automatic)", d.VM, d.From, d.To), Reason: d.Why})
 			continue
@@ -63,8 +64,28 @@ func (c *Controller) plannedMoves(moves []placement.Decision, place placement.Pl
 	return decs, evs
 }
 
-func (c *Controller) noteMove(vm, from, to string) {
-	c.history[vm] = placement.LastMove{AtNs: c.cfg.Now().UnixNano(), From: from, To: to}
+// noteMove records in st's history (a copy of old's) that vm moves now
+// from from to to; commit writes it with the move.
+func (c *Controller) noteMove(old, st *state, vm, from, to string) {
+	if st.history == nil {
+		st.history = map[string]placement.LastMove{}
+		for k, v := range old.history {
+			st.history[k] = v
+		}
+	}
+	st.history[vm] = placement.LastMove{AtNs: c.cfg.Now().UnixNano(), From: from, To: to}
+}
+
+// History returns each VM's last migration carried out, as stored.
+func (c *Controller) History(ctx context.Context) (map[string]placement.LastMove, error) {
+	st, err := c.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if st.history == nil {
+		return map[string]placement.LastMove{}, nil
+	}
+	return st.history, nil
 }
 
 func clonePlace(pl placement.Placement) placement.Placement {
@@ -127,13 +148,13 @@ func (c *Controller) Approve(ctx context.Context, seq int64, reason string) (Res
 		return Result{}, apiErr(http.StatusConflict, "decision %d: %s no longer fits on %s: %v", seq, d.VM, d.To, err)
 	}
 	st.place[d.VM] = d.To
+	c.noteMove(old, st, d.VM, d.From, d.To)
 	d.Status = "moving"
 	st.extra = []clientv3.Op{c.rewrite(d)}
 	evs := []Event{{Kind: "migrate", Subject: d.VM, Message: fmt.Sprintf("moving %s from %s to %s (decision %d approved)", d.VM, d.From, d.To, seq), Reason: reason}}
 	if evs, err = c.commit(ctx, old, st, evs, nil); err != nil {
 		return Result{}, err
 	}
-	c.noteMove(d.VM, d.From, d.To)
 	return Result{Revision: st.doc.Revision, Events: evs}, nil
 }
 
@@ -202,7 +223,7 @@ func (c *Controller) DRSPass(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	r := placement.Plan(old.p, old.place, demand, placement.Options{Threshold: c.cfg.RebalanceThreshold,
-		NowNs: c.cfg.Now().UnixNano(), History: c.history})
+		NowNs: c.cfg.Now().UnixNano(), History: old.history})
 	var moves []placement.Decision
 	for _, m := range r.Moves() {
 		dup := slices.ContainsFunc(ds, func(d Decision) bool {
@@ -216,7 +237,7 @@ func (c *Controller) DRSPass(ctx context.Context) (Result, error) {
 		return Result{Revision: old.doc.Revision, Events: []Event{}}, nil
 	}
 	st := &state{p: old.p, doc: old.doc, place: clonePlace(old.place)}
-	decs, evs := c.plannedMoves(moves, st.place)
+	decs, evs := c.plannedMoves(moves, old, st)
 	if evs, err = c.commit(ctx, old, st, evs, decs); err != nil {
 		return Result{}, err
 	}

@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 func newDRSFixture(t *testing.T, mode DRSMode, threshold int) *fixture {
@@ -118,8 +120,8 @@ func TestDRSAutomatic(t *testing.T) {
 	if len(ds) != 2 || ds[0].Status != "moving" || ds[1].VM != "vm3" {
 		t.Fatalf("decisions %+v", ds)
 	}
-	if h := f.c.history["vm3"]; h.From != "h1" || h.To != "h2" {
-		t.Fatalf("history %+v", f.c.history)
+	if h, err := f.c.History(f.ctx); err != nil || h["vm3"].From != "h1" || h["vm3"].To != "h2" || h["vm2"].To != "h2" {
+		t.Fatalf("history %+v %v", h, err)
 	}
 }
 
@@ -142,5 +144,119 @@ func TestDRSPassRepairs(t *testing.T) {
 	}
 	if _, err := ParseDRSMode("sometimes"); err == nil {
 		t.Fatal("bad mode accepted")
+	}
+}
+
+// TestDRSHistoryRestart: the history of migrations is in etcd with the
+// placement: a new controller on the same prefix (a restart, also after
+// kill -9) reads it back, and its passes neither repeat the moves nor
+// undo them, also rebalancing at threshold 5.
+func TestDRSHistoryRestart(t *testing.T) {
+	f := newDRSFixture(t, DRSAutomatic, 5)
+	f.apply(readExample(t, "netioc-fig2.yaml"))
+	f.set("vm1/nic0.reservation=7.5Gbps")
+	f.set("vm2/nic0.reservation=4.5Gbps")
+	before, err := f.c.History(f.ctx)
+	if err != nil || before["vm2"].To != "h2" || before["vm2"].AtNs == 0 {
+		t.Fatalf("history %+v %v", before, err)
+	}
+	c2 := New(Config{Client: testEtcd.Client, Prefix: "/test/" + t.Name() + "/", ChooseHosts: true, DRS: DRSAutomatic, RebalanceThreshold: 5})
+	after, err := c2.History(f.ctx)
+	if err != nil || jsonOf(after) != jsonOf(before) {
+		t.Fatalf("history after a restart %+v %v, before %+v", after, err, before)
+	}
+	for i := 0; i < 3; i++ {
+		if r, err := c2.DRSPass(f.ctx); err != nil || len(r.Events) != 0 {
+			t.Fatalf("pass %d after the restart: %+v %v", i, r, err)
+		}
+	}
+	// Step c on the new controller: vm3 moves, vm2's entry is kept.
+	f.c = c2
+	if r := f.set("vm3/nic0.reservation=3Gbps"); kinds(r) != "set fault migrate" {
+		t.Fatalf("step c: %s", kinds(r))
+	}
+	h, _ := c2.History(f.ctx)
+	if h["vm2"] != before["vm2"] || h["vm3"].To != "h2" {
+		t.Fatalf("history %+v", h)
+	}
+}
+
+const pingPongPolicy = `cluster: pp
+hosts:
+  - {name: h1, cpu: {cores: 16, mhz: 2500}, memory: 128GiB, uplinks: [{name: vmnic0, speed: 10Gbps}]}
+  - {name: h2, cpu: {cores: 16, mhz: 2500}, memory: 128GiB, uplinks: [{name: vmnic0, speed: 10Gbps}]}
+vms:
+  - {name: v1, host: h1, cpu: {vcpus: 4, reservationMHz: 8000}, memory: 8GiB}
+  - {name: v2, host: h1, cpu: {vcpus: 4, reservationMHz: 8000}, memory: 8GiB}
+  - {name: v3, host: h1, cpu: {vcpus: 4, reservationMHz: 8000}, memory: 8GiB}
+  - {name: v4, host: h1, cpu: {vcpus: 4, reservationMHz: 8000}, memory: 8GiB}
+  - {name: v5, host: h1, cpu: {vcpus: 4, reservationMHz: 8000}, memory: 8GiB}
+`
+
+// TestDRSNoPingPong: five VMs on one of two hosts, rebalancing at the
+// most eager threshold (5), 120 periodic passes five minutes apart while
+// the VMs' CPU reservations swing ±10% every pass (odd and even VMs in
+// turn, the load that tempts a balancer most to move back and forth),
+// and the controller restarted (a new one on the same etcd prefix) at
+// pass 60. Rebalancing happens, but no VM moves twice within placement's
+// cooldown (15 min) nor back to the host it left within its return
+// window (1 h): the moves carried out, read back from the decisions in
+// etcd, show it.
+func TestDRSNoPingPong(t *testing.T) {
+	f := newDRSFixture(t, DRSAutomatic, 5)
+	now := time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	f.c.cfg.Now = clock
+	f.apply(pingPongPolicy)
+	const passes, restartAt = 120, 60
+	perPass := make([]int, passes)
+	for pass := 0; pass < passes; pass++ {
+		if pass == restartAt {
+			f.c = New(Config{Client: testEtcd.Client, Prefix: "/test/" + t.Name() + "/", DRS: DRSAutomatic, RebalanceThreshold: 5, Now: clock})
+		}
+		var changes []string
+		for i := 1; i <= 5; i++ {
+			mhz := 8800
+			if (i%2 == 0) == (pass%2 == 0) {
+				mhz = 7200
+			}
+			changes = append(changes, fmt.Sprintf("v%d.cpu.reservation=%dMHz", i, mhz))
+		}
+		if _, err := f.c.Set(f.ctx, SetRequest{Changes: changes}); err != nil {
+			t.Fatalf("pass %d: set: %v", pass, err)
+		}
+		r, err := f.c.DRSPass(f.ctx)
+		if err != nil {
+			t.Fatalf("pass %d: %v", pass, err)
+		}
+		perPass[pass] = len(r.Events)
+		now = now.Add(5 * time.Minute)
+	}
+	ds, err := f.cl.Decisions(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type move struct {
+		at       time.Time
+		from, to string
+	}
+	last := map[string]move{}
+	for _, d := range ds {
+		if d.Status != "moving" && d.Status != "done" {
+			t.Fatalf("decision %+v: DRS automatic leaves only moving or done ones", d)
+		}
+		if m, ok := last[d.VM]; ok {
+			if d.Time.Sub(m.at) < 15*time.Minute {
+				t.Errorf("%s moved at %v and again %v later (cooldown 15 min)", d.VM, m.at.Format("15:04"), d.Time.Sub(m.at))
+			}
+			if d.To == m.from && d.Time.Sub(m.at) < time.Hour {
+				t.Errorf("ping-pong: %s back to %s %v after it left it", d.VM, d.To, d.Time.Sub(m.at))
+			}
+		}
+		last[d.VM] = move{d.Time, d.From, d.To}
+	}
+	t.Logf("moves per pass: %v; %d moves in all", perPass, len(ds))
+	if len(ds) < 2 || len(ds) > passes/4 {
+		t.Fatalf("%d moves in %d passes: want rebalancing (≥ 2) without churn (≤ %d)", len(ds), passes, passes/4)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"sluice/placement"
@@ -39,6 +40,12 @@ type Follower struct {
 	// Logf gets a line when the connection is lost or back, and errors of
 	// Apply; nil discards.
 	Logf func(format string, args ...any)
+
+	// applied is signalled after a desired state with other VMs than the
+	// last one was applied: the host reports at once, so that a
+	// migration is done (its decision) without waiting for the next
+	// report.
+	applied chan struct{}
 }
 
 func (f *Follower) logf(format string, args ...any) {
@@ -55,6 +62,7 @@ func (f *Follower) Run(ctx context.Context) {
 	if f.Wait <= 0 {
 		f.Wait = 30 * time.Second
 	}
+	f.applied = make(chan struct{}, 1)
 	done := make(chan struct{})
 	go func() { defer close(done); f.lease(ctx) }()
 	f.watch(ctx)
@@ -101,8 +109,14 @@ func (f *Follower) lease(ctx context.Context) {
 		if down {
 			wait = f.RetryEvery
 		}
-		if !sleep(ctx, wait) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
 			return
+		case <-t.C:
+		case <-f.applied: // VMs came or went: report now
+			t.Stop()
 		}
 	}
 }
@@ -111,6 +125,7 @@ func (f *Follower) lease(ctx context.Context) {
 func (f *Follower) watch(ctx context.Context) {
 	var rev, policyRev int64 = 0, -1
 	var p *policy.Policy
+	var vms []string
 	lastErr := ""
 	fail := func(err error) bool {
 		if ctx.Err() != nil {
@@ -157,6 +172,13 @@ func (f *Follower) watch(ctx context.Context) {
 			continue // rev unchanged: the watch returns at once and Apply is tried again
 		}
 		rev, lastErr = d.Revision, ""
+		if !slices.Equal(vms, d.VMs) {
+			vms = slices.Clone(d.VMs)
+			select {
+			case f.applied <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 

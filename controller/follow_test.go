@@ -144,3 +144,31 @@ func TestFollowerRetriesApply(t *testing.T) {
 	ag.mu.Unlock()
 	waitFor(t, 2*time.Second, "apply after failures", func() bool { return ag.reservation() == 7.5e9 })
 }
+
+// TestFollowerReportsArrival: when a VM migrates to the follower's host,
+// the host reports it as soon as the agent took it, not at its next
+// periodic report, so the migration's decision is done at once.
+func TestFollowerReportsArrival(t *testing.T) {
+	f := newDRSFixture(t, DRSAutomatic, 1)
+	f.c.cfg.HostTTLSeconds = 30 // periodic reports every 10 s
+	f.apply(readExample(t, "netioc-fig2.yaml"))
+	ag := &fakeAgent{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		(&Follower{Client: f.cl, Host: "h2", Agent: ag, RetryEvery: 50 * time.Millisecond, Wait: time.Second}).Run(ctx)
+		close(done)
+	}()
+	defer func() { cancel(); <-done }()
+	waitFor(t, 2*time.Second, "registration", func() bool {
+		hs, _ := f.cl.Hosts(f.ctx)
+		return hs[1].Registered
+	})
+	f.set("vm1/nic0.reservation=7.5Gbps")
+	f.set("vm2/nic0.reservation=4.5Gbps") // vm2 moves to h2
+	took := waitFor(t, 2*time.Second, "vm2's migration done", func() bool {
+		ds, _ := f.cl.Decisions(f.ctx)
+		return len(ds) == 1 && ds[0].Status == "done"
+	})
+	t.Logf("set to the migration done (the destination's report): %v", took)
+}

@@ -180,7 +180,7 @@ func (c *Controller) Set(ctx context.Context, req SetRequest) (Result, error) {
 		r := placement.Plan(p, place, placement.Demand{}, placement.Options{Threshold: 1, Changed: changed})
 		st.place = clonePlace(place)
 		var mevs []Event
-		decs, mevs = c.plannedMoves(r.Moves(), st.place)
+		decs, mevs = c.plannedMoves(r.Moves(), old, st)
 		evs = append(evs, mevs...)
 	}
 	evs, err = c.commit(ctx, old, st, evs, decs)
@@ -344,13 +344,13 @@ func (c *Controller) Migrate(ctx context.Context, vm string, req MigrateRequest)
 	}
 	st := &state{p: old.p, doc: old.doc, place: clonePlace(old.place)}
 	st.place[vm] = req.To
+	c.noteMove(old, st, vm, from, req.To)
 	decs := []Decision{{VM: vm, From: from, To: req.To, Status: "moving", Reason: reason}}
 	evs := []Event{{Kind: "migrate", Subject: vm, Message: fmt.Sprintf("moving %s from %s to %s", vm, from, req.To), Reason: reason}}
 	evs, err = c.commit(ctx, old, st, evs, decs)
 	if err != nil {
 		return Result{}, err
 	}
-	c.noteMove(vm, from, req.To)
 	return Result{Revision: st.doc.Revision, Events: evs}, nil
 }
 

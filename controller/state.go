@@ -52,9 +52,6 @@ type Controller struct {
 	cfg   Config
 	mu    sync.Mutex // serializes changes
 	cache *state     // the last state read; its policy is reused while its revision holds
-	// history is each VM's last migration carried out by this process,
-	// so that rebalancing never undoes itself (placement.Options.History).
-	history map[string]placement.LastMove
 }
 
 // Key names under the prefix (docs/controller.md, "State in etcd").
@@ -62,6 +59,7 @@ const (
 	keyPolicy    = "state/policy"    // PolicyState
 	keyPlacement = "state/placement" // VM → host of the running VMs
 	keySeq       = "state/seq"       // the last event or decision number
+	keyHistory   = "state/history"   // VM → its last migration carried out (placement.LastMove)
 	dirHosts     = "hosts/"          // hosts/NAME: a registered host's Report, under its lease
 	dirDesired   = "desired/"        // desired/NAME: a host's DesiredHost (Revision 0)
 	dirEvents    = "events/"         // events/%020d: Event
@@ -88,7 +86,7 @@ func New(cfg Config) *Controller {
 	if cfg.RebalanceThreshold <= 0 {
 		cfg.RebalanceThreshold = 1
 	}
-	return &Controller{cfg: cfg, history: map[string]placement.LastMove{}}
+	return &Controller{cfg: cfg}
 }
 
 func (c *Controller) key(name string) string { return c.cfg.Prefix + name }
@@ -99,6 +97,12 @@ type state struct {
 	p     *policy.Policy // nil before the first apply
 	place placement.Placement
 	seq   int64
+	// history is each VM's last migration carried out, so that
+	// rebalancing never undoes itself (placement.Options.History). It is
+	// kept in etcd with the placement: a restarted controller (also after
+	// kill -9) neither repeats nor reverts a move. A new state leaves it
+	// nil unless it carries a move out (withMove); commit writes it then.
+	history map[string]placement.LastMove
 	// The mod revisions of the keys read, for the commit's comparison.
 	policyRev, placeRev, seqRev int64
 	// extra are further writes of the commit (a decision's new status).
@@ -130,6 +134,10 @@ func (c *Controller) load(ctx context.Context) (*state, error) {
 				return nil, fmt.Errorf("%s: %w", kv.Key, err)
 			}
 			st.seqRev = kv.ModRevision
+		case keyHistory:
+			if err := json.Unmarshal(kv.Value, &st.history); err != nil {
+				return nil, fmt.Errorf("%s: %w", kv.Key, err)
+			}
 		}
 	}
 	if st.policyRev == 0 {
@@ -200,6 +208,9 @@ func (c *Controller) commit(ctx context.Context, old, st *state, evs []Event, de
 		put(fmt.Sprintf("%s%020d", dirEvents, st.seq), evs[i])
 	}
 	put(keySeq, st.seq)
+	if st.history != nil {
+		put(keyHistory, st.history)
+	}
 	ops = append(ops, st.extra...)
 	pub, err := c.publishOps(ctx, st)
 	if err != nil {

@@ -15,8 +15,13 @@ import (
 // TestDataDriven runs testdata/*.txt. The input of each command is a policy
 // file (YAML). Commands:
 //
-//	network [demand=(PORT:RATE, ...)]   every listed port's entitlement
-//	explain port=PORT [demand=(...)]    Net.Explain
+//	network [demand=(PORT:RATE, ...)] [unnamed=(HOST/VM/NIC, ...)]
+//	                                    every listed port's entitlement
+//	explain port=PORT [demand=(...)] [unnamed=(...)]   Net.Explain
+//
+// unnamed lists vNICs of running VMs that the policy does not name
+// (Live.Unnamed).
+//
 //	storage ds=NAME [capacity=IOPS] [demand=(DISK:IOPS, ...)]
 //
 // RATE is a policy rate ("2Gbps") or "unlimited". Every tree is checked
@@ -42,7 +47,21 @@ func TestDataDriven(t *testing.T) {
 			var b strings.Builder
 			switch d.Cmd {
 			case "network", "explain":
-				n, err := Network(p, dem)
+				var un []UnnamedVM
+				if arg, ok := d.Arg("unnamed"); ok {
+					for _, v := range arg.Vals {
+						f := strings.Split(v, "/")
+						if len(f) != 3 {
+							d.Fatalf(t, "unnamed %q: want HOST/VM/NIC", v)
+						}
+						if k := len(un) - 1; k >= 0 && un[k].Name == f[1] {
+							un[k].NICs = append(un[k].NICs, f[2])
+						} else {
+							un = append(un, UnnamedVM{Name: f[1], Host: f[0], NICs: []string{f[2]}})
+						}
+					}
+				}
+				n, err := NetworkWith(p, un, dem)
 				if err != nil {
 					return "error: " + err.Error() + "\n"
 				}

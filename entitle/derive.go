@@ -1,6 +1,8 @@
 package entitle
 
 import (
+	"slices"
+
 	"sluice/alloc"
 	"sluice/policy"
 )
@@ -20,6 +22,20 @@ type Live struct {
 	// keep their trees (with Down set) but no vNIC is assigned to them:
 	// their vNICs go to the host's other uplinks by the usual rule.
 	DownUplinks map[string]bool
+	// Unnamed are the running VMs that the policy does not name (a
+	// hypervisor's inventory knows them), each with its host and vNICs.
+	// Every vNIC gets a class of its own in the vm class of its host with
+	// the policy's unnamedVMs setting, on an uplink chosen by the rule of
+	// the policy's vNICs. A VM whose name the policy has, or whose host
+	// is not in the policy, is ignored.
+	Unnamed []UnnamedVM
+}
+
+// UnnamedVM is a running VM that the policy does not name.
+type UnnamedVM struct {
+	Name string   // as the inventory names it (a libvirt domain name)
+	Host string   // where it runs
+	NICs []string // its vNICs, as the inventory names them: ports Name/NIC
 }
 
 // Desired is the desired state of a cluster derived from a policy and the
@@ -65,6 +81,9 @@ type VNICSpec struct {
 	ReservationBps float64
 	Shares         float64
 	LimitBps       float64 // alloc.Inf when unlimited
+	// Unnamed says the VM runs but the policy does not name it: the
+	// settings are the policy's unnamedVMs.
+	Unnamed bool
 }
 
 // DatastoreSpec is the set of disks of running VMs on one datastore.
@@ -110,6 +129,9 @@ func IOPSLimit(l policy.IOPS) float64 {
 //     reservations first, best fit on the vm-class budget, unreserved
 //     vNICs on the first uplink), over the uplinks that are up;
 //   - passthrough vNICs bypass the scheduler: they are on no tree;
+//   - each vNIC of a running VM that the policy does not name
+//     (Live.Unnamed) is a vNIC with the policy's unnamedVMs setting,
+//     after the policy's vNICs of its host;
 //   - the vm class reserves what the file gives it, else the sum of its
 //     vNICs' reservations on the uplink, at most its budget (reservationCap
 //     × speed less the other classes' reservations), so that the other
@@ -118,9 +140,13 @@ func IOPSLimit(l policy.IOPS) float64 {
 func Derive(p *policy.Policy, live Live) *Desired {
 	d := &Desired{}
 	onHost := runningVMs(p, live)
+	unnamed := unnamedVMs(p, live)
 	for hi := range p.Hosts {
 		h := &p.Hosts[hi]
 		vms := onHost[h.Name]
+		if u := unnamed[h.Name]; len(u) > 0 {
+			vms = slices.Concat(vms, u)
+		}
 		up := &policy.Host{Name: h.Name, CPU: h.CPU, Memory: h.Memory}
 		for _, u := range h.Uplinks {
 			if !live.DownUplinks[h.Name+"/"+u.Name] {
@@ -129,7 +155,7 @@ func Derive(p *policy.Policy, live Live) *Desired {
 		}
 		assign := p.AssignUplinks(up, vms)
 		for ui := range h.Uplinks {
-			d.Uplinks = append(d.Uplinks, deriveUplink(p, h, &h.Uplinks[ui], vms, assign, live))
+			d.Uplinks = append(d.Uplinks, deriveUplink(p, h, &h.Uplinks[ui], vms, len(onHost[h.Name]), assign, live))
 		}
 	}
 	for _, ds := range p.Datastores {
@@ -152,7 +178,9 @@ func Derive(p *policy.Policy, live Live) *Desired {
 	return d
 }
 
-func deriveUplink(p *policy.Policy, h *policy.Host, u *policy.Uplink, vms []*policy.VM, assign map[string]string, live Live) UplinkSpec {
+// deriveUplink derives one uplink's tree; vms[named:] are the running VMs
+// that the policy does not name.
+func deriveUplink(p *policy.Policy, h *policy.Host, u *policy.Uplink, vms []*policy.VM, named int, assign map[string]string, live Live) UplinkSpec {
 	usable := u.Usable
 	if usable <= 0 {
 		usable = u.Speed
@@ -164,14 +192,14 @@ func deriveUplink(p *policy.Policy, h *policy.Host, u *policy.Uplink, vms []*pol
 			Shares: float64(tc.Shares), LimitBps: RateLimit(tc.Limit), Declared: tc.Declared}
 		if tc.Name == "vm" {
 			var sum float64
-			for _, vm := range vms {
+			for vi, vm := range vms {
 				for _, nic := range vm.NICs {
 					port := policy.PortName(vm.Name, nic.Name)
 					if nic.Passthrough || assign[port] != u.Name {
 						continue
 					}
 					cs.VNICs = append(cs.VNICs, VNICSpec{Port: port, VM: vm.Name, NIC: nic.Name, ReservationBps: float64(nic.Reservation),
-						Shares: float64(nic.Shares), LimitBps: RateLimit(nic.Limit)})
+						Shares: float64(nic.Shares), LimitBps: RateLimit(nic.Limit), Unnamed: vi >= named})
 					sum += float64(nic.Reservation)
 				}
 			}
@@ -191,6 +219,35 @@ func runningVMs(p *policy.Policy, live Live) map[string][]*policy.VM {
 		if h := hostOf(&p.VMs[i], live); h != "" {
 			m[h] = append(m[h], &p.VMs[i])
 		}
+	}
+	return m
+}
+
+// unnamedVMs turns the running VMs that the policy does not name into
+// VMs of their hosts whose every vNIC has the unnamedVMs setting (a VM or
+// vNIC named twice counts once).
+func unnamedVMs(p *policy.Policy, live Live) map[string][]*policy.VM {
+	if len(live.Unnamed) == 0 {
+		return nil
+	}
+	m := map[string][]*policy.VM{}
+	set := p.UnnamedVNICSetting()
+	seen := map[string]bool{}
+	for _, u := range live.Unnamed {
+		if seen[u.Name] || p.VM(u.Name) != nil || p.Host(u.Host) == nil {
+			continue
+		}
+		seen[u.Name] = true
+		vm := &policy.VM{Name: u.Name, Host: u.Host}
+		nics := map[string]bool{}
+		for _, n := range u.NICs {
+			if nics[n] {
+				continue
+			}
+			nics[n] = true
+			vm.NICs = append(vm.NICs, policy.NIC{Name: n, Shares: set.Shares, Reservation: set.Reservation, Limit: set.Limit})
+		}
+		m[u.Host] = append(m[u.Host], vm)
 	}
 	return m
 }

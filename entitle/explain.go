@@ -60,6 +60,11 @@ func (n *Net) Explain(name string) ([]string, error) {
 		t := pt.Tree
 		out = append(out, fmt.Sprintf("%s on host %s, uplink %s (usable %s): %s, %s",
 			pt.Name, t.Host, t.Uplink, FormatBps(t.CapacityBps), FormatBps(pt.AllocBps()), pt.Node.Reason))
+		if pt.Unnamed {
+			vm, _, _ := strings.Cut(pt.Name, "/")
+			out = append(out, fmt.Sprintf("%s runs on %s but the policy does not name it: each of its vNICs gets the policy's unnamedVMs (reservation %s, shares %s, limit %s)",
+				vm, t.Host, FormatBps(pt.ReservationBps()), trim(pt.Node.Shares), FormatBps(pt.LimitBps())))
+		}
 		root := t.Root
 		if root.Alloc < t.CapacityBps {
 			out = append(out, fmt.Sprintf("the uplink's ports can use only %s of its %s; that is what it divides", FormatBps(root.Alloc), FormatBps(t.CapacityBps)))

@@ -59,6 +59,9 @@ type Port struct {
 	// DemandGiven says the demand was set by the caller rather than
 	// defaulted.
 	DemandGiven bool
+	// Unnamed says the port is a vNIC of a running VM that the policy
+	// does not name: its settings are the policy's unnamedVMs.
+	Unnamed bool
 }
 
 // Listed says the port belongs in a listing such as `sluice alloc`: every
@@ -93,7 +96,14 @@ func (p *Port) AllocBps() float64 { return p.Node.Alloc }
 // demand for their vNICs is accepted and ignored); passthrough vNICs
 // bypass the scheduler and are on no uplink either.
 func Network(p *policy.Policy, demandBps map[string]float64) (*Net, error) {
-	n := NewNet(Derive(p, Live{}))
+	return NetworkWith(p, nil, demandBps)
+}
+
+// NetworkWith is Network with the running VMs that the policy does not
+// name (Live.Unnamed): their vNICs are ports too, with the policy's
+// unnamedVMs setting.
+func NetworkWith(p *policy.Policy, unnamed []UnnamedVM, demandBps map[string]float64) (*Net, error) {
+	n := NewNet(Derive(p, Live{Unnamed: unnamed}))
 	if err := n.applyDemands(p, demandBps); err != nil {
 		return nil, err
 	}
@@ -129,7 +139,7 @@ func (n *Net) addUplink(u *UplinkSpec) {
 		for _, v := range c.VNICs {
 			vn := &alloc.Node{Name: v.Port, Reservation: v.ReservationBps, Shares: v.Shares, Limit: v.LimitBps, Demand: alloc.Inf}
 			cn.Children = append(cn.Children, vn)
-			n.add(&Port{Host: u.Host, Uplink: u.Uplink, Name: v.Port, Kind: KindVNIC, Class: c.Class, Node: vn, Tree: t, Declared: true})
+			n.add(&Port{Host: u.Host, Uplink: u.Uplink, Name: v.Port, Kind: KindVNIC, Class: c.Class, Node: vn, Tree: t, Declared: true, Unnamed: v.Unnamed})
 		}
 		if c.Class == "vm" && len(c.VNICs) == 0 {
 			cn.Demand = 0 // no vNIC sends through this uplink

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,6 +71,9 @@ type Options struct {
 	// GuestIPv6Only names VMs whose guests get no IPv4 address: they send
 	// IPv6 only (tests of classification at the vNIC).
 	GuestIPv6Only map[string]bool
+	// Migratable names VMs whose guests can migrate live (lab/migrate.go):
+	// they boot from their initramfs alone, without the host's root.
+	Migratable map[string]bool
 }
 
 // StatePath is the state file of a cluster's lab.
@@ -244,13 +248,6 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 	if err := waitGuests(pl, o.StateDir, GuestBootTimeout); err != nil {
 		return nil, err
 	}
-	for _, v := range pl.VMs {
-		if len(v.Disks) > 0 {
-			if err := pl.linkDiskSocket(v.VM, v.Host, true); err != nil {
-				return nil, fmt.Errorf("disk socket of %s: %w", v.VM, err)
-			}
-		}
-	}
 	for _, h := range pl.Hosts {
 		dss := map[string]bool{}
 		for _, v := range p.VMs {
@@ -269,10 +266,7 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 			fmt.Fprintln(logw, "warning: "+w)
 			continue
 		}
-		// TCP for VMs with a vNIC, the Unix socket for every VM (a path
-		// reaches across network namespaces).
-		args := []string{o.Gateway, "gateway", "--host", h.Host, "--policy", o.PolicyFile,
-			"--listen", fmt.Sprintf(":%d", NBDPort), "--listen", "unix:" + GatewaySocket(o.StateDir, p.Cluster, h.Host)}
+		args := []string{o.Gateway, "gateway", "--host", h.Host, "--policy", o.PolicyFile}
 		for _, d := range pl.Datastores {
 			if dss[d.Datastore] {
 				args = append(args, "--datastore", fmt.Sprintf("%s=nbd://%s:%d", d.Datastore, d.IP, NBDPort))
@@ -280,6 +274,18 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 		}
 		if err := start("gateway:"+h.Host, h.Name, "lab-"+p.Cluster+"-gateway-"+h.Host+".log", args...); err != nil {
 			return nil, err
+		}
+		// Up returns when the VMs can open their disks: each VM's socket
+		// accepts (docs/storage.md, "Access control").
+		var socks []string
+		for _, v := range p.VMs {
+			if v.Host == h.Host && len(v.Disks) > 0 {
+				socks = append(socks, storage.VMSocket(storage.SocketDir(p.Cluster, h.Host), v.Name))
+			}
+		}
+		if err := waitUnixSockets(socks, 10*time.Second); err != nil {
+			return nil, fmt.Errorf("lab: gateway of host %s: %v (log: %s)", h.Host, err,
+				filepath.Join(stateDirOr(o.StateDir), "lab-"+p.Cluster+"-gateway-"+h.Host+".log"))
 		}
 	}
 	if err := writeState(o.StateDir, st); err != nil {
@@ -478,6 +484,25 @@ func startDaemon(ns, logPath, pidFile string, args ...string) (int, error) {
 	}
 }
 
+// waitUnixSockets polls until a server accepts on every Unix socket.
+func waitUnixSockets(paths []string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for _, p := range paths {
+		for {
+			c, err := net.DialTimeout("unix", p, time.Second)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("nothing accepts on %s after %s: %v", p, within, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
 // waitListening polls until every TCP port listens in ns.
 func waitListening(ns string, ports []int, within time.Duration) error {
 	deadline := time.Now().Add(within)
@@ -519,6 +544,9 @@ func Down(cluster, stateDir string) error {
 	if err := removeDomains(cluster, doms); err != nil {
 		errs = append(errs, err)
 	}
+	if err := stopHostLibvirtds(cluster); err != nil {
+		errs = append(errs, err)
+	}
 	if st != nil {
 		for _, pr := range st.Processes {
 			if alive(pr) {
@@ -557,15 +585,15 @@ func Down(cluster, stateDir string) error {
 	if err := removeCgroups(cluster); err != nil {
 		errs = append(errs, err)
 	}
-	// Pid files, agent statistics, the gateways' sockets and the
-	// datastores' volumes of the cluster go too; logs stay.
-	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json", "lab-" + cluster + "-initrd"} {
+	// Pid files, agent statistics and the datastores' volumes of the
+	// cluster go too; logs stay.
+	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json", "lab-" + cluster + "-initrd", "lab-" + cluster + "-initrd-mig"} {
 		m, _ := filepath.Glob(filepath.Join(stateDirOr(stateDir), pat))
 		for _, f := range m {
 			_ = os.Remove(f)
 		}
 	}
-	for _, d := range []string{"lab-" + cluster + ".sockets", "lab-" + cluster + ".volumes"} {
+	for _, d := range []string{"lab-" + cluster + ".volumes"} {
 		if err := os.RemoveAll(filepath.Join(stateDirOr(stateDir), d)); err != nil {
 			errs = append(errs, err)
 		}

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"context"
 	"fmt"
 	"os/exec"
 
@@ -16,12 +17,9 @@ import (
 // device's qdiscs and filters on the way; the destination's agent adds its
 // own. Nothing new is created: the veth still dies with the VM's
 // namespace, so the state file stays right and `sluice lab down` cleans
-// up as before. A QEMU guest is not moved this way (live migration of a
-// guest is not built: MoveLines refuses it). The VM's disk socket (the
-// URI of its disks) is re-pointed at the destination's gateway socket:
-// the VM's next connection reaches the destination's gateway, which
-// serves the same volumes once it knows the VM is there (its policy file
-// or the controller, docs/storage.md).
+// up as before. A QEMU guest is not re-plugged (MoveLines refuses it):
+// Move migrates it live with libvirt (MigrateGuest, lab/migrate.go).
+// Disks are not reconnected to the destination's gateway yet.
 
 // MoveLines returns the `ip -batch` lines (batch's "-n NS" form) that move
 // vm's vNICs from host from to host to.
@@ -31,7 +29,7 @@ func (pl *Plan) MoveLines(vm, from, to string) ([]string, error) {
 		return nil, fmt.Errorf("lab: no VM %q", vm)
 	}
 	if v.Kind == policy.LabQemu {
-		return nil, fmt.Errorf("lab: %s is a QEMU guest: its live migration is not built (only namespace VMs re-plug)", vm)
+		return nil, fmt.Errorf("lab: %s is a QEMU guest: it migrates live (MigrateGuest), it is not re-plugged", vm)
 	}
 	src, dst := pl.Host(from), pl.Host(to)
 	if src == nil || dst == nil {
@@ -76,8 +74,15 @@ func (pl *Plan) WhereIs(vm string) (string, error) {
 
 // Move re-plugs vm's vNICs to host to, from wherever they are now.
 // Moving a VM to where it is already makes sure its veths are ports of
-// the right bridge and up; running Move twice changes nothing.
+// the right bridge and up; running Move twice changes nothing. A QEMU
+// guest migrates live instead (MigrateGuest, within MigrationTimeout).
 func (pl *Plan) Move(vm, to string) error {
+	if v := pl.VM(vm); v != nil && v.Kind == policy.LabQemu {
+		ctx, cancel := context.WithTimeout(context.Background(), MigrationTimeout)
+		defer cancel()
+		_, err := pl.MigrateGuest(ctx, vm, to)
+		return err
+	}
 	from, err := pl.WhereIs(vm)
 	if err != nil {
 		return err
@@ -89,11 +94,5 @@ func (pl *Plan) Move(vm, to string) error {
 	if err != nil {
 		return err
 	}
-	if err := batch(lines); err != nil {
-		return err
-	}
-	if v := pl.VM(vm); v != nil && len(v.Disks) > 0 {
-		return pl.linkDiskSocket(vm, to, false)
-	}
-	return nil
+	return batch(lines)
 }

@@ -24,7 +24,6 @@ package lab
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 
 	"sluice/policy"
@@ -57,7 +56,6 @@ const FabricBridge = "sl-fabric"
 // addresses of every namespace and link. The agent uses it to find uplink
 // devices and vNIC addresses.
 type Plan struct {
-	stateDir   string // where sockets and volumes live ("": DefaultStateDir)
 	Cluster    string
 	Prefix     string // "sl-<cluster>-"
 	Fabric     Namespace
@@ -86,28 +84,11 @@ type Addr struct {
 	IP  string `json:"ip"` // without prefix length; the lab is one /15
 }
 
-// DiskPlan is a VM disk and the URIs its host's gateway exports it at:
-// URI on the VM's disk socket (VMDiskSocket: a link to its host's
-// gateway socket), which a VM's namespace reaches with or without a vNIC
-// and which follows the VM when it moves, and TCPURI on the host's
-// address (only a VM with a vNIC reaches it).
+// DiskPlan is a VM disk and the URI its host's gateway exports it at.
 type DiskPlan struct {
 	Name      string `json:"name"`
 	Datastore string `json:"datastore"`
 	URI       string `json:"uri"`
-	TCPURI    string `json:"tcp_uri"`
-}
-
-// GatewaySocket is the Unix socket of host's storage gateway in a lab
-// whose state lives in stateDir ("": DefaultStateDir).
-func GatewaySocket(stateDir, cluster, host string) string {
-	return filepath.Join(stateDirOr(stateDir), "lab-"+cluster+".sockets", "gw-"+host+".sock")
-}
-
-// VMDiskSocket is the path a VM opens its disks at: a symbolic link to
-// its host's GatewaySocket, which Move points at the new host's.
-func VMDiskSocket(stateDir, cluster, vm string) string {
-	return filepath.Join(stateDirOr(stateDir), "lab-"+cluster+".sockets", "vm-"+vm+".sock")
 }
 
 // VolumeDir is the directory of datastore ds's volumes (served by its
@@ -116,37 +97,9 @@ func VolumeDir(stateDir, cluster, ds string) string {
 	return filepath.Join(stateDirOr(stateDir), "lab-"+cluster+".volumes", ds)
 }
 
-// linkDiskSocket points vm's disk socket at host's gateway socket
-// (replacing the link atomically). Without create, a lab whose sockets
-// directory is not there (a plan of another state directory) is left
-// alone.
-func (pl *Plan) linkDiskSocket(vm, host string, create bool) error {
-	path := VMDiskSocket(pl.stateDir, pl.Cluster, vm)
-	if _, err := os.Stat(filepath.Dir(path)); err != nil && !create {
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".new"
-	_ = os.Remove(tmp)
-	if err := os.Symlink(filepath.Base(GatewaySocket(pl.stateDir, pl.Cluster, host)), tmp); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
 // useStateDir sets the paths that depend on the state directory: the
-// disks' socket URIs and the datastores' volume directories.
+// datastores' volume directories.
 func (pl *Plan) useStateDir(stateDir string) {
-	pl.stateDir = stateDir
-	for i := range pl.VMs {
-		v := &pl.VMs[i]
-		for k := range v.Disks {
-			d := &v.Disks[k]
-			d.URI = fmt.Sprintf("nbd+unix:///%s/%s?socket=%s", v.VM, d.Name, VMDiskSocket(stateDir, pl.Cluster, v.VM))
-		}
-	}
 	for i := range pl.Datastores {
 		pl.Datastores[i].Array.Dir = VolumeDir(stateDir, pl.Cluster, pl.Datastores[i].Datastore)
 	}
@@ -311,8 +264,10 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 			k++
 		}
 		for _, dk := range vm.Disks {
+			// The VM's own socket on its host's gateway (docs/storage.md,
+			// "Access control"): reachable without a vNIC.
 			vp.Disks = append(vp.Disks, DiskPlan{Name: dk.Name, Datastore: dk.Datastore,
-				TCPURI: fmt.Sprintf("nbd://%s:%d/%s/%s", hp.IP, NBDPort, vm.Name, dk.Name)})
+				URI: fmt.Sprintf("nbd+unix:///%s/%s?socket=%s", vm.Name, dk.Name, storage.VMSocket(storage.SocketDir(p.Cluster, hp.Host), vm.Name))})
 		}
 		pl.VMs = append(pl.VMs, vp)
 	}

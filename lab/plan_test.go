@@ -57,9 +57,7 @@ func TestPlan(t *testing.T) {
 	if n := pl.NIC("vm1/nic1"); n == nil || n.Bridge != "sl-br1" || n.Uplink != "up1" {
 		t.Errorf("vm1/nic1 should be on up1's bridge sl-br1: %+v", n)
 	}
-	// The socket reaches the VM with or without a vNIC; TCP needs one.
-	if d := pl.VM("vm1").Disks; len(d) != 1 || d[0].URI != "nbd+unix:///vm1/d0?socket=/run/sluice/lab-c1.sockets/vm-vm1.sock" ||
-		d[0].TCPURI != "nbd://198.18.1.1:10809/vm1/d0" {
+	if d := pl.VM("vm1").Disks; len(d) != 1 || d[0].URI != "nbd+unix:///vm1/d0?socket=/run/sluice/gw-c1-h1/vm1.sock" {
 		t.Errorf("disk URI: %+v", d)
 	}
 	// 4 slots × 2 ms per 4 KiB I/O: 2000 IOPS shared by all hosts.

@@ -163,7 +163,13 @@ func startGuests(pl *Plan, st *State, o Options, logw io.Writer) error {
 		if err := writeState(o.StateDir, st); err != nil {
 			return err
 		}
-		dom, err := l.DomainDefineXML(domainXML(v, kernel, initrd, console, o))
+		vInitrd := initrd
+		if o.Migratable[v.VM] {
+			if vInitrd, err = migratableInitrd(o.StateDir, pl.Cluster, modDir); err != nil {
+				return err
+			}
+		}
+		dom, err := l.DomainDefineXML(domainXML(v, kernel, vInitrd, console, o))
 		if err != nil {
 			return fmt.Errorf("lab: define domain %s: %w", v.Name, err)
 		}
@@ -237,8 +243,13 @@ func ExistingDomains(cluster string) ([]string, error) {
 	return out, nil
 }
 
-// domainActive tells whether the named domain runs.
+// domainActive tells whether the named domain runs (under the machine's
+// libvirtd or, after a migration, a lab host's own).
 func domainActive(name string) bool {
+	return systemDomainActive(name) || hostLibvirtdActive(name)
+}
+
+func systemDomainActive(name string) bool {
 	c, err := virt.Dial("")
 	if err != nil {
 		return false

@@ -80,6 +80,7 @@ func (p *Policy) checkUplinks(l *errorList) {
 			}
 		}
 	}
+	p.checkUnnamed(l)
 	for _, vm := range p.VMs {
 		if vm.Host != "" {
 			continue
@@ -89,6 +90,27 @@ func (p *Policy) checkUplinks(l *errorList) {
 				l.add(nic.Pos.FieldLine("reservation"), "vms["+vm.Name+"].nics["+nic.Name+"].reservation",
 					"%s fits on no uplink of any host (at most %s can be reserved for vNICs on one uplink)", FormatRate(nic.Reservation), FormatRate(best))
 			}
+		}
+	}
+}
+
+// checkUnnamed checks that the reservation of an unnamed VM's vNIC fits
+// on an uplink of every host that has uplinks.
+func (p *Policy) checkUnnamed(l *errorList) {
+	r := p.UnnamedVMs.Reservation
+	if r == 0 {
+		return
+	}
+	for hi := range p.Hosts {
+		h := &p.Hosts[hi]
+		var best Bps
+		for ui := range h.Uplinks {
+			best = max(best, p.VMClassBudget(&h.Uplinks[ui]))
+		}
+		if len(h.Uplinks) > 0 && r > best {
+			l.add(p.UnnamedVMs.Pos.FieldLine("reservation"), "unnamedVMs.reservation",
+				"%s fits on no uplink of host %s (at most %s can be reserved for vNICs on one uplink)", FormatRate(r), h.Name, FormatRate(best))
+			return
 		}
 	}
 }

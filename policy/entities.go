@@ -8,11 +8,12 @@ import (
 
 // Field names of every entity, in the order docs/policy.md lists them.
 var (
-	policyFields    = []string{"cluster", "reservationCap", "hosts", "trafficClasses", "networkPools", "portGroups", "datastores", "vms"}
+	policyFields    = []string{"cluster", "reservationCap", "hosts", "trafficClasses", "networkPools", "portGroups", "datastores", "vms", "unnamedVMs"}
 	hostFields      = []string{"name", "cpu", "memory", "uplinks"}
 	hostCPUFields   = []string{"cores", "mhz"}
 	uplinkFields    = []string{"name", "speed", "usable"}
 	classFields     = []string{"shares", "reservation", "limit"}
+	unnamedFields   = []string{"shares", "reservation", "limit"}
 	poolFields      = []string{"name", "reservation", "portGroups", "hosts"}
 	portGroupFields = []string{"name", "vlan"}
 	dsFields        = []string{"name", "sioc", "array"}
@@ -75,7 +76,28 @@ func (d *decoder) policy(root *yaml.Node) *Policy {
 	for i, n := range d.list(m, "vms") {
 		p.VMs = append(p.VMs, d.vm(n, itemPath("vms", i, n)))
 	}
+	p.UnnamedVMs = d.unnamedVMs(m)
 	return p
+}
+
+// unnamedVMs decodes what each vNIC of a running VM that the policy does
+// not name gets; the default is shares normal, no reservation, no limit.
+func (d *decoder) unnamedVMs(top *mapping) UnnamedVNIC {
+	u := UnnamedVNIC{Shares: NetSharesNormal, Limit: Unlimited}
+	v, ok := top.vals["unnamedVMs"]
+	if !ok || (v.Kind == yaml.ScalarNode && v.Tag == "!!null") {
+		return u
+	}
+	u.Pos.Line = v.Line
+	m := d.mapping(v, "unnamedVMs", &u.Pos, "", unnamedFields...)
+	if m == nil {
+		return u
+	}
+	d.shares(m, "shares", "network", 1, &u.Shares)
+	d.rate(m, "reservation", &u.Reservation, false)
+	d.rate(m, "limit", &u.Limit, true)
+	d.checkRL(m, u.Reservation, u.Limit)
+	return u
 }
 
 func isPlainNumber(s string) bool {

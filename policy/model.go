@@ -56,6 +56,11 @@ type Policy struct {
 	// PortGroups are the port groups the file declares (optional section).
 	// When the section is absent, any port group name may be used.
 	PortGroups []PortGroup
+	// UnnamedVMs is what each vNIC of a running VM that the policy does
+	// not name gets on its host (the agent learns such VMs from the
+	// hypervisor): a class of its own in the vm class with these
+	// settings.
+	UnnamedVMs UnnamedVNIC
 
 	// Pos records the lines of the top-level keys (e.g. "reservationCap").
 	Pos Pos
@@ -115,6 +120,30 @@ type PortGroup struct {
 	Name string
 	VLAN int // 0 when not set
 	Pos  Pos
+}
+
+// UnnamedVNIC is the setting of every vNIC of a running VM that the
+// policy does not name (the top-level `unnamedVMs`). The default is
+// shares normal, no reservation and no limit.
+type UnnamedVNIC struct {
+	Shares      int
+	Reservation Bps
+	Limit       Bps // Unlimited when not set
+	Pos         Pos
+}
+
+// UnnamedVNICSetting returns UnnamedVMs with the defaults filled in for a
+// Policy built in code rather than decoded (shares 0 is normal, limit 0
+// is unlimited: a decoded file never has either).
+func (p *Policy) UnnamedVNICSetting() UnnamedVNIC {
+	u := p.UnnamedVMs
+	if u.Shares == 0 {
+		u.Shares = NetSharesNormal
+	}
+	if u.Limit == 0 {
+		u.Limit = Unlimited
+	}
+	return u
 }
 
 // Datastore is shared storage used by several hosts.

@@ -156,6 +156,8 @@ func checkInvariants(p *Policy) string {
 func derived(p *Policy) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "reservationCap %g\n", p.ReservationCap)
+	u := p.UnnamedVMs
+	fmt.Fprintf(&b, "unnamedVMs shares=%d reservation=%s limit=%s\n", u.Shares, FormatRate(u.Reservation), FormatRate(u.Limit))
 	for _, tc := range p.TrafficClasses {
 		if tc.Declared {
 			fmt.Fprintf(&b, "class %s shares=%d reservation=%s limit=%s\n", tc.Name, tc.Shares, FormatRate(tc.Reservation), FormatRate(tc.Limit))

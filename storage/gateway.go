@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +52,10 @@ type Options struct {
 	// latency: each poll saves a thread wake-up when the answer comes
 	// within PollNs (docs/perf/storage.md).
 	PollNs int64
+	// MaxConns bounds the VM connections open at once over all listeners
+	// (default nbd.DefaultMaxConns); MaxConnsPerVM those on one VM's
+	// socket (default DefaultMaxConnsPerVM).
+	MaxConns, MaxConnsPerVM int
 }
 
 // Gateway serves the disks of one host and controls their I/O.
@@ -138,7 +144,7 @@ func New(opts Options) (*Gateway, error) {
 		g.closeGates()
 		return nil, err
 	}
-	g.srv = &nbd.Server{Exports: g.exports, Logf: g.opts.Logf, PollNs: opts.PollNs}
+	g.srv = &nbd.Server{Exports: g.exports, Logf: g.opts.Logf, PollNs: opts.PollNs, MaxConns: opts.MaxConns}
 	g.status = g.snapshot(g.clk.Now(), nil)
 	return g, nil
 }
@@ -449,20 +455,30 @@ func (g *Gateway) removeDisk(d *disk) {
 // Exports lists the export names ("VM/DISK") this gateway serves.
 func (g *Gateway) Exports() []string { return g.exports.Names() }
 
-// Serve starts the control loop and serves NBD on l until Close. It may
-// be called for several listeners at once (Status.Listen lists them all).
-func (g *Gateway) Serve(l net.Listener) error {
+// Serve starts the control loop and serves NBD on l until Close; every
+// client on l may open every disk (the administrator's socket).
+func (g *Gateway) Serve(l net.Listener) error { return g.ServeAccess(l, nbd.Access{}) }
+
+// ServeAccess starts the control loop and serves NBD on l until Close;
+// clients on l may do what a allows. It may run for several listeners at
+// once; the Status lists them all.
+func (g *Gateway) ServeAccess(l net.Listener, a nbd.Access) error {
+	return g.serveNamed(l, a, listenName(l))
+}
+
+// serveNamed is ServeAccess with the listener's name in the Status (names
+// listed once).
+func (g *Gateway) serveNamed(l net.Listener, a nbd.Access, name string) error {
 	g.mu.Lock()
-	if g.listen != "" {
-		g.listen += " "
+	if !slices.Contains(strings.Fields(g.listen), name) {
+		g.listen = strings.TrimSpace(g.listen + " " + name)
 	}
-	g.listen += listenName(l)
 	g.mu.Unlock()
 	g.once.Do(func() {
 		g.wg.Add(1)
 		go g.controlLoop()
 	})
-	return g.srv.Serve(l)
+	return g.srv.ServeAccess(l, a)
 }
 
 // closeGrace is how long Close waits for requests in flight at the
@@ -515,6 +531,7 @@ func (g *Gateway) Close() error {
 func (g *Gateway) Status() Status {
 	g.mu.Lock()
 	st := g.status
+	st.Listen = g.listen // the listeners serving now
 	g.mu.Unlock()
 	st.Datastores = append([]DatastoreStatus(nil), st.Datastores...)
 	st.Disks = append([]DiskStatus(nil), st.Disks...)

@@ -121,5 +121,18 @@ func render(inv *Inventory) string {
 	}
 	vms, _ := inv.VMs()
 	fmt.Fprintf(&b, "vms: %s\nunnamed: %s\n", strings.Join(vms, " "), strings.Join(inv.Unnamed(), " "))
+	// The unnamed domains' vNICs as the agent's ports, each resolved
+	// back through Port.
+	for _, u := range inv.UnnamedVMs() {
+		fmt.Fprintf(&b, "  unnamed %s:", u.Name)
+		for _, n := range u.NICs {
+			v, ok := inv.Port(u.Name + "/" + n)
+			fmt.Fprintf(&b, " %s=%s", n, v.Dev)
+			if !ok {
+				b.WriteString("(not found)")
+			}
+		}
+		b.WriteString("\n")
+	}
 	return b.String()
 }

@@ -24,6 +24,12 @@ type Config struct {
 	// Cgroup resolves a running domain's cgroup directory; nil leaves
 	// Domain.Cgroup empty. ProcCgroup reads it from the QEMU process.
 	Cgroup func(d Domain) string
+	// Master returns the bridge an uplink device is a port of ("" for
+	// none): a vNIC of a domain the policy does not name counts only
+	// when its traffic can leave through an uplink, i.e. it is on such a
+	// bridge or is a macvtap on an uplink device (UnnamedVMs). Nil: every
+	// such vNIC with a host-side device counts.
+	Master func(dev string) (string, error)
 }
 
 // VNIC is a running domain's interface as a policy port sees it.
@@ -57,6 +63,7 @@ type Inventory struct {
 var (
 	_ agent.Inventory       = (*Inventory)(nil)
 	_ agent.CgroupInventory = (*Inventory)(nil)
+	_ agent.UnnamedLister   = (*Inventory)(nil)
 )
 
 // New returns an empty inventory over conn; call Refresh or Run.
@@ -308,8 +315,8 @@ func (inv *Inventory) VMs() ([]string, error) {
 }
 
 // Unnamed returns the names of the running domains that the policy names
-// neither by name nor by UUID (all of them before SetPolicyVMs). The agent
-// decides what they get.
+// neither by name nor by UUID (all of them before SetPolicyVMs). The
+// derivation gives their vNICs the policy's unnamedVMs (UnnamedVMs).
 func (inv *Inventory) Unnamed() []string {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
@@ -327,6 +334,82 @@ func (inv *Inventory) Unnamed() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// UnnamedVMs returns the running domains that the policy does not name
+// (Unnamed), each with its interfaces that have a host-side device (the
+// agent classifies there), an index, and a way out through an uplink
+// (Config.Master: on an uplink's bridge, or a macvtap on an uplink device;
+// a domain on an isolated bridge sends nothing through the uplinks). They
+// are named so that Port finds them: the user alias without ua-, else nicK
+// when no interface of the domain has a ua- alias, else the device (the
+// MAC when that would find another interface). A domain with no such
+// interface is listed without vNICs.
+func (inv *Inventory) UnnamedVMs() []agent.UnnamedVM {
+	names := inv.Unnamed()
+	out := inv.uplinkPorts()
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	vms := make([]agent.UnnamedVM, 0, len(names))
+	for _, n := range names {
+		d := inv.doms[n]
+		if d == nil {
+			continue
+		}
+		vm := agent.UnnamedVM{Name: n}
+		for i, f := range d.Interfaces {
+			if _, ok := inv.index[n+"|"+f.MAC]; !ok || f.Dev == "" {
+				continue
+			}
+			if out != nil && !(f.Bridge != "" && out.bridges[f.Bridge] || f.Type == "direct" && out.devs[f.Source]) {
+				continue
+			}
+			vm.NICs = append(vm.NICs, nicName(d.Interfaces, i))
+		}
+		vms = append(vms, vm)
+	}
+	return vms
+}
+
+// exits are the uplink devices and the bridges they are ports of.
+type exits struct {
+	devs, bridges map[string]bool
+}
+
+// uplinkPorts reads the bridges of the uplink devices (Config.Master);
+// nil without Master. An uplink whose master cannot be read has none.
+func (inv *Inventory) uplinkPorts() *exits {
+	if inv.cfg.Master == nil {
+		return nil
+	}
+	e := &exits{devs: map[string]bool{}, bridges: map[string]bool{}}
+	for _, d := range inv.cfg.Uplinks {
+		e.devs[d] = true
+		if m, err := inv.cfg.Master(d); err == nil && m != "" {
+			e.bridges[m] = true
+		}
+	}
+	return e
+}
+
+// nicName names the i-th interface so that matchNIC finds it again.
+func nicName(ifs []Interface, i int) string {
+	aliased := false
+	for _, f := range ifs {
+		aliased = aliased || strings.HasPrefix(f.Alias, "ua-")
+	}
+	f := ifs[i]
+	name := f.Dev
+	switch {
+	case strings.HasPrefix(f.Alias, "ua-") && len(f.Alias) > 3:
+		name = f.Alias[3:]
+	case !aliased:
+		name = "nic" + strconv.Itoa(i)
+	}
+	if k, ok := matchNIC(ifs, name); ok && k == i {
+		return name
+	}
+	return f.MAC
 }
 
 // VMCgroup returns the cgroup of the running domain vm (by name or UUID)

@@ -173,3 +173,32 @@ func TestKindOf(t *testing.T) {
 		}
 	}
 }
+
+// TestUnnamedVMsLeaveThroughAnUplink: with Config.Master, a vNIC of an
+// unnamed domain counts when it is on the bridge an uplink device is a
+// port of, or a macvtap on an uplink device; one on another bridge sends
+// nothing through the uplinks and gets no class.
+func TestUnnamedVMsLeaveThroughAnUplink(t *testing.T) {
+	f := newFake()
+	f.running["out"] = `<domain><name>out</name><devices>
+<interface type='bridge'><mac address='52:54:00:00:01:01'/><source bridge='br0'/><target dev='vnet1'/></interface>
+<interface type='bridge'><mac address='52:54:00:00:01:02'/><source bridge='br-internal'/><target dev='vnet2'/></interface>
+<interface type='direct'><mac address='52:54:00:00:01:03'/><source dev='bond0' mode='bridge'/><target dev='macvtap0'/></interface>
+<interface type='direct'><mac address='52:54:00:00:01:04'/><source dev='eth9' mode='bridge'/><target dev='macvtap1'/></interface>
+</devices></domain>`
+	f.running["inside"] = `<domain><name>inside</name><devices>
+<interface type='bridge'><mac address='52:54:00:00:02:01'/><source bridge='br-internal'/><target dev='vnet3'/></interface>
+</devices></domain>`
+	masters := map[string]string{"bond0": "br0"}
+	inv := New(f, Config{Uplinks: map[string]string{"up0": "bond0"}, Master: func(d string) (string, error) { return masters[d], nil }})
+	if err := inv.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(inv.UnnamedVMs())
+	if want := "[{inside []} {out [nic0 nic2]}]"; got != want {
+		t.Errorf("UnnamedVMs() = %s, want %s", got, want)
+	}
+	if v, ok := inv.Port("out/nic2"); !ok || v.Dev != "macvtap0" {
+		t.Errorf("out/nic2 = %+v %v, want macvtap0", v, ok)
+	}
+}

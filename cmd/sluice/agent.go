@@ -27,6 +27,7 @@ func init() {
 func agentUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: sluice agent --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--libvirt-socket PATH]")
 	fmt.Fprintln(w, "       sluice agent --host NAME --controller https://HOST:PORT --token-file F [--ca F] [...]")
+	fmt.Fprintln(w, "                    [--migrate-uri URI --migrate-peer HOST=URI ... [--migrate-data URI]]   (libvirt: live migrations to this host)")
 	fmt.Fprintln(w, "                    [--interval 100ms] [--dynamic=true|false] [--cpu] [--once] [--netns NS]")
 	fmt.Fprintln(w, "       sluice agent status --host NAME [--policy FILE] [-o table|json]")
 	fmt.Fprintln(w, "       sluice agent uninstall --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--netns NS]")
@@ -94,7 +95,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return exitBad
 	}
 	defer k.Close()
-	inv, closeInv, err := src.open(p, *host)
+	inv, closeInv, err := src.open(p, *host, k.Master)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 		return exitBad
@@ -103,7 +104,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	policies := make(chan *policy.Policy)
 	var side *agentSide
 	if cl != nil {
-		side, inv, err = newAgentSide(&src, p, *host, inv, policies)
+		side, inv, err = newAgentSide(&src, &ctlf.mig, p, *host, inv, policies)
 		if err == nil {
 			err = side.arrive(desired)
 		}
@@ -240,7 +241,7 @@ func runAgentStatus(args []string, stdout, stderr io.Writer) int {
 	age := time.Since(time.Unix(0, s.NowNs)).Round(time.Millisecond)
 	fmt.Fprintf(stdout, "host %s (cluster %s) dynamic=%v, updated %s ago\n", s.Host, s.Cluster, s.Dynamic, age)
 	if len(s.Unnamed) > 0 {
-		fmt.Fprintf(stdout, "unnamed: %s (running, not in the policy: default class)\n", strings.Join(s.Unnamed, " "))
+		fmt.Fprintf(stdout, "unnamed: %s (running, not in the policy: a class per vNIC on an uplink's bridge, with the policy's unnamedVMs)\n", strings.Join(s.Unnamed, " "))
 	}
 	for _, u := range s.Uplinks {
 		fmt.Fprintf(stdout, "uplink %s (%s) speed %s usable %s\n", u.Uplink, u.Dev, policy.FormatRate(policy.Bps(u.SpeedBps)), policy.FormatRate(policy.Bps(u.UsableBps)))

@@ -21,12 +21,14 @@ import (
 // --controller URL --token-file F --ca F) instead of a policy file.
 type controllerFlags struct {
 	server, tokenFile, ca string
+	mig                   migrateFlags // a libvirt host's executor of migrations
 }
 
 func (f *controllerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.server, "controller", "", "the controller's URL (https://HOST:PORT): follow its policy and desired state instead of --policy")
 	fs.StringVar(&f.tokenFile, "token-file", "", "bearer token for the controller")
 	fs.StringVar(&f.ca, "ca", "", "the controller's certificate (PEM)")
+	f.mig.register(fs)
 }
 
 func (f *controllerFlags) client() (*controller.Client, error) {
@@ -122,9 +124,9 @@ func cutVMPort(port string) (string, string, bool) {
 
 // agentSide carries the controller's desired state out on the host: the
 // executor side of a migration. VMs new in the desired state are moved
-// in by mover (the lab re-plugs their vNICs; nil: no executor, as for a
-// libvirt host, whose live migration is the hook point not built yet:
-// the VM is then reported missing), VMs gone from it are let go (their
+// in by mover (the lab re-plugs their vNICs or migrates its guests; a
+// libvirt host migrates them live from the peer that runs them,
+// agentmigrate.go), VMs gone from it are let go (their
 // destination's agent takes their vNICs), and the policy goes to the
 // agent's Run loop (SetPolicy re-derives with the new VMs).
 type agentSide struct {
@@ -141,7 +143,7 @@ type agentSide struct {
 // inventory's running VMs.
 func (s *agentSide) arrive(d controller.DesiredHost) error {
 	if s.inv == nil {
-		return nil
+		return s.migrateIn(d)
 	}
 	have, _ := s.inv.VMs()
 	var run []string
@@ -153,7 +155,7 @@ func (s *agentSide) arrive(d controller.DesiredHost) error {
 				continue
 			}
 		} else if !slices.Contains(have, vm) {
-			errs = append(errs, fmt.Errorf("moving %s in: no executor for this inventory (libvirt live migration is not built)", vm))
+			errs = append(errs, fmt.Errorf("moving %s in: no executor for this inventory", vm))
 			continue
 		}
 		run = append(run, vm)
@@ -203,11 +205,13 @@ func (s *agentSide) Report() controller.Report {
 
 // newAgentSide returns the executor side of an agent on the controller:
 // a lab host gets a movableInventory (VMs re-plug between hosts) that
-// replaces inv; a libvirt host keeps its inventory (no executor).
-func newAgentSide(src *inventoryFlags, p *policy.Policy, host string, inv agent.Inventory, policies chan<- *policy.Policy) (*agentSide, agent.Inventory, error) {
+// replaces inv; a libvirt host keeps its inventory and migrates VMs in
+// live as mig says.
+func newAgentSide(src *inventoryFlags, mig *migrateFlags, p *policy.Policy, host string, inv agent.Inventory, policies chan<- *policy.Policy) (*agentSide, agent.Inventory, error) {
 	s := &agentSide{policies: policies, ctx: context.Background()}
 	if src.kind != "lab" {
 		s.vms = func() []string { vms, _ := inv.VMs(); return vms }
+		s.mover = mig.mover(host, src.socket)
 		return s, inv, nil
 	}
 	pl, err := lab.NewPlan(p)

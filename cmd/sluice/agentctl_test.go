@@ -33,7 +33,7 @@ func TestAgentSideExecutor(t *testing.T) {
 	src.kind = "lab"
 	pl, _ := lab.NewPlan(p)
 	base, _ := pl.Inventory("h2")
-	s, inv, err := newAgentSide(&src, p, "h2", base, policies)
+	s, inv, err := newAgentSide(&src, &migrateFlags{}, p, "h2", base, policies)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,13 +21,16 @@ func init() {
 	})
 }
 
-const allocUsage = "usage: sluice alloc FILE [--demand PORT=RATE ...] [-o table|json]"
+const allocUsage = "usage: sluice alloc FILE [--demand PORT=RATE ...] [--unnamed HOST/VM/NIC ...] [-o table|json]"
 
 // netArgs are the arguments that alloc and explain share.
 type netArgs struct {
 	file    string
 	rest    []string // positional arguments after FILE
 	demands map[string]float64
+	// unnamed are vNICs of running VMs that the policy does not name
+	// (--unnamed HOST/VM/NIC): ports with the policy's unnamedVMs.
+	unnamed []entitle.UnnamedVM
 	output  string
 	help    bool
 }
@@ -55,7 +58,7 @@ func parseNetArgs(args []string) (netArgs, error) {
 		case "-h", "--help", "-help":
 			a.help = true
 			continue
-		case "--demand", "-demand", "-d", "-o", "--output", "-output":
+		case "--demand", "-demand", "-d", "-o", "--output", "-output", "--unnamed", "-unnamed":
 		default:
 			return a, usageError{fmt.Sprintf("unknown flag %s", name)}
 		}
@@ -71,6 +74,12 @@ func parseNetArgs(args []string) (netArgs, error) {
 				return a, usageError{fmt.Sprintf("-o %s: the output format is table or json", val)}
 			}
 			a.output = val
+			continue
+		}
+		if name == "--unnamed" || name == "-unnamed" {
+			if err := a.addUnnamed(val); err != nil {
+				return a, err
+			}
 			continue
 		}
 		port, r, ok := strings.Cut(val, "=")
@@ -91,6 +100,23 @@ func parseNetArgs(args []string) (netArgs, error) {
 	}
 	a.file, a.rest = pos[0], pos[1:]
 	return a, nil
+}
+
+// addUnnamed adds a vNIC HOST/VM/NIC of a running VM that the policy does
+// not name.
+func (a *netArgs) addUnnamed(val string) error {
+	f := strings.Split(val, "/")
+	if len(f) != 3 || f[0] == "" || f[1] == "" || f[2] == "" {
+		return usageError{fmt.Sprintf("--unnamed %s: want HOST/VM/NIC, e.g. pve1/web7/vnet3", val)}
+	}
+	for i := range a.unnamed {
+		if u := &a.unnamed[i]; u.Host == f[0] && u.Name == f[1] {
+			u.NICs = append(u.NICs, f[2])
+			return nil
+		}
+	}
+	a.unnamed = append(a.unnamed, entitle.UnnamedVM{Name: f[1], Host: f[0], NICs: []string{f[2]}})
+	return nil
 }
 
 // parseDemand parses a demand: a rate ("2Gbps") or "unlimited".
@@ -137,7 +163,7 @@ func runAlloc(args []string, stdout, stderr io.Writer) int {
 	if p == nil {
 		return code
 	}
-	n, err := entitle.Network(p, a.demands)
+	n, err := entitle.NetworkWith(p, a.unnamed, a.demands)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return exitBad

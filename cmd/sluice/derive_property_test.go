@@ -15,6 +15,7 @@ import (
 
 	"sluice/agent"
 	"sluice/alloc"
+	"sluice/entitle"
 	"sluice/placement"
 	"sluice/policy"
 	"sluice/sim"
@@ -28,7 +29,9 @@ import (
 // The policies have several hosts and uplinks, pinned and unpinned vNICs,
 // passthrough vNICs, limits at their edge values (1 bps, equal to the
 // reservation, 100 Tbps, unlimited), usable rates below what is reserved
-// (shortage), idle and partly busy vNICs, and VMs without a host.
+// (shortage), idle and partly busy vNICs, and VMs without a host. The
+// agent and `sluice alloc --unnamed` also agree with running VMs that the
+// policy does not name (the simulator and placement have none).
 func TestOneDerivation(t *testing.T) {
 	n := 5000
 	if testing.Short() {
@@ -36,7 +39,7 @@ func TestOneDerivation(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(13, 2026))
 	dir := t.TempDir()
-	checked, vnics, notFirst, passthrough := 0, 0, 0, 0
+	checked, vnics, notFirst, passthrough, unnamedNICs := 0, 0, 0, 0, 0
 	for tries := 0; checked < n; tries++ {
 		if tries > 4*n {
 			t.Fatalf("only %d of %d random policies were valid", checked, n)
@@ -47,12 +50,16 @@ func TestOneDerivation(t *testing.T) {
 			continue // an invalid draw: the generator aims near the edges
 		}
 		demand := randomDemands(rng, p)
-		if msg := compareDerivations(t, dir, checked, text, p, demand); msg != "" {
-			t.Fatalf("policy %d:\n%s\ndemands %v\n%s", checked, text, demand, msg)
+		unnamed := randomUnnamed(rng, p)
+		if msg := compareDerivations(t, dir, checked, text, p, demand, unnamed); msg != "" {
+			t.Fatalf("policy %d:\n%s\ndemands %v\nunnamed %v\n%s", checked, text, demand, unnamed, msg)
+		}
+		for _, u := range unnamed {
+			unnamedNICs += len(u.NICs)
 		}
 		checked++
 		vnics += len(demand)
-		for _, a := range allocJSON(t, filepath.Join(dir, fmt.Sprintf("p%d.yaml", checked-1)), nil) {
+		for _, a := range allocJSON(t, filepath.Join(dir, fmt.Sprintf("p%d.yaml", checked-1)), nil, nil) {
 			if !strings.HasSuffix(a.where, "/u0") {
 				notFirst++
 			}
@@ -65,9 +72,9 @@ func TestOneDerivation(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d policies; %d vNICs with a drawn demand, %d scheduled on an uplink other than the first, %d passthrough", checked, vnics, notFirst, passthrough)
-	if notFirst == 0 || passthrough == 0 {
-		t.Error("the random policies never exercised best fit or passthrough")
+	t.Logf("%d policies; %d vNICs with a drawn demand, %d scheduled on an uplink other than the first, %d passthrough, %d of unnamed VMs", checked, vnics, notFirst, passthrough, unnamedNICs)
+	if notFirst == 0 || passthrough == 0 || unnamedNICs == 0 {
+		t.Error("the random policies never exercised best fit, passthrough or unnamed VMs")
 	}
 }
 
@@ -76,14 +83,19 @@ type portAt struct {
 	bps   int64
 }
 
-func compareDerivations(t *testing.T, dir string, i int, text string, p *policy.Policy, demand map[string]float64) string {
+func compareDerivations(t *testing.T, dir string, i int, text string, p *policy.Policy, demand map[string]float64, unnamed []entitle.UnnamedVM) string {
 	t.Helper()
 	file := filepath.Join(dir, fmt.Sprintf("p%d.yaml", i))
 	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cli := allocJSON(t, file, demand)
-	cliDefault := allocJSON(t, file, nil)
+	cli := allocJSON(t, file, demand, nil)
+	cliDefault := allocJSON(t, file, nil, nil)
+	// The agent also sees the running VMs that the policy does not name.
+	cliU, cliUDefault := cli, cliDefault
+	if len(unnamed) > 0 {
+		cliU, cliUDefault = allocJSON(t, file, demand, unnamed), allocJSON(t, file, nil, unnamed)
+	}
 
 	var msgs []string
 	diff := func(who string, got, want map[string]portAt) {
@@ -123,7 +135,7 @@ func compareDerivations(t *testing.T, dir string, i int, text string, p *policy.
 	// defaults), and its entitlements on the drawn demands.
 	first, given := map[string]portAt{}, map[string]portAt{}
 	for _, h := range p.Hosts {
-		inv := staticInventory(p, h.Name)
+		inv := staticInventory(p, h.Name, unnamed)
 		var devs []string
 		for _, d := range inv.Devices {
 			devs = append(devs, d)
@@ -135,7 +147,7 @@ func compareDerivations(t *testing.T, dir string, i int, text string, p *policy.
 		d := a.Decide(a.Measure(1))
 		for ui, us := range d.Stats.Uplinks {
 			for _, ps := range us.Ports {
-				if vm, _, _ := strings.Cut(ps.Port, "/"); p.VM(vm) != nil {
+				if vm, _, _ := strings.Cut(ps.Port, "/"); p.VM(vm) != nil || isUnnamed(unnamed, vm) {
 					first[ps.Port] = portAt{h.Name + "/" + a.Trees()[ui].Uplink, int64(ps.EntitlementBps)}
 				}
 			}
@@ -161,16 +173,22 @@ func compareDerivations(t *testing.T, dir string, i int, text string, p *policy.
 			}
 		}
 	}
-	diff("agent decide", first, cliDefault)
-	diff("agent entitlements", given, cli)
+	diff("agent decide", first, cliUDefault)
+	diff("agent entitlements", given, cliU)
 	return strings.Join(msgs, "\n")
 }
 
-// allocJSON runs `sluice alloc FILE -o json` with the demands and returns
+// allocJSON runs `sluice alloc FILE -o json` with the demands and the
+// unnamed VMs (--unnamed) and returns
 // its vNICs.
-func allocJSON(t *testing.T, file string, demand map[string]float64) map[string]portAt {
+func allocJSON(t *testing.T, file string, demand map[string]float64, unnamed []entitle.UnnamedVM) map[string]portAt {
 	t.Helper()
 	args := []string{"alloc", file, "-o", "json"}
+	for _, u := range unnamed {
+		for _, n := range u.NICs {
+			args = append(args, "--unnamed", u.Host+"/"+u.Name+"/"+n)
+		}
+	}
 	for _, port := range sortedKeys(demand) {
 		v := "unlimited"
 		if !math.IsInf(demand[port], 1) {
@@ -196,7 +214,7 @@ func allocJSON(t *testing.T, file string, demand map[string]float64) map[string]
 }
 
 // staticInventory lays out a host's uplinks and vNICs for the agent.
-func staticInventory(p *policy.Policy, host string) *agent.StaticInventory {
+func staticInventory(p *policy.Policy, host string, unnamed []entitle.UnnamedVM) *agent.StaticInventory {
 	inv := &agent.StaticInventory{Devices: map[string]string{}, VNICs: map[string]agent.VNICMatch{},
 		Addr: netip.MustParseAddr("198.18.1.1")}
 	for k, u := range p.Host(host).Uplinks {
@@ -214,7 +232,43 @@ func staticInventory(p *policy.Policy, host string) *agent.StaticInventory {
 			inv.Running = append(inv.Running, vm.Name)
 		}
 	}
+	for _, u := range unnamed {
+		if u.Host == host {
+			inv.Unnamed = append(inv.Unnamed, agent.UnnamedVM{Name: u.Name, NICs: u.NICs})
+			for _, n := range u.NICs {
+				inv.VNICs[u.Name+"/"+n] = agent.VNICMatch{Index: k}
+				k++
+			}
+		}
+	}
 	return inv
+}
+
+// randomUnnamed draws running VMs that the policy does not name: for
+// half of the policies none, for the others one to three on random hosts
+// with one or two vNICs each.
+func randomUnnamed(rng *rand.Rand, p *policy.Policy) []entitle.UnnamedVM {
+	var out []entitle.UnnamedVM
+	if rng.IntN(2) == 0 {
+		return nil
+	}
+	for i := range 1 + rng.IntN(3) {
+		u := entitle.UnnamedVM{Name: fmt.Sprintf("dom%d", i), Host: p.Hosts[rng.IntN(len(p.Hosts))].Name}
+		for k := range 1 + rng.IntN(2) {
+			u.NICs = append(u.NICs, fmt.Sprintf("vnet%d", k))
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+func isUnnamed(unnamed []entitle.UnnamedVM, vm string) bool {
+	for _, u := range unnamed {
+		if u.Name == vm {
+			return true
+		}
+	}
+	return false
 }
 
 var speeds = []string{"1Gbps", "10Gbps", "25Gbps"}
@@ -222,7 +276,11 @@ var speeds = []string{"1Gbps", "10Gbps", "25Gbps"}
 // randomPolicy draws a policy near the edges of the rules.
 func randomPolicy(rng *rand.Rand) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "cluster: r\nreservationCap: %s\nhosts:\n", []string{"0.5", "0.75", "1"}[rng.IntN(3)])
+	fmt.Fprintf(&b, "cluster: r\nreservationCap: %s\n", []string{"0.5", "0.75", "1"}[rng.IntN(3)])
+	if rng.IntN(2) == 0 {
+		fmt.Fprintf(&b, "unnamedVMs: {shares: %d, reservation: %dMbps%s}\n", 1+rng.IntN(100), rng.IntN(100), limitField(rng, 100e6))
+	}
+	b.WriteString("hosts:\n")
 	nh := 1 + rng.IntN(3)
 	uplinks := make([][]string, nh)
 	for h := range nh {

@@ -22,7 +22,7 @@ func init() {
 	})
 }
 
-const explainUsage = "usage: sluice explain FILE PORT [--demand PORT=RATE ...] [--cpu-mhz-per-gbps MHZ]"
+const explainUsage = "usage: sluice explain FILE PORT [--demand PORT=RATE ...] [--unnamed HOST/VM/NIC ...] [--cpu-mhz-per-gbps MHZ]"
 
 // CPU cost of sending, from the simulator's seed-003 model
 // (sim.DefaultCPUParams, fitted once to seed 003's sweep: 1 vCPU, iperf3,
@@ -55,7 +55,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	if p == nil {
 		return code
 	}
-	n, err := entitle.Network(p, a.demands)
+	n, err := entitle.NetworkWith(p, a.unnamed, a.demands)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return exitBad
@@ -67,7 +67,11 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice: %s: no such port or disk (ports are VM/NIC of a placed VM or HOST/CLASS; disks VM/DISK)\n", port)
+		hint := ""
+		if vm, _, ok := strings.Cut(port, "/"); ok && p.VM(vm) == nil && p.Host(vm) == nil {
+			hint = fmt.Sprintf("; %s is no VM of the policy: for one that runs unnamed give --unnamed HOST/%s", vm, port)
+		}
+		fmt.Fprintf(stderr, "sluice: %s: no such port or disk (ports are VM/NIC of a placed VM or HOST/CLASS; disks VM/DISK)%s\n", port, hint)
 		return exitBad
 	}
 	if l, ok := explainCPU(p, n, port, cost); ok {

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,7 +16,9 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -22,6 +26,7 @@ import (
 	"sluice/internal/inputfile"
 	"sluice/policy"
 	"sluice/storage"
+	"sluice/storage/nbd"
 )
 
 // statusDir is where gateways publish their status (one JSON file per host).
@@ -41,7 +46,7 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
-const gatewayUsage = "usage: sluice gateway --host H --policy FILE|--controller URL --token-file F --datastore DS=nbd://IP:PORT|dir:PATH [--listen ADDR:PORT|unix:PATH ...] [--period 4s] [--reload 2s]"
+const gatewayUsage = "usage: sluice gateway --host H --policy FILE|--controller URL --token-file F --datastore DS=nbd://IP:PORT|dir:PATH [--reload 2s] [--socket-dir DIR|none] [--socket-owner USER[:GROUP]] [--socket-mode 0600] [--listen unix:PATH|ADDR:PORT --tls-cert F --tls-key F --tls-ca F] [--max-conns N] [--max-conns-per-vm N] [--period 4s]"
 
 func runGateway(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "status" {
@@ -51,9 +56,17 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	host := fs.String("host", "", "policy host this gateway serves (required)")
 	pol := fs.String("policy", "", "policy file (required)")
+	// Where VMs connect (docs/storage.md, "Access control" and "TLS").
+	socketDir := fs.String("socket-dir", "", "directory of the per-VM sockets DIR/VM.sock (default "+statusDir+"/gw-CLUSTER-HOST; none: no per-VM sockets)")
+	socketOwner := fs.String("socket-owner", "", "USER[:GROUP] owning the per-VM sockets (default: the gateway's user)")
+	socketMode := fs.String("socket-mode", "0600", "mode of the per-VM sockets (octal)")
 	var listens multiFlag
-	fs.Var(&listens, "listen", "NBD listen address: ADDR:PORT (TCP) or unix:PATH (Unix socket); repeatable (default :10809)")
-	reload := fs.Duration("reload", 2*time.Second, "how often to look for a changed policy file (VMs that arrived or left; 0: only on SIGHUP)")
+	fs.Var(&listens, "listen", "more listeners (repeatable): unix:PATH (every disk; the administrator's socket, mode 0600) or ADDR:PORT (TCP, needs --tls-*)")
+	tlsCert := fs.String("tls-cert", "", "TLS certificate of the gateway (PEM), for --listen ADDR:PORT")
+	tlsKey := fs.String("tls-key", "", "its private key (PEM)")
+	tlsCA := fs.String("tls-ca", "", "CA certificate(s) (PEM) that sign the clients' certificates (Common Name = VM name)")
+	maxConns := fs.Int("max-conns", nbd.DefaultMaxConns, "connections open at once over all listeners")
+	maxConnsVM := fs.Int("max-conns-per-vm", storage.DefaultMaxConnsPerVM, "connections open at once on one VM's socket")
 	period := fs.Duration("period", 0, "control period (default: the datastore's sioc.controlPeriod)")
 	statusFile := fs.String("status-file", "", "status JSON file (default "+statusDir+"/gateway-CLUSTER-HOST.json; removed on exit)")
 	// One OS thread runs the gateway by default: the request path is a few
@@ -63,19 +76,13 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	cpus := fs.Int("cpus", 1, "OS threads running Go code (GOMAXPROCS); 0 keeps Go's default")
 	// Bounded busy polling (Options.PollNs): CPU for latency.
 	poll := fs.Duration("poll", 0, "poll sockets for up to this long for an expected answer before sleeping (CPU for latency; 0 = off)")
+	reload := fs.Duration("reload", 2*time.Second, "how often to look for a changed policy file (VMs that arrived or left; 0: only on SIGHUP)")
 	var ctl controllerFlags
 	ctl.register(fs)
 	var dss multiFlag
 	fs.Var(&dss, "datastore", "DS=nbd://IP:PORT, DS=nbd+unix:///?socket=PATH or DS=dir:PATH (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		fmt.Fprintf(stderr, "sluice gateway: %v; %s\n", err, gatewayUsage)
-		return exitUsage
-	}
-	if len(listens) == 0 {
-		listens = multiFlag{":10809"}
-	}
-	if *reload < 0 {
-		fmt.Fprintln(stderr, "sluice gateway: --reload must be ≥ 0")
 		return exitUsage
 	}
 	if *poll < 0 {
@@ -89,8 +96,46 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	if *cpus > 0 {
 		runtime.GOMAXPROCS(*cpus)
 	}
+	if *reload < 0 {
+		fmt.Fprintln(stderr, "sluice gateway: --reload must be ≥ 0")
+		return exitUsage
+	}
 	if *host == "" || (*pol == "") == (ctl.server == "") || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, gatewayUsage)
+		return exitUsage
+	}
+	if *maxConns < 1 || *maxConnsVM < 1 {
+		fmt.Fprintln(stderr, "sluice gateway: --max-conns and --max-conns-per-vm must be ≥ 1")
+		return exitUsage
+	}
+	perm := storage.DefaultSocketPerm
+	if m, err := strconv.ParseUint(*socketMode, 8, 32); err != nil || m > 0o777 {
+		fmt.Fprintf(stderr, "sluice gateway: --socket-mode %q: want an octal mode such as 0600 or 0660\n", *socketMode)
+		return exitUsage
+	} else {
+		perm.Mode = os.FileMode(m)
+	}
+	if *socketOwner != "" {
+		uid, gid, err := storage.ParseSocketOwner(*socketOwner)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice gateway: --socket-owner %q: %v\n", *socketOwner, err)
+			return exitUsage
+		}
+		perm.UID, perm.GID = uid, gid
+	}
+	var tcp []string
+	for _, a := range listens {
+		if !strings.HasPrefix(a, "unix:") {
+			tcp = append(tcp, a)
+		}
+	}
+	tlsSet := *tlsCert != "" || *tlsKey != "" || *tlsCA != ""
+	if len(tcp) > 0 && (*tlsCert == "" || *tlsKey == "" || *tlsCA == "") {
+		fmt.Fprintf(stderr, "sluice gateway: --listen %s: TCP is served only with TLS: give --tls-cert, --tls-key and --tls-ca\n", tcp[0])
+		return exitUsage
+	}
+	if tlsSet && len(tcp) == 0 {
+		fmt.Fprintln(stderr, "sluice gateway: --tls-cert/--tls-key/--tls-ca need a --listen ADDR:PORT")
 		return exitUsage
 	}
 	uris := map[string]string{}
@@ -132,46 +177,101 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	if *statusFile == "" {
 		*statusFile = filepath.Join(statusDir, "gateway-"+p.Cluster+"-"+*host+".json")
 	}
+	var tlsCfg *tls.Config
+	if len(tcp) > 0 {
+		var err error
+		if tlsCfg, err = storage.ServerTLSConfig(*tlsCert, *tlsKey, *tlsCA); err != nil {
+			fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
+			return exitBad
+		}
+	}
+	if *socketDir == "" {
+		*socketDir = storage.SocketDir(p.Cluster, *host)
+	}
 	g, err := storage.New(storage.Options{Host: *host, Policy: p, Datastores: uris, Period: *period,
-		StatusFile: *statusFile, PollNs: poll.Nanoseconds(), Logf: func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }})
+		StatusFile: *statusFile, PollNs: poll.Nanoseconds(), MaxConns: *maxConns, MaxConnsPerVM: *maxConnsVM,
+		Logf: func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return exitBad
 	}
-	var ls []net.Listener
+	// Every listener is opened before any is served: an error leaves none.
+	var serves []func() error
+	var where []string
+	var opened []net.Listener
+	fail := func(err error) int {
+		for _, l := range opened {
+			l.Close()
+		}
+		g.Close()
+		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
+		return exitBad
+	}
+	// The VMs' sockets follow the VMs the gateway serves (they come and
+	// go with the policy or the controller's placement).
+	vs := &vmSockets{g: g, dir: *socketDir, perm: perm, ls: map[string]net.Listener{}, stderr: stderr}
+	if *socketDir != "none" && len(g.VMs()) > 0 {
+		if err := vs.sync(); err != nil {
+			return fail(err)
+		}
+		where = append(where, fmt.Sprintf("%s (one socket per VM, mode %#o)", storage.VMSocket(*socketDir, "VM"), perm.Mode))
+	}
+	defer vs.closeAll()
 	for _, a := range listens {
 		l, err := storage.Listen(a)
 		if err != nil {
-			for _, l := range ls {
-				l.Close()
-			}
-			g.Close()
-			fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
-			return exitBad
+			return fail(err)
 		}
-		ls = append(ls, l)
+		opened = append(opened, l)
+		if strings.HasPrefix(a, "unix:") {
+			serves = append(serves, func() error { return g.Serve(l) })
+			where = append(where, a+" (every disk)")
+		} else {
+			serves = append(serves, func() error { return g.ServeTLS(l, tlsCfg) })
+			where = append(where, l.Addr().String()+" (TLS)")
+		}
 	}
-	var addrs []string
-	for _, l := range ls {
-		addrs = append(addrs, l.Addr().String())
+	if len(serves) == 0 && len(vs.ls) == 0 {
+		return fail(fmt.Errorf("nothing to serve on: host %s has no disks and no --listen is given", *host))
 	}
-	fmt.Fprintf(stderr, "sluice gateway: host %s serving %s on %s\n", *host, strings.Join(g.Exports(), " "), strings.Join(addrs, " "))
+	// SIGINT/SIGTERM stop the gateway from the moment it says it serves.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	stopped := make(chan struct{})
+	defer close(stopped)
+	closed := make(chan struct{})
+	go func() {
+		select {
+		case <-sig:
+			close(closed)
+			g.Close()
+		case <-stopped:
+		}
+	}()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	stop := make(chan struct{})
-	go func() { <-sig; close(stop); g.Close() }()
+	defer signal.Stop(hup)
 	if cl != nil {
-		go followController(g, cl, *host, desired.Revision, stop, stderr)
+		go followController(g, cl, *host, desired.Revision, vs, closed, stderr)
 	} else {
-		go followPolicy(g, *pol, stamp, *reload, hup, stop, stderr)
+		go followPolicy(g, *pol, stamp, *reload, hup, vs, closed, stderr)
 	}
-	errs := make(chan error, len(ls))
-	for _, l := range ls {
-		go func() { errs <- g.Serve(l) }()
+	fmt.Fprintf(stderr, "sluice gateway: host %s serving %s on %s\n", *host, strings.Join(g.Exports(), " "), strings.Join(where, ", "))
+	errs := make(chan error, len(serves))
+	for _, serve := range serves {
+		go func() { errs <- serve() }()
 	}
-	err = <-errs
+	for n := len(serves); ; n-- {
+		if n == 0 {
+			<-closed // only VM sockets: they serve until the gateway stops
+			break
+		}
+		if e := <-errs; e != nil && err == nil {
+			err = e
+			g.Close() // one listener failed: stop the others
+		}
+	}
 	g.Close()
 	_ = os.Remove(*statusFile) // a stopped gateway has no status
 	if err != nil {
@@ -203,7 +303,7 @@ func placedOn(p *policy.Policy, host string, vms []string) *policy.Policy {
 // second, reported once): VMs that migrate in get their disks served,
 // VMs that left have theirs drained and closed. The gateway does not
 // register the host (the agent does).
-func followController(g *storage.Gateway, cl *controller.Client, host string, rev int64, stop <-chan struct{}, stderr io.Writer) {
+func followController(g *storage.Gateway, cl *controller.Client, host string, rev int64, vs *vmSockets, stop <-chan struct{}, stderr io.Writer) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-stop; cancel() }()
 	lastErr := ""
@@ -240,6 +340,10 @@ func followController(g *storage.Gateway, cl *controller.Client, host string, re
 			fail(err)
 			continue
 		}
+		if err := vs.sync(); err != nil {
+			fail(err)
+			continue
+		}
 		rev, lastErr = d.Revision, ""
 		fmt.Fprintf(stderr, "sluice gateway: desired state %d; serving %s\n", rev, strings.Join(g.Exports(), " "))
 	}
@@ -262,7 +366,7 @@ func fileStamp(file string) string {
 // interval, and on SIGHUP): VMs that arrived on the host get their disks
 // served, VMs that left have theirs drained and closed. A file that does
 // not load is reported in one line and the last good policy stays.
-func followPolicy(g *storage.Gateway, file, last string, interval time.Duration, hup <-chan os.Signal, stop <-chan struct{}, stderr io.Writer) {
+func followPolicy(g *storage.Gateway, file, last string, interval time.Duration, hup <-chan os.Signal, vs *vmSockets, stop <-chan struct{}, stderr io.Writer) {
 	stamp := func() string { return fileStamp(file) }
 	var tick <-chan time.Time
 	if interval > 0 {
@@ -286,11 +390,76 @@ func followPolicy(g *storage.Gateway, file, last string, interval time.Duration,
 			fmt.Fprintf(stderr, "sluice gateway: policy not reloaded: %v\n", err)
 			continue
 		}
-		if err := g.SetPolicy(p); err != nil {
+		err = g.SetPolicy(p)
+		if serr := vs.sync(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		if err != nil {
 			fmt.Fprintf(stderr, "sluice gateway: policy reloaded with errors: %v\n", err)
 			continue
 		}
 		fmt.Fprintf(stderr, "sluice gateway: policy reloaded; serving %s\n", strings.Join(g.Exports(), " "))
+	}
+}
+
+// vmSockets are the per-VM sockets of a gateway (none when dir is
+// "none"), opened and closed as the VMs it serves come and go.
+type vmSockets struct {
+	g      *storage.Gateway
+	dir    string
+	perm   storage.SocketPerm
+	stderr io.Writer
+
+	mu sync.Mutex
+	ls map[string]net.Listener // by VM
+}
+
+// sync opens a socket for every VM the gateway serves that has none and
+// closes the sockets of VMs it no longer serves (their connections get
+// ESHUTDOWN from the gateway: the disks left).
+func (v *vmSockets) sync() error {
+	if v == nil || v.dir == "none" {
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	want := v.g.VMs()
+	for vm, l := range v.ls {
+		if !slices.Contains(want, vm) {
+			l.Close()
+			delete(v.ls, vm)
+		}
+	}
+	var add []string
+	for _, vm := range want {
+		if _, ok := v.ls[vm]; !ok {
+			add = append(add, vm)
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	ls, err := storage.ListenVMs(v.dir, add, v.perm)
+	if err != nil {
+		return err
+	}
+	for vm, l := range ls {
+		v.ls[vm] = l
+		go func() {
+			if err := v.g.ServeVM(l, vm); err != nil && !errors.Is(err, net.ErrClosed) {
+				fmt.Fprintf(v.stderr, "sluice gateway: socket of %s: %v\n", vm, err)
+			}
+		}()
+	}
+	return nil
+}
+
+func (v *vmSockets) closeAll() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for vm, l := range v.ls {
+		l.Close()
+		delete(v.ls, vm)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,7 +50,14 @@ func TestGatewayFollowsPolicyFile(t *testing.T) {
 	defer g.Close()
 	stop := make(chan struct{})
 	defer close(stop)
-	go followPolicy(g, file, stamp, 10*time.Millisecond, nil, stop, io.Discard)
+	socks := filepath.Join(dir, "socks")
+	vs := &vmSockets{g: g, dir: socks, perm: storage.DefaultSocketPerm, ls: map[string]net.Listener{}, stderr: io.Discard}
+	if err := vs.sync(); err != nil {
+		t.Fatal(err)
+	}
+	defer vs.closeAll()
+	go followPolicy(g, file, stamp, 10*time.Millisecond, nil, vs, stop, io.Discard)
+	vm2Sock := func() bool { _, err := os.Stat(storage.VMSocket(socks, "vm2")); return err == nil }
 	waitExports := func(want string) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -66,6 +74,9 @@ func TestGatewayFollowsPolicyFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitExports("vm1/d0")
+	if vm2Sock() {
+		t.Error("vm2's socket is still there after it left")
+	}
 	// A broken file changes nothing.
 	if err := os.WriteFile(file, []byte("cluster: [\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -76,6 +87,9 @@ func TestGatewayFollowsPolicyFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitExports("vm1/d0 vm2/d0")
+	if !vm2Sock() {
+		t.Error("vm2's socket is not back with it")
+	}
 }
 
 // placedOn puts the controller's VMs for the host on it and every other

@@ -19,18 +19,20 @@ exit 1 and one line per problem: FILE:LINE: field: message.
 example:
   sluice validate examples/netioc-fig2.yaml`,
 
-	"alloc": `usage: sluice alloc FILE [--demand PORT=RATE ...] [-o table|json]
+	"alloc": `usage: sluice alloc FILE [--demand PORT=RATE ...] [--unnamed HOST/VM/NIC ...] [-o table|json]
 
 The entitlement of every port and traffic class on every uplink. A demand
 is a rate (2Gbps) or unlimited (the default); PORT is VM/NIC or HOST/CLASS.
+--unnamed adds a vNIC of a VM that runs on HOST but that the policy does
+not name (as the agent sees it): port VM/NIC, with the policy's unnamedVMs.
 
 example:
   sluice alloc examples/netioc-fig2.yaml --demand vm2/nic0=1Gbps -o json`,
 
-	"explain": `usage: sluice explain FILE PORT [--demand PORT=RATE ...] [--cpu-mhz-per-gbps MHZ]
+	"explain": `usage: sluice explain FILE PORT [--demand PORT=RATE ...] [--unnamed HOST/VM/NIC ...] [--cpu-mhz-per-gbps MHZ]
 
 Why a port (VM/NIC, HOST/CLASS) or a disk (VM/DISK) gets what it gets,
-level by level. For a vNIC it also says whether its VM's CPU entitlement
+level by level; --unnamed as for alloc. For a vNIC it also says whether its VM's CPU entitlement
 can drive its network entitlement, at a CPU cost per Gbps sent (default
 129.4 MHz above 115 MHz, the simulator's seed-003 model).
 
@@ -105,22 +107,31 @@ and HTB rates per uplink.
 example:
   sluice agent status --host h1 --policy examples/lab-1g.yaml -o json`,
 
-	"gateway": `usage: sluice gateway --host H --policy FILE|--controller URL --token-file F [--ca F] --datastore DS=nbd://IP:PORT|dir:PATH [--listen ADDR:PORT|unix:PATH ...] [--period 4s] [--reload 2s] [--status-file FILE] [--cpus N] [--poll DUR]
+	"gateway": `usage: sluice gateway --host H --policy FILE|--controller URL --token-file F [--ca F]
+                      --datastore DS=nbd://IP:PORT|dir:PATH [--period 4s] [--reload 2s] [--status-file FILE] [--cpus N] [--poll DUR]
+                      [--socket-dir DIR|none] [--socket-owner USER[:GROUP]] [--socket-mode 0600]
+                      [--listen unix:PATH] [--listen ADDR:PORT --tls-cert FILE --tls-key FILE --tls-ca FILE]
+                      [--max-conns 1024] [--max-conns-per-vm 64]
        sluice gateway status [--host H] [-o table|json] [--dir DIR]
 
 The storage gateway of a host: NBD exports per VM disk with mClock and
-PARDA against each datastore (--datastore and --listen are repeatable). A
-datastore is a directory of volumes (one file VM+DISK.img per disk, e.g.
-an NFS mount) or an NBD server with one export per volume; prepare it with
-'sluice datastore create'. The policy file is read again when it changes
-(or on SIGHUP): disks of VMs that arrived are served, those of VMs that
-left are flushed and closed. With --controller the gateway follows the
-controller's policy and its desired state for the host (migrations
-included) instead of a file.
+PARDA against each datastore (--datastore is repeatable). A datastore is a
+directory of volumes (one file VM+DISK.img per disk, e.g. an NFS mount) or
+an NBD server with one export per volume; prepare it with 'sluice
+datastore create'. Each VM reaches its own disks, and only those, on its
+socket DIR/VM.sock (default DIR /run/sluice/gw-CLUSTER-HOST, root-only
+0600): nbd+unix:///VM/DISK?socket=DIR/VM.sock. --listen unix:PATH adds a
+root-only socket serving every disk; --listen ADDR:PORT serves TCP with
+TLS only (a client certificate whose Common Name is the VM). Nothing
+listens on TCP by default. The policy file is read again when it changes
+(or on SIGHUP): disks (and sockets) of VMs that arrived are served, those
+of VMs that left are flushed and closed. With --controller the gateway
+follows the controller's policy and its desired state for the host
+(migrations included) instead of a file.
 
 example:
   sluice gateway --host h1 --policy examples/lab-1g.yaml --datastore ds1=nbd://198.18.0.2:10809
-  sluice gateway --host h1 --policy /etc/sluice/policy.yaml --datastore ds1=dir:/mnt/ds1 --listen unix:/run/sluice/gw.sock`,
+  sluice gateway --host h1 --policy /etc/sluice/policy.yaml --datastore ds1=dir:/mnt/ds1`,
 
 	"datastore": `usage: sluice datastore create --policy FILE DS=DIR [DS=DIR ...]
 

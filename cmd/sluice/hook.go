@@ -92,6 +92,11 @@ func runHookQemu(args []string, stdin io.Reader, stderr io.Writer, runDir string
 	if b, err := io.ReadAll(io.LimitReader(stdin, 16<<20)); err == nil && len(b) > 0 {
 		if d, err := virt.ParseDomainXML(b); err == nil {
 			dom.UUID = d.UUID
+			for _, i := range d.Interfaces {
+				if i.Type != "hostdev" {
+					dom.VNICs++
+				}
+			}
 		}
 	}
 	p, err := policy.Load(*file)
@@ -114,7 +119,8 @@ func runHookQemu(args []string, stdin io.Reader, stderr io.Writer, runDir string
 	return exitOK
 }
 
-// runningDomains reads the names and UUIDs of the running QEMU domains
+// runningDomains reads the names, UUIDs and vNIC counts (interfaces other
+// than hostdev) of the running QEMU domains
 // from libvirt's status files (DIR/NAME.xml, a <domstatus> holding the
 // live <domain>), which libvirt keeps while a domain runs.
 func runningDomains(dir string) ([]admit.Domain, error) {
@@ -130,14 +136,25 @@ func runningDomains(dir string) ([]admit.Domain, error) {
 		}
 		var st struct {
 			Domain struct {
-				Name string `xml:"name"`
-				UUID string `xml:"uuid"`
+				Name    string `xml:"name"`
+				UUID    string `xml:"uuid"`
+				Devices struct {
+					Interfaces []struct {
+						Type string `xml:"type,attr"`
+					} `xml:"interface"`
+				} `xml:"devices"`
 			} `xml:"domain"`
 		}
 		if err := xml.Unmarshal(b, &st); err != nil || st.Domain.Name == "" {
 			continue
 		}
-		out = append(out, admit.Domain{Name: st.Domain.Name, UUID: strings.ToLower(st.Domain.UUID)})
+		d := admit.Domain{Name: st.Domain.Name, UUID: strings.ToLower(st.Domain.UUID)}
+		for _, i := range st.Domain.Devices.Interfaces {
+			if i.Type != "hostdev" {
+				d.VNICs++
+			}
+		}
+		out = append(out, d)
 	}
 	return out, nil
 }

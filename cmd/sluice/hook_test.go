@@ -53,6 +53,41 @@ func TestHookQemu(t *testing.T) {
 	}
 }
 
+// TestHookQemuUnnamed: with an unnamedVMs reservation the hook counts the
+// interfaces of a starting domain the policy does not name (from its XML on
+// stdin) and of running ones (from their status files).
+func TestHookQemuUnnamed(t *testing.T) {
+	dir := t.TempDir()
+	pf := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(pf, []byte(hookPolicy+"unnamedVMs: {reservation: 100Mbps}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runDir := filepath.Join(dir, "run")
+	_ = os.Mkdir(runDir, 0o755)
+	status := `<domstatus state='running' pid='1'><domain type='qemu' id='1'><name>other</name><devices>` +
+		`<interface type='bridge'><target dev='vnet0'/></interface><interface type='hostdev'/></devices></domain></domstatus>`
+	if err := os.WriteFile(filepath.Join(runDir, "other.xml"), []byte(status), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	xml := "<domain type='qemu'><name>web7</name><devices><interface type='bridge'/><interface type='network'/></devices></domain>"
+	var errb bytes.Buffer
+	// 100 (other's one vNIC) + 2 × 100 fit the 750Mbps budget.
+	if code := runHookQemu([]string{"--policy", pf, "--host", "h1", "web7", "prepare", "begin", "-"}, strings.NewReader(xml), &errb, runDir); code != exitOK {
+		t.Fatalf("web7 with 2 vNICs next to other: exit %d %s", code, errb.String())
+	}
+	// big's 600 + other's 100 + 2 × 100 do not.
+	big := `<domstatus state='running' pid='2'><domain type='qemu' id='2'><name>big</name></domain></domstatus>`
+	if err := os.WriteFile(filepath.Join(runDir, "big.xml"), []byte(big), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	code := runHookQemu([]string{"--policy", pf, "--host", "h1", "web7", "prepare", "begin", "-"}, strings.NewReader(xml), &errb, runDir)
+	want := "sluice: refused web7: its reservations (unnamedVMs: 100Mbps per vNIC, 2 vNICs) do not fit on h1 with the 2 VMs that run there: network: needs 200Mbps of vNIC reservations, free 50Mbps (short 150Mbps)\n"
+	if code != exitBad || errb.String() != want {
+		t.Errorf("web7 next to big and other: exit %d %q, want %d %q", code, errb.String(), exitBad, want)
+	}
+}
+
 // TestHookInstall: install keeps an existing hook and chains it (run after
 // sluice admits, not when it refuses, with the domain XML on its stdin);
 // installing again replaces only sluice's; uninstall puts the old one

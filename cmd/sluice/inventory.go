@@ -43,8 +43,9 @@ func (f *inventoryFlags) netns(flagNS, cluster, host string) string {
 }
 
 // open builds the inventory. The libvirt one has read every running
-// domain when it returns.
-func (f *inventoryFlags) open(p *policy.Policy, host string) (agent.Inventory, func(), error) {
+// domain when it returns; master tells the bridge of an uplink device (in
+// the agent's namespace), for the domains the policy does not name.
+func (f *inventoryFlags) open(p *policy.Policy, host string, master func(dev string) (string, error)) (agent.Inventory, func(), error) {
 	if f.kind == "lab" {
 		pl, err := lab.NewPlan(p)
 		if err != nil {
@@ -65,7 +66,7 @@ func (f *inventoryFlags) open(p *policy.Policy, host string) (agent.Inventory, f
 	if err != nil {
 		return nil, nil, err
 	}
-	inv := virt.New(conn, virt.Config{Uplinks: f.uplinks, Cgroup: virt.ProcCgroup})
+	inv := virt.New(conn, virt.Config{Uplinks: f.uplinks, Cgroup: virt.ProcCgroup, Master: master})
 	if err := inv.Refresh(); err != nil {
 		conn.Close()
 		return nil, nil, err

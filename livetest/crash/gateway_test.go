@@ -94,7 +94,7 @@ func TestGatewayKilledMidWrite(t *testing.T) {
 	if gw.PID == 0 {
 		t.Fatalf("lab state lists no gateway for h1: %+v", st.Processes)
 	}
-	waitListening(t, gw.Namespace, lab.NBDPort, 10*time.Second)
+	waitServing(t, uri, 10*time.Second)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -139,7 +139,7 @@ func TestGatewayKilledMidWrite(t *testing.T) {
 
 	// The same gateway again, as a supervisor would start it.
 	startDaemon(t, gw.Namespace, filepath.Join(state, "gateway-restart.log"), gw.Args...)
-	waitListening(t, gw.Namespace, lab.NBDPort, 10*time.Second)
+	waitServing(t, uri, 10*time.Second)
 	t.Logf("gateway serving again %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
 
 	a := runFio(ctx, dirA, vmNS, verify("0", "16M", false)...)

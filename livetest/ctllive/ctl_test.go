@@ -1,7 +1,10 @@
 // Package ctllive runs the real `sluice controller` binary and talks to it
 // with the real `sluice ctl`: a policy applied, a reservation set, the
 // event with its reason, then kill -9 and a restart on the same data
-// directory with nothing lost. It needs no root.
+// directory with nothing lost (TestControllerCtl, no root); and seed
+// Fig. 2 end to end in a lab with real agents on the controller, iperf3
+// throughout, DRS migrating VMs by itself and a kill -9 of the controller
+// mid-run (TestFig2DRSLive, root: network namespaces, tc, iperf3).
 package ctllive
 
 import (

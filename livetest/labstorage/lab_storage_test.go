@@ -85,15 +85,13 @@ func TestLabStorageSharesAcrossHosts(t *testing.T) {
 			Role   string `json:"role"`
 			Entity string `json:"entity"`
 			Disks  []struct {
-				URI    string `json:"uri"`
-				TCPURI string `json:"tcp_uri"`
+				URI string `json:"uri"`
 			} `json:"disks"`
 		} `json:"namespaces"`
 	}
 	if err := json.Unmarshal(sluice("lab", "status", file, "--state-dir", state, "-o", "json"), &status); err != nil {
 		t.Fatalf("lab status -o json: %v", err)
 	}
-	// vm1 and vm2 over TCP (their vNICs), vm3 (no vNIC) on the socket.
 	uris := map[string]string{} // VM namespace → its disk's URI
 	var vm3URI string
 	for _, ns := range status.Namespaces {
@@ -101,7 +99,7 @@ func TestLabStorageSharesAcrossHosts(t *testing.T) {
 			if ns.Entity == "vm3" {
 				vm3URI = ns.Disks[0].URI
 			} else {
-				uris[ns.Name] = ns.Disks[0].TCPURI
+				uris[ns.Name] = ns.Disks[0].URI
 			}
 		}
 	}

@@ -47,7 +47,7 @@ func TestLabLifecycle(t *testing.T) {
 		}
 		roles[ns.Name] = ns.Role
 		if ns.Role == lab.RoleVM && ns.Entity == "vm1" {
-			if len(ns.Disks) != 1 || ns.Disks[0].TCPURI != "nbd://198.18.1.1:10809/vm1/d0" {
+			if len(ns.Disks) != 1 || ns.Disks[0].URI != "nbd+unix:///vm1/d0?socket=/run/sluice/gw-nlc-h1/vm1.sock" {
 				t.Errorf("vm1 disks: %+v", ns.Disks)
 			}
 		}

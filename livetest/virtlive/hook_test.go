@@ -12,6 +12,7 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
+	"sluice/agent"
 	"sluice/virt"
 )
 
@@ -135,12 +136,16 @@ vms:
 	}
 	started := time.Now()
 	tap := tapOf(t, c, dom)
+	// The class follows the vNIC's index, which the inventory gives over
+	// every domain of the machine: it is read from the agent's status.
+	var classID string
 	class := waitFor(t, "the class of "+domA, 5*time.Second, func() bool {
-		return strings.Contains(tcOut(t, "class", "show", "dev", up), "htb 1:100 parent 1:1") &&
+		classID, _ = statusClass(state, "vl"+id, domA+"/nic0")
+		return classID != "" && strings.Contains(tcOut(t, "class", "show", "dev", up), "htb "+classID+" parent 1:") &&
 			strings.Contains(tcOut(t, "filter", "show", "dev", tap, "ingress"), "sluice-prio")
 	})
-	t.Logf("%s started (create took %v); its class 1:100 on %s and the classifier on its tap %s %v after the start",
-		domA, started.Sub(t0).Round(time.Millisecond), up, tap, class.Sub(started).Round(time.Millisecond))
+	t.Logf("%s started (create took %v); its class %s on %s and the classifier on its tap %s %v after the start",
+		domA, started.Sub(t0).Round(time.Millisecond), classID, up, tap, class.Sub(started).Round(time.Millisecond))
 	if d := class.Sub(started); d > 2*time.Second {
 		t.Errorf("%s enforced %v after its start, want ≤ 2 s", domA, d)
 	}
@@ -166,7 +171,7 @@ vms:
 	}
 	stopped := time.Now()
 	gone := waitFor(t, "the class of "+domA+" removed", 5*time.Second, func() bool {
-		return !strings.Contains(tcOut(t, "class", "show", "dev", up), "1:100")
+		return !strings.Contains(tcOut(t, "class", "show", "dev", up), "htb "+classID+" ")
 	})
 	t.Logf("%s destroyed; its class removed %v later", domA, gone.Sub(stopped).Round(time.Millisecond))
 	if d := gone.Sub(stopped); d > 2*time.Second {
@@ -185,6 +190,23 @@ vms:
 	if after := tcOut(t, "-j", "qdisc", "show", "dev", up); after != before {
 		t.Errorf("uninstall: qdiscs of %s\nbefore %s\nafter  %s", up, before, after)
 	}
+}
+
+// statusClass reads the class id and HTB ceil of port from the agent's
+// statistics file ("" while the agent has none for it).
+func statusClass(stateDir, cluster, port string) (string, int64) {
+	s, err := agent.ReadStats(stateDir, cluster, "h1")
+	if err != nil {
+		return "", 0
+	}
+	for _, u := range s.Uplinks {
+		for _, ps := range u.Ports {
+			if ps.Port == port {
+				return ps.ClassID, ps.CeilBps
+			}
+		}
+	}
+	return "", 0
 }
 
 func tcOut(t *testing.T, args ...string) string {

@@ -62,11 +62,15 @@ func sweep(t *testing.T, c *libvirt.Libvirt) {
 			continue
 		}
 		id := strings.Split(strings.TrimPrefix(filepath.Base(d), "sl-virtlive-"), "-")[0]
-		if dom, err := c.DomainLookupByName("sl-virtlive-" + id); err == nil {
-			t.Logf("sweep: destroying leftover domain sl-virtlive-%s", id)
-			c.DomainDestroy(dom)
+		for _, name := range []string{"sl-virtlive-" + id, "sl-virtlive-" + id + "-a", "sl-virtlive-" + id + "-b"} {
+			if dom, err := c.DomainLookupByName(name); err == nil {
+				t.Logf("sweep: destroying leftover domain %s", name)
+				c.DomainDestroy(dom)
+			}
 		}
 		exec.Command("ip", "link", "del", "sl-vlbr"+id).Run()
+		exec.Command("ip", "link", "del", "sl-vlu"+id).Run()
+		exec.Command("ip", "netns", "del", "sl-virtlive-"+id).Run()
 		os.RemoveAll(d)
 	}
 }

@@ -66,6 +66,7 @@ func TestLabGuests(t *testing.T) {
 	l := upGuestLab(t)
 	ports := []string{"vm1/nic0", "vm2/nic0", "vm3/nic0"}
 	l.checkGuestExec()
+	l.checkGuestSockperf()
 
 	usable := l.measureUsable(ports)
 	p := l.withUsable(usable)
@@ -132,6 +133,43 @@ func (l *guestLab) checkGuestExec() {
 	if err := json.Unmarshal(res.Stdout, &out); err != nil || len(out.Jobs) != 1 || out.Jobs[0].Write.IOs != 256 {
 		t.Fatalf("fio in the guest: want 256 writes of 4 KiB in its JSON, got %+v (%v); output %s", out, err, res.Stdout)
 	}
+}
+
+// checkGuestSockperf runs the host's sockperf in vm2 as a TCP ping-pong
+// client against the lab's sockperf server in the fabric namespace
+// (lab.SockperfPort), across the guest's tap, its host's bridge and
+// uplink: it must report a latency from its observations.
+func (l *guestLab) checkGuestSockperf() {
+	t := l.t
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := lab.GuestExec(ctx, l.p.Cluster, "vm2", "sockperf", "ping-pong", "--tcp", "-i", lab.FabricIP.String(),
+		"-p", strconv.Itoa(lab.SockperfPort), "-t", "5", "--no-rdtsc")
+	out := string(res.Stdout) + string(res.Stderr)
+	if err != nil {
+		t.Fatalf("sockperf in the guest: %v\n%s", err, tailOf(out))
+	}
+	lat, obs := sockperfSummary(out)
+	t.Logf("sockperf ping-pong (TCP) from guest vm2 to the fabric: latency %.1f µs (half the round trip) over %d observations", lat, obs)
+	if !(lat > 0) || obs == 0 {
+		t.Fatalf("sockperf in the guest reported no latency: %s", tailOf(out))
+	}
+}
+
+// sockperfSummary reads sockperf's "Summary: Latency is X usec" and
+// "Total N observations".
+func sockperfSummary(out string) (usec float64, observations int) {
+	for _, line := range strings.Split(out, "\n") {
+		if _, rest, ok := strings.Cut(line, "Summary: Latency is "); ok {
+			usec, _ = strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " usec"), 64)
+		}
+		if _, rest, ok := strings.Cut(line, "Total "); ok && strings.Contains(rest, " observations") {
+			if n, err := strconv.Atoi(strings.Fields(rest)[0]); err == nil {
+				observations = n
+			}
+		}
+	}
+	return usec, observations
 }
 
 // upGuestLab brings the lab of labPolicy up with a fresh cluster name and

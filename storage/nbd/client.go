@@ -3,6 +3,7 @@ package nbd
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -84,6 +85,17 @@ func Dial(ctx context.Context, network, addr, export string) (*Client, error) {
 // the socket for up to pollNs before parking (0: never). It trades CPU for latency (see
 // Server.PollNs).
 func DialPoll(ctx context.Context, network, addr, export string, pollNs int64) (*Client, error) {
+	return dialOpts(ctx, network, addr, export, pollNs, nil)
+}
+
+// DialTLS is Dial through TLS: the client sends NBD_OPT_STARTTLS first and
+// runs the TLS handshake with cfg (its certificate identifies the client
+// to a server that asks for one) before opening export.
+func DialTLS(ctx context.Context, network, addr, export string, cfg *tls.Config) (*Client, error) {
+	return dialOpts(ctx, network, addr, export, 0, cfg)
+}
+
+func dialOpts(ctx context.Context, network, addr, export string, pollNs int64, tlsCfg *tls.Config) (*Client, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, network, addr)
 	if err != nil {
@@ -95,7 +107,7 @@ func DialPoll(ctx context.Context, network, addr, export string, pollNs int64) (
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
-	c, err := newClient(conn, export, pollNs)
+	c, err := newClient(conn, export, pollNs, tlsCfg)
 	if err != nil {
 		_ = conn.Close()
 		return nil, err
@@ -107,10 +119,10 @@ func DialPoll(ctx context.Context, network, addr, export string, pollNs int64) (
 // NewClient runs the fixed newstyle handshake on conn (NBD_OPT_GO, falling
 // back to NBD_OPT_EXPORT_NAME) and starts the reply reader.
 func NewClient(conn net.Conn, export string) (*Client, error) {
-	return newClient(conn, export, 0)
+	return newClient(conn, export, 0, nil)
 }
 
-func newClient(conn net.Conn, export string, pollNs int64) (*Client, error) {
+func newClient(conn net.Conn, export string, pollNs int64, tlsCfg *tls.Config) (*Client, error) {
 	conn = newPollConn(conn, pollNs)
 	r := bufio.NewReaderSize(conn, 64<<10)
 	w := bufio.NewWriterSize(conn, 64<<10)
@@ -132,6 +144,26 @@ func newClient(conn net.Conn, export string, pollNs int64) (*Client, error) {
 	var cf [4]byte
 	binary.BigEndian.PutUint32(cf[:], cflags)
 	w.Write(cf[:])
+	if tlsCfg != nil {
+		writeOpt(w, optStartTLS, nil)
+		if err := w.Flush(); err != nil {
+			return nil, fmt.Errorf("nbd handshake: %w", err)
+		}
+		typ, data, err := readOptReply(r)
+		if err != nil {
+			return nil, err
+		}
+		if typ != repAck {
+			return nil, fmt.Errorf("nbd handshake: NBD_OPT_STARTTLS refused: server error %#x: %s", typ, data)
+		}
+		tc := tls.Client(conn, tlsCfg)
+		if err := tc.Handshake(); err != nil {
+			return nil, fmt.Errorf("nbd handshake: TLS: %w", err)
+		}
+		conn = tc
+		r = bufio.NewReaderSize(conn, 64<<10)
+		w = bufio.NewWriterSize(conn, 64<<10)
+	}
 	// NBD_OPT_GO with no information requests.
 	payload := make([]byte, 4+len(export)+2)
 	binary.BigEndian.PutUint32(payload, uint32(len(export)))
@@ -143,22 +175,11 @@ func newClient(conn net.Conn, export string, pollNs int64) (*Client, error) {
 	c := &Client{conn: conn, w: w, pending: map[uint64]*call{}, done: make(chan struct{}), flushReq: make(chan struct{}, 1)}
 	gotInfo := false
 	for {
-		var rh [20]byte
-		if _, err := io.ReadFull(r, rh[:]); err != nil {
-			return nil, fmt.Errorf("nbd handshake: %w", err)
+		typ, data, err := readOptReply(r)
+		if err != nil {
+			return nil, err
 		}
-		if binary.BigEndian.Uint64(rh[0:]) != optReplyMagic {
-			return nil, errors.New("nbd handshake: bad option reply magic")
-		}
-		typ := binary.BigEndian.Uint32(rh[12:])
-		n := binary.BigEndian.Uint32(rh[16:])
-		if n > maxOptionBytes {
-			return nil, errors.New("nbd handshake: option reply too large")
-		}
-		data := make([]byte, n)
-		if _, err := io.ReadFull(r, data); err != nil {
-			return nil, fmt.Errorf("nbd handshake: %w", err)
-		}
+		n := len(data)
 		switch {
 		case typ == repInfo && n >= 12 && binary.BigEndian.Uint16(data) == infoExport:
 			c.sizeBytes = binary.BigEndian.Uint64(data[2:])
@@ -199,6 +220,27 @@ func newClient(conn net.Conn, export string, pollNs int64) (*Client, error) {
 }
 
 var timeZero time.Time
+
+// readOptReply reads one option reply: its type and data.
+func readOptReply(r *bufio.Reader) (uint32, []byte, error) {
+	var rh [20]byte
+	if _, err := io.ReadFull(r, rh[:]); err != nil {
+		return 0, nil, fmt.Errorf("nbd handshake: %w", err)
+	}
+	if binary.BigEndian.Uint64(rh[0:]) != optReplyMagic {
+		return 0, nil, errors.New("nbd handshake: bad option reply magic")
+	}
+	typ := binary.BigEndian.Uint32(rh[12:])
+	n := binary.BigEndian.Uint32(rh[16:])
+	if n > maxOptionBytes {
+		return 0, nil, errors.New("nbd handshake: option reply too large")
+	}
+	data := make([]byte, n)
+	if _, err := io.ReadFull(r, data); err != nil {
+		return 0, nil, fmt.Errorf("nbd handshake: %w", err)
+	}
+	return typ, data, nil
+}
 
 func writeOpt(w *bufio.Writer, opt uint32, data []byte) {
 	var h [16]byte

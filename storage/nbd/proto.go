@@ -29,7 +29,9 @@ const (
 	repServer     = 2
 	repInfo       = 3
 	repErrUnsup   = 1<<31 + 1
+	repErrPolicy  = 1<<31 + 2
 	repErrInvalid = 1<<31 + 3
+	repErrTLSReqd = 1<<31 + 5
 	repErrUnknown = 1<<31 + 6
 	repErrTooBig  = 1<<31 + 9
 
@@ -59,6 +61,8 @@ const (
 	MaxPayloadBytes = 32 << 20
 	// maxOptionBytes bounds the payload of one handshake option.
 	maxOptionBytes = 64 << 10
+	// maxOptions bounds the options of one handshake.
+	maxOptions = 256
 )
 
 // Errno values carried in NBD replies.

@@ -2,6 +2,7 @@ package nbd
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -50,10 +52,50 @@ func (m MapExports) Names() []string {
 	return n
 }
 
+// Access is what the connections accepted on one listener may do
+// (Server.ServeAccess).
+type Access struct {
+	// Identity is the identity of every connection on the listener (e.g.
+	// the VM whose Unix socket it is). After NBD_OPT_STARTTLS, the Common
+	// Name of a verified client certificate replaces it.
+	Identity string
+	// Allow, if set, reports whether a connection with identity id may
+	// list and open export; nil allows every export. An export not allowed
+	// is answered exactly like one that does not exist
+	// (NBD_REP_ERR_UNKNOWN, absent from NBD_OPT_LIST), so that a client
+	// cannot probe for other clients' export names.
+	Allow func(id, export string) bool
+	// TLS, if set, makes TLS mandatory on the listener: the server offers
+	// NBD_OPT_STARTTLS with this configuration and answers every other
+	// option before it (but NBD_OPT_ABORT) with NBD_REP_ERR_TLS_REQD;
+	// NBD_OPT_EXPORT_NAME, which has no error reply, closes the
+	// connection. Without TLS, NBD_OPT_STARTTLS gets NBD_REP_ERR_UNSUP.
+	TLS *tls.Config
+	// MaxConns bounds the listener's open connections (0: only the
+	// server's MaxConns). A connection beyond it is closed at once.
+	MaxConns int
+}
+
+// DefaultMaxConns is Server.MaxConns's default.
+const DefaultMaxConns = 1024
+
+// IdleConnBytes is the stated memory bound of one open, idle connection
+// after the handshake, Go heap and stacks: 64 KiB read and 64 KiB write
+// buffers, the connection's two goroutines (reader/worker and flusher) and
+// its bookkeeping (TestIdleConnectionsMemory measures it). Requests in
+// flight add their payload, bounded by MaxInFlightBytes.
+const IdleConnBytes = 160 << 10
+
 // Server serves NBD exports. The zero value is not usable: set Exports.
 type Server struct {
 	// Exports are the devices served.
 	Exports Exports
+	// MaxConns bounds the connections accepted by Serve and ServeAccess
+	// and open at once, over all listeners (default DefaultMaxConns). A
+	// connection beyond it is closed at once, before the NBD greeting (the
+	// client reads end of file); refusals are logged at most once a
+	// second and counted (Refused).
+	MaxConns int
 	// MaxInFlight bounds the requests of one connection being processed at
 	// once (default 128); the server stops reading the connection's requests
 	// while it is reached.
@@ -63,7 +105,8 @@ type Server struct {
 	// at least MaxPayloadBytes). The server stops reading the connection's
 	// requests until enough of them finished, so a client cannot make the
 	// server hold more than this for it (128 requests of 32 MiB would
-	// otherwise be 4 GiB).
+	// otherwise be 4 GiB). On a listener with Access.Allow, the
+	// connections of one identity (a VM) share one such budget.
 	MaxInFlightBytes int64
 	testBudgetWait   func() // called when a reader waits for MaxInFlightBytes (tests)
 	// HandshakeTimeout bounds the whole handshake (default 10 s).
@@ -87,6 +130,54 @@ type Server struct {
 	nconns    atomic.Int32 // len(conns), read without mu (polling)
 	closed    bool
 	wg        sync.WaitGroup
+
+	budgets     map[string]*sharedBudget // per identity, while it has connections (mu)
+	open        atomic.Int32             // connections accepted and not yet ended
+	refused     atomic.Uint64
+	lastRefusal atomic.Int64 // monoNs of the last refusal logged
+
+	lastHandshakeLog  atomic.Int64  // monoNs of the last failed handshake logged
+	handshakeFailures atomic.Uint64 // failed handshakes not logged since
+}
+
+// onceASecond reports whether a second has passed since it last returned
+// true for last (a monoNs time; 0: never), and if so records now.
+func onceASecond(last *atomic.Int64) bool {
+	now := monoNs() + 1 // never 0
+	l := last.Load()
+	if l != 0 && now-l < int64(time.Second) {
+		return false
+	}
+	return last.CompareAndSwap(l, now)
+}
+
+// Refused is the number of connections closed at once because a
+// connection cap (Server.MaxConns, Access.MaxConns) was reached.
+func (s *Server) Refused() uint64 { return s.refused.Load() }
+
+// admit takes a place for a new connection of a listener that has mine
+// open (bound max, 0: none); false if a cap is reached.
+func (s *Server) admit(mine *atomic.Int32, max int) bool {
+	total := s.MaxConns
+	if total <= 0 {
+		total = DefaultMaxConns
+	}
+	n := s.open.Add(1)
+	m := mine.Add(1)
+	if int(n) <= total && (max <= 0 || int(m) <= max) {
+		return true
+	}
+	s.open.Add(-1)
+	mine.Add(-1)
+	s.refused.Add(1)
+	if onceASecond(&s.lastRefusal) {
+		if int(n) > total {
+			s.logf("nbd: connection refused: %d connections open (limit %d)", n-1, total)
+		} else {
+			s.logf("nbd: connection refused: %d connections open on this listener (limit %d)", m-1, max)
+		}
+	}
+	return false
 }
 
 func (s *Server) logf(format string, args ...any) {
@@ -95,12 +186,19 @@ func (s *Server) logf(format string, args ...any) {
 	}
 }
 
-// Serve accepts connections on l until l fails or the server is closed.
-func (s *Server) Serve(l net.Listener) error {
+// Serve accepts connections on l until l fails or the server is closed;
+// every connection may open every export.
+func (s *Server) Serve(l net.Listener) error { return s.ServeAccess(l, Access{}) }
+
+// ServeAccess accepts connections on l until l fails (its error) or the
+// server is closed (nil; l is closed then, also when the server was closed
+// before); a connection may do what a allows.
+func (s *Server) ServeAccess(l net.Listener, a Access) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return net.ErrClosed
+		_ = l.Close() // as if it had been open when the server closed
+		return nil
 	}
 	if s.listeners == nil {
 		s.listeners = map[net.Listener]struct{}{}
@@ -108,6 +206,7 @@ func (s *Server) Serve(l net.Listener) error {
 	s.listeners[l] = struct{}{}
 	s.mu.Unlock()
 	defer func() { s.mu.Lock(); delete(s.listeners, l); s.mu.Unlock() }()
+	var mine atomic.Int32 // this listener's open connections
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -123,11 +222,18 @@ func (s *Server) Serve(l net.Listener) error {
 			}
 			return err
 		}
+		if !s.admit(&mine, a.MaxConns) {
+			_ = c.Close()
+			continue
+		}
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}
 		s.wg.Add(1)
-		go func() { defer s.wg.Done(); s.ServeConn(c) }()
+		go func() {
+			defer func() { s.open.Add(-1); mine.Add(-1); s.wg.Done() }()
+			s.ServeConnAccess(c, a)
+		}()
 	}
 }
 
@@ -148,8 +254,12 @@ func (s *Server) Close() error {
 }
 
 // ServeConn runs the protocol on one connection until the client leaves or
-// breaks the protocol; it closes rw before returning.
-func (s *Server) ServeConn(rw io.ReadWriteCloser) {
+// breaks the protocol; it closes rw before returning. The connection may
+// open every export.
+func (s *Server) ServeConn(rw io.ReadWriteCloser) { s.ServeConnAccess(rw, Access{}) }
+
+// ServeConnAccess is ServeConn for a connection that may do what a allows.
+func (s *Server) ServeConnAccess(rw io.ReadWriteCloser, a Access) {
 	if nc, ok := rw.(net.Conn); ok {
 		rw = newPollConn(nc, s.PollNs)
 	}
@@ -172,17 +282,50 @@ func (s *Server) ServeConn(rw io.ReadWriteCloser) {
 		s.mu.Unlock()
 		_ = rw.Close()
 	}()
-	c := &serverConn{s: s, rw: rw, r: bufio.NewReaderSize(rw, 64<<10), w: bufio.NewWriterSize(rw, 64<<10)}
-	if err := c.run(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	// Small buffers during the handshake: a connection that never gets
+	// past it (or waits in it) costs little memory.
+	c := &serverConn{s: s, acc: &a, id: a.Identity, rw: rw, r: bufio.NewReaderSize(rw, handshakeBufBytes), w: bufio.NewWriterSize(rw, handshakeBufBytes)}
+	err := c.run()
+	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+		return
+	}
+	if c.transmitting {
 		s.logf("nbd: connection closed: %v", err)
+		return
+	}
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+		return // a client that connected and left (a probe): nothing to say
+	}
+	// Handshakes that fail are logged at most once a second: anybody who
+	// can reach a listener can fail them.
+	if onceASecond(&s.lastHandshakeLog) {
+		more := ""
+		if n := s.handshakeFailures.Swap(0); n > 0 {
+			more = fmt.Sprintf(" (and %d more since the last such line)", n)
+		}
+		s.logf("nbd: connection closed in the handshake (%s): %v%s", c.who(), err, more)
+	} else {
+		s.handshakeFailures.Add(1)
 	}
 }
 
+// handshakeBufBytes and transmitBufBytes are the sizes of a connection's
+// read and write buffers during the handshake and in transmission.
+const (
+	handshakeBufBytes = 4 << 10
+	transmitBufBytes  = 64 << 10
+)
+
 type serverConn struct {
-	s  *Server
-	rw io.ReadWriteCloser
-	r  *bufio.Reader
-	w  *bufio.Writer
+	s     *Server
+	acc   *Access
+	id    string // the client's identity (Access.Identity or its certificate's)
+	tlsOn bool   // NBD_OPT_STARTTLS succeeded
+	// transmitting: the handshake is over
+	transmitting bool
+	rw           io.ReadWriteCloser
+	r            *bufio.Reader
+	w            *bufio.Writer
 
 	wmu      sync.Mutex    // guards w during transmission
 	flushReq chan struct{} // a reply is waiting in w (capacity 1)
@@ -215,6 +358,13 @@ func (c *serverConn) run() error {
 	if isNet {
 		_ = nc.SetDeadline(time.Time{})
 	}
+	c.transmitting = true
+	// Every handshake reply was flushed; data the client sent after
+	// NBD_OPT_GO stays in the small reader.
+	if c.r.Buffered() == 0 {
+		c.r = bufio.NewReaderSize(c.rw, transmitBufBytes)
+	}
+	c.w = bufio.NewWriterSize(c.rw, transmitBufBytes)
 	return c.transmission(b, name)
 }
 
@@ -238,7 +388,10 @@ func (c *serverConn) handshake() (Backend, string, error) {
 		return nil, "", violationf("unknown client flags %#x", cflags)
 	}
 	c.noZeroes = cflags&flagNoZeroes != 0
-	for {
+	for nopt := 0; ; nopt++ {
+		if nopt == maxOptions {
+			return nil, "", violationf("more than %d options", maxOptions)
+		}
 		var oh [16]byte
 		if _, err := io.ReadFull(c.r, oh[:]); err != nil {
 			return nil, "", err
@@ -255,11 +408,24 @@ func (c *serverConn) handshake() (Backend, string, error) {
 		if _, err := io.ReadFull(c.r, data); err != nil {
 			return nil, "", err
 		}
+		if c.acc.TLS != nil && !c.tlsOn && opt != optStartTLS && opt != optAbort {
+			if opt == optExportName {
+				return nil, "", violationf("NBD_OPT_EXPORT_NAME before NBD_OPT_STARTTLS (TLS is required)")
+			}
+			if err := c.optErr(opt, repErrTLSReqd, "TLS is required: send NBD_OPT_STARTTLS first"); err != nil {
+				return nil, "", err
+			}
+			continue
+		}
 		switch opt {
+		case optStartTLS:
+			if err := c.startTLS(n); err != nil {
+				return nil, "", err
+			}
 		case optExportName:
-			b, ok := c.s.Exports.Export(string(data))
+			b, ok := c.lookup(string(data))
 			if !ok {
-				return nil, "", violationf("NBD_OPT_EXPORT_NAME: no export %q", data)
+				return nil, "", violationf("NBD_OPT_EXPORT_NAME: no export %q for %s", data, c.who())
 			}
 			var rep [10 + 124]byte
 			binary.BigEndian.PutUint64(rep[0:], b.SizeBytes())
@@ -284,6 +450,9 @@ func (c *serverConn) handshake() (Backend, string, error) {
 				continue
 			}
 			for _, name := range c.s.Exports.Names() {
+				if !c.allowed(name) {
+					continue
+				}
 				p := make([]byte, 4+len(name))
 				binary.BigEndian.PutUint32(p, uint32(len(name)))
 				copy(p[4:], name)
@@ -349,12 +518,85 @@ func (c *serverConn) parseInfo(data []byte) (b Backend, name string, msg string)
 	if int(4+nl+2)+2*int(nreq) != len(data) {
 		return nil, "", "NBD_OPT_GO/INFO: information request count does not match payload"
 	}
-	b, ok := c.s.Exports.Export(name)
+	b, ok := c.lookup(name)
 	if !ok {
 		return nil, name, fmt.Sprintf("no export named %q", name)
 	}
 	return b, name, ""
 }
+
+// allowed reports whether the client may list and open export name.
+func (c *serverConn) allowed(name string) bool {
+	return c.acc.Allow == nil || c.acc.Allow(c.id, name)
+}
+
+// lookup returns the export named name if the client may open it.
+func (c *serverConn) lookup(name string) (Backend, bool) {
+	if !c.allowed(name) {
+		return nil, false
+	}
+	return c.s.Exports.Export(name)
+}
+
+// who names the client in log lines.
+func (c *serverConn) who() string {
+	if c.id == "" {
+		return "a client without identity"
+	}
+	return fmt.Sprintf("client %q", c.id)
+}
+
+// startTLS answers NBD_OPT_STARTTLS (payload of n bytes, already read):
+// it acknowledges, runs the TLS handshake as server, and from then on the
+// connection speaks through TLS. A failed TLS handshake ends the
+// connection.
+func (c *serverConn) startTLS(n uint32) error {
+	switch {
+	case c.acc.TLS == nil:
+		return c.optErr(optStartTLS, repErrUnsup, "TLS is not offered here")
+	case c.tlsOn:
+		return c.optErr(optStartTLS, repErrInvalid, "TLS is already on")
+	case n != 0:
+		return c.optErr(optStartTLS, repErrInvalid, "NBD_OPT_STARTTLS takes no data")
+	}
+	if err := c.optReply(optStartTLS, repAck, nil); err != nil {
+		return err
+	}
+	if c.r.Buffered() != 0 {
+		return violationf("data after NBD_OPT_STARTTLS before the TLS handshake")
+	}
+	nc, ok := c.rw.(net.Conn)
+	if !ok {
+		nc = streamConn{c.rw}
+	}
+	tc := tls.Server(nc, c.acc.TLS)
+	if err := tc.Handshake(); err != nil {
+		return fmt.Errorf("TLS handshake: %w", err)
+	}
+	c.tlsOn = true
+	if cs := tc.ConnectionState(); len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
+		c.id = cs.VerifiedChains[0][0].Subject.CommonName
+	}
+	c.rw = tc
+	c.r = bufio.NewReaderSize(tc, handshakeBufBytes)
+	c.w = bufio.NewWriterSize(tc, handshakeBufBytes)
+	return nil
+}
+
+// streamConn gives a plain byte stream the net.Conn methods TLS needs
+// (ServeConn on something that is not a socket: tests, the fuzzer).
+type streamConn struct{ io.ReadWriteCloser }
+
+type streamAddr struct{}
+
+func (streamAddr) Network() string { return "stream" }
+func (streamAddr) String() string  { return "stream" }
+
+func (streamConn) LocalAddr() net.Addr                { return streamAddr{} }
+func (streamConn) RemoteAddr() net.Addr               { return streamAddr{} }
+func (streamConn) SetDeadline(t time.Time) error      { return nil }
+func (streamConn) SetReadDeadline(t time.Time) error  { return nil }
+func (streamConn) SetWriteDeadline(t time.Time) error { return nil }
 
 func (c *serverConn) optReply(opt, typ uint32, data []byte) error {
 	var h [20]byte

@@ -46,7 +46,16 @@ func (c *serverConn) transmission(b Backend, name string) error {
 		maxBytes = MaxPayloadBytes
 	}
 	t := &transmitter{c: c, b: b, name: name, size: b.SizeBytes(), max: max}
-	t.bytes.init(maxBytes, c.s.testBudgetWait)
+	if c.acc.Allow != nil && c.id != "" {
+		// A client with an identity (a VM) has one budget over all its
+		// connections: more connections do not buy it more memory.
+		bud, release := c.s.identityBudget(c.id, maxBytes)
+		defer release()
+		t.bytes = bud
+	} else {
+		t.bytes = &budget{}
+		t.bytes.init(maxBytes, c.s.testBudgetWait)
+	}
 	t.workers = 1
 	t.wg.Add(1)
 	t.worker()  // the connection's goroutine is the first worker
@@ -67,7 +76,7 @@ type transmitter struct {
 	readMu  sync.Mutex   // held by the worker that is the reader
 	waiting atomic.Int32 // workers waiting to become the reader
 	wg      sync.WaitGroup
-	bytes   budget // payload bytes of the requests in flight
+	bytes   *budget // payload bytes of the requests in flight
 
 	// guarded by readMu
 	workers int
@@ -115,6 +124,37 @@ func payload(req request) int64 {
 		return int64(req.length)
 	}
 	return 0
+}
+
+// identityBudget returns the payload budget shared by the connections of
+// identity id (created with n bytes for its first connection) and the
+// function that gives the connection's hold on it back.
+func (s *Server) identityBudget(id string, n int64) (*budget, func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.budgets == nil {
+		s.budgets = map[string]*sharedBudget{}
+	}
+	sb := s.budgets[id]
+	if sb == nil {
+		sb = &sharedBudget{}
+		sb.b.init(n, s.testBudgetWait)
+		s.budgets[id] = sb
+	}
+	sb.refs++
+	return &sb.b, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if sb.refs--; sb.refs == 0 {
+			delete(s.budgets, id)
+		}
+	}
+}
+
+// sharedBudget is a budget with the number of connections using it.
+type sharedBudget struct {
+	b    budget
+	refs int
 }
 
 // budget is a counting semaphore of bytes.

@@ -1,0 +1,402 @@
+package ctllive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"sluice/agent"
+	"sluice/lab"
+	"sluice/livetest/livelab"
+	"sluice/policy"
+)
+
+// requireLive fails the test when the machine cannot run the lab.
+func requireLive(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the live DRS test needs root (network namespaces, tc); run as root")
+	}
+	for _, tool := range []string{"ip", "tc", "iperf3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("the live DRS test needs %s (scripts/deps.sh installs it)", tool)
+		}
+	}
+}
+
+// guestTCP is the VMs' congestion control (as livetest/netlive: CUBIC,
+// set per connection).
+const guestTCP = "cubic"
+
+// receiverWatch samples, every sampleEvery, how many payload bytes each
+// port's receiver in the fabric (the iperf3 server on the port's iperf3
+// port) has received (tcp_info's bytes_received of its established
+// sockets): the rate a VM gets as its receiver sees it, over any window,
+// while the flows go on. The kernel counts the bytes when they arrive, so
+// a receiving process the machine starves does not shift bytes between
+// windows (its window closing slows the sender, which the class watch
+// sees as an empty queue).
+type receiverWatch struct {
+	mu      sync.Mutex
+	at      []time.Time
+	span    []time.Duration // how long each sample's read took
+	bytes   []map[string]float64
+	readErr error
+	quit    chan struct{}
+	done    chan struct{}
+}
+
+const sampleEvery = 50 * time.Millisecond
+
+func watchReceivers(t *testing.T, plan *lab.Plan, ports []string) *receiverWatch {
+	t.Helper()
+	ns, err := netns.GetFromName(plan.Fabric.Name)
+	if err != nil {
+		t.Fatalf("fabric namespace: %v", err)
+	}
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_INET_DIAG)
+	ns.Close()
+	if err != nil {
+		t.Fatalf("sock_diag in the fabric: %v", err)
+	}
+	iperf := map[uint16]string{}
+	for _, p := range ports {
+		iperf[uint16(plan.NIC(p).IperfPort)] = p
+	}
+	w := &receiverWatch{quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		defer h.Close()
+		tick := time.NewTicker(sampleEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.quit:
+				return
+			case <-tick.C:
+				before := time.Now()
+				m := map[string]float64{}
+				for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
+					socks, err := h.SocketDiagTCPInfo(fam)
+					if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+						w.mu.Lock()
+						w.readErr = err
+						w.mu.Unlock()
+						return
+					}
+					for _, s := range socks {
+						if s.InetDiagMsg == nil || s.TCPInfo == nil {
+							continue
+						}
+						if p, ok := iperf[s.InetDiagMsg.ID.SourcePort]; ok {
+							m[p] += float64(s.TCPInfo.Bytes_received)
+						}
+					}
+				}
+				// The counters were read between before and now: the
+				// sample's time is the middle.
+				span := time.Since(before)
+				w.mu.Lock()
+				w.at = append(w.at, before.Add(span/2))
+				w.span = append(w.span, span)
+				w.bytes = append(w.bytes, m)
+				w.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(w.stop)
+	return w
+}
+
+func (w *receiverWatch) stop() {
+	select {
+	case <-w.quit:
+	default:
+		close(w.quit)
+	}
+	<-w.done
+}
+
+// rate is port's received payload rate in bits/s over [a, b], from the
+// samples nearest to a and b (ok false when the samples do not cover the
+// window or a sample is missing).
+func (w *receiverWatch) rate(port string, a, b time.Time) (float64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i := sort.Search(len(w.at), func(i int) bool { return !w.at[i].Before(a) })
+	j := sort.Search(len(w.at), func(i int) bool { return !w.at[i].Before(b) })
+	if j == len(w.at) {
+		j--
+	}
+	if i >= len(w.at) || j <= i || w.at[j].Sub(w.at[i]) < (b.Sub(a))/2 {
+		return 0, false
+	}
+	d := w.bytes[j][port] - w.bytes[i][port]
+	if d < 0 { // a flow restarted: no verdict on this window
+		return 0, false
+	}
+	return 8 * d / w.at[j].Sub(w.at[i]).Seconds(), true
+}
+
+// Bounds of a sample that times a judged second: read within maxSpan,
+// and at most maxOff from the second's boundary.
+const maxSpan, maxOff = 10 * time.Millisecond, 30 * time.Millisecond
+
+// exactRate is rate over [a, b] when both ends are timed precisely: the
+// samples nearest to a and b were each read within maxSpan and lie within
+// maxOff of a and b (a machine that delays the watch's reads makes the
+// window's length uncertain: seen as 988 Mbps on a link that carries at
+// most 956).
+func (w *receiverWatch) exactRate(port string, a, b time.Time) (float64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	near := func(t time.Time) int {
+		k := sort.Search(len(w.at), func(i int) bool { return !w.at[i].Before(t) })
+		if k == len(w.at) || (k > 0 && t.Sub(w.at[k-1]) < w.at[k].Sub(t)) {
+			k--
+		}
+		return k
+	}
+	if len(w.at) == 0 {
+		return 0, false
+	}
+	i, j := near(a), near(b)
+	for _, k := range []int{i, j} {
+		if k < 0 || w.span[k] > maxSpan {
+			return 0, false
+		}
+	}
+	if d := w.at[i].Sub(a); d > maxOff || d < -maxOff {
+		return 0, false
+	}
+	if d := w.at[j].Sub(b); d > maxOff || d < -maxOff {
+		return 0, false
+	}
+	d := w.bytes[j][port] - w.bytes[i][port]
+	if j <= i || d < 0 {
+		return 0, false
+	}
+	return 8 * d / w.at[j].Sub(w.at[i]).Seconds(), true
+}
+
+func (w *receiverWatch) err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.readErr
+}
+
+// startFlows runs one iperf3 client per port (one stream, CUBIC) from
+// the port's VM to its server in the fabric for durS seconds; the
+// returned functions stop them (also called at cleanup) and wait for
+// them to end.
+func startFlows(t *testing.T, plan *lab.Plan, ports []string, durS int) (stop, wait func()) {
+	t.Helper()
+	var cmds []*exec.Cmd
+	for _, port := range ports {
+		vm, _, _ := strings.Cut(port, "/")
+		cmd := exec.Command("ip", "netns", "exec", plan.VM(vm).Name, "iperf3", "-c", lab.FabricIP.String(),
+			"-p", strconv.Itoa(plan.NIC(port).IperfPort), "-t", strconv.Itoa(durS), "-C", guestTCP)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	var once sync.Once
+	end := func(kill bool) {
+		once.Do(func() {
+			for _, c := range cmds {
+				if kill {
+					_ = c.Process.Kill()
+				}
+				_ = c.Wait()
+			}
+		})
+	}
+	t.Cleanup(func() { end(true) })
+	return func() { end(true) }, func() { end(false) }
+}
+
+// minBacklogged, minCarried: a second is judged when every class of the
+// host watched had packets waiting in ≥ 95% of the samples (the scheduler,
+// not a CPU-starved sender, set the rates) and the host's flows together
+// carried ≥ 97% of the usable rate (the machine let HTB fill the link):
+// livetest/netlive's rules (queues_test.go); and the receiver samples at
+// its ends were timed precisely (exactRate).
+const minBacklogged, minCarried = 0.95, 0.97
+
+// hostWatch is a class watch of one host's ports (livelab.Watch) with
+// its start, so that its seconds line up with the receiver samples.
+type hostWatch struct {
+	p     *policy.Policy
+	host  string
+	ports []string
+	start time.Time
+	stop  func() []livelab.Second
+}
+
+func watchHost(t *testing.T, p *policy.Policy, host string, ports []string) *hostWatch {
+	t.Helper()
+	plan, err := lab.NewPlan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hw := &hostWatch{p: p, host: host, ports: ports, start: time.Now()}
+	hw.stop = livelab.Watch(t, plan, p, host, ports, livelab.ServerSide)
+	return hw
+}
+
+// judgedSecond is one judged second of a host watch with each port's rate.
+type judgedSecond struct {
+	At    time.Time
+	Rates map[string]float64
+}
+
+// judge returns the seconds of the watch from `from` on (up to now) with
+// their rates, and whether each counts (judged).
+func (hw *hostWatch) judge(secs []livelab.Second, rw *receiverWatch, from time.Time, usable float64) (judged []judgedSecond, all []string) {
+	for i, s := range secs {
+		a := hw.start.Add(time.Duration(i) * time.Second)
+		if a.Before(from) || i == len(secs)-1 { // the last second may be partial
+			continue
+		}
+		rates := map[string]float64{}
+		sum, ok, timed := 0.0, s.Samples >= int(time.Second/livelab.SampleEvery)/2, true
+		for _, p := range hw.ports {
+			r, got := rw.exactRate(p, a, a.Add(time.Second))
+			timed = timed && got
+			ok = ok && got && float64(s.Busy[p]) >= minBacklogged*float64(s.Samples)
+			rates[p] = r
+			sum += r
+		}
+		ok = ok && sum >= minCarried*usable
+		var parts []string
+		for _, p := range hw.ports {
+			parts = append(parts, fmt.Sprintf("%.0f", rates[p]/1e6))
+		}
+		mark := strings.Join(parts, "/")
+		if !timed {
+			mark = "untimed" // the receiver samples at its ends were late
+		}
+		if !ok {
+			mark = "(" + mark + ")"
+		} else {
+			judged = append(judged, judgedSecond{At: a, Rates: rates})
+		}
+		all = append(all, mark)
+	}
+	return judged, all
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func mbps(v float64) string { return fmt.Sprintf("%.1f", v/1e6) }
+
+func relErr(got, want float64) float64 {
+	if want == 0 {
+		return 1
+	}
+	return (got - want) / want
+}
+
+// measureUsable runs the ports' flows on host together for 10 s under a
+// static tree (an agent in this process on policy p) and returns the
+// upper quartile of their summed rates in the judged seconds from 3 s on
+// (livetest/netlive's measureUsable: the machine only ever takes capacity
+// away). Only seconds in which every class stayed backlogged and the flows
+// carried ≥ 97% of what full segments carry on the line count; up to
+// three runs.
+func measureUsable(t *testing.T, p *policy.Policy, host string, ports []string) float64 {
+	t.Helper()
+	plan, err := lab.NewPlan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stopAgent := livelab.RunAgent(t, plan, p, host, false)
+	defer stopAgent()
+	maxBps := policyMaxPayload(p, host)
+	for try := 1; try <= 3; try++ {
+		rw := watchReceivers(t, plan, ports)
+		hw := watchHost(t, p, host, ports)
+		_, wait := startFlows(t, plan, ports, 10)
+		t0 := time.Now()
+		wait()
+		secs := hw.stop()
+		rw.stop()
+		if err := rw.err(); err != nil {
+			t.Fatalf("receiver watch: %v", err)
+		}
+		judged, all := hw.judge(secs, rw, t0.Add(3*time.Second), maxBps)
+		var sums []float64
+		for _, s := range judged {
+			sum := 0.0
+			for _, r := range s.Rates {
+				sum += r
+			}
+			sums = append(sums, sum)
+		}
+		sort.Float64s(sums)
+		if len(sums) >= 3 {
+			u := sums[len(sums)*3/4]
+			t.Logf("usable rate of %s's uplink (%s together, static tree): %.1f Mbps (upper quartile of the judged seconds' sums; per second, Mbps per port, not judged in parentheses: %s)",
+				host, strings.Join(ports, ", "), u/1e6, strings.Join(all, " "))
+			return u
+		}
+		t.Logf("usable-rate run %d: only %d judged seconds (%s); measuring again", try, len(sums), strings.Join(all, " "))
+	}
+	t.Fatal("three usable-rate runs in a row without 3 judged seconds: the machine could not drive the lab")
+	return 0
+}
+
+// policyMaxPayload is what full TCP segments carry on host's first uplink.
+func policyMaxPayload(p *policy.Policy, host string) float64 {
+	return agent.MaxPayloadBps(p.Host(host).Uplinks[0].Speed)
+}
+
+// withHosts returns a copy of p whose VMs run where hosts says.
+func withHosts(p *policy.Policy, hosts map[string]string) *policy.Policy {
+	q := *p
+	q.VMs = append([]policy.VM(nil), p.VMs...)
+	for i := range q.VMs {
+		if h, ok := hosts[q.VMs[i].Name]; ok {
+			q.VMs[i].Host = h
+		}
+	}
+	return &q
+}
+
+var errTimeout = errors.New("timed out")
+
+// poll calls cond every 100 ms until it is true or d passed.
+func poll(ctx context.Context, d time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return errTimeout
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
