@@ -210,7 +210,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	// The VMs' sockets follow the VMs the gateway serves (they come and
 	// go with the policy or the controller's placement).
 	vs := &vmSockets{g: g, dir: *socketDir, perm: perm, ls: map[string]net.Listener{}, stderr: stderr}
-	if *socketDir != "none" && len(g.VMs()) > 0 {
+	if *socketDir != "none" {
 		if err := vs.sync(); err != nil {
 			return fail(err)
 		}
@@ -231,8 +231,10 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 			where = append(where, l.Addr().String()+" (TLS)")
 		}
 	}
-	if len(serves) == 0 && len(vs.ls) == 0 {
-		return fail(fmt.Errorf("nothing to serve on: host %s has no disks and no --listen is given", *host))
+	// A host without VMs yet waits for them on its VMs' sockets (they
+	// arrive with the policy or the controller's placement).
+	if len(serves) == 0 && *socketDir == "none" {
+		return fail(errors.New("nothing to serve on: --socket-dir none and no --listen given"))
 	}
 	// SIGINT/SIGTERM stop the gateway from the moment it says it serves.
 	sig := make(chan os.Signal, 1)

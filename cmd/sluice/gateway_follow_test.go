@@ -1,16 +1,19 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"sluice/policy"
 	"sluice/storage"
+	"sluice/storage/nbd"
 )
 
 const followPolicyYAML = `cluster: gwf
@@ -103,5 +106,75 @@ func TestPlacedOn(t *testing.T) {
 	}
 	if p.VMs[1].Host != "h2" || p.VMs[2].Host != "h1" {
 		t.Error("placedOn changed the policy it was given")
+	}
+}
+
+// `sluice gateway` on a host without VMs keeps running and serves a VM
+// that the policy file moves there: its socket appears and opens its disk;
+// SIGTERM stops it.
+func TestGatewayCommandWaitsForVMs(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(file, []byte(followPolicyYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vols := filepath.Join(dir, "ds1")
+	os.Mkdir(vols, 0o700)
+	if _, err := storage.CreateVolumes(vols, p, "ds1"); err != nil {
+		t.Fatal(err)
+	}
+	socks := filepath.Join(dir, "socks")
+	var stderr syncBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run([]string{"gateway", "--host", "h2", "--policy", file, "--datastore", "ds1=dir:" + vols,
+			"--socket-dir", socks, "--reload", "20ms", "--status-file", filepath.Join(dir, "status.json")}, io.Discard, &stderr)
+	}()
+	wait := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !ok() {
+			select {
+			case c := <-code:
+				t.Fatalf("gateway exited %d: %s", c, stderr.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not after 20 s: %s", what, stderr.String())
+			}
+			time.Sleep(10 * time.Millisecond) // polling the command, with a deadline
+		}
+	}
+	wait("serving", func() bool { return strings.Contains(stderr.String(), "serving") })
+	moved := strings.Replace(followPolicyYAML, "{name: vm2, host: h1", "{name: vm2, host: h2", 1)
+	if err := os.WriteFile(file, []byte(moved), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sock := storage.VMSocket(socks, "vm2")
+	wait("vm2's socket", func() bool { _, err := os.Stat(sock); return err == nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := nbd.Dial(ctx, "unix", sock, "vm2/d0")
+	if err != nil {
+		t.Fatalf("vm2 opens its disk on its new socket: %v", err)
+	}
+	if err := c.WriteAt(make([]byte, 4096), 0, true); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-code:
+		if c != exitOK {
+			t.Fatalf("gateway exited %d after SIGTERM: %s", c, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("gateway still running 20 s after SIGTERM")
 	}
 }
