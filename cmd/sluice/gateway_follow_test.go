@@ -77,9 +77,17 @@ func TestGatewayFollowsPolicyFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitExports("vm1/d0")
-	if vm2Sock() {
-		t.Error("vm2's socket is still there after it left")
+	waitSock := func(want bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for vm2Sock() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("vm2's socket there: %v, want %v", !want, want)
+			}
+			time.Sleep(5 * time.Millisecond) // polling the socket directory
+		}
 	}
+	waitSock(false) // the socket goes after the disk
 	// A broken file changes nothing.
 	if err := os.WriteFile(file, []byte("cluster: [\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -90,9 +98,7 @@ func TestGatewayFollowsPolicyFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitExports("vm1/d0 vm2/d0")
-	if !vm2Sock() {
-		t.Error("vm2's socket is not back with it")
-	}
+	waitSock(true)
 }
 
 // placedOn puts the controller's VMs for the host on it and every other
