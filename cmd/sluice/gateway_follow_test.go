@@ -2,15 +2,21 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"sluice/controller"
 	"sluice/policy"
 	"sluice/storage"
 	"sluice/storage/nbd"
@@ -183,4 +189,74 @@ func TestGatewayCommandWaitsForVMs(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("gateway still running 20 s after SIGTERM")
 	}
+}
+
+// The gateway follows the controller: the VMs of the host's desired state
+// are the ones it serves, whatever the policy document says (an HTTP
+// stand-in answers the controller's two requests; the real controller is
+// exercised in livetest/ctllive).
+func TestGatewayFollowsController(t *testing.T) {
+	var mu sync.Mutex
+	desired := controller.DesiredHost{Host: "h2", Revision: 1, VMs: []string{"vm2"}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer tok" {
+			http.Error(w, `{"error": "unauthorized"}`, http.StatusUnauthorized)
+			return
+		}
+		switch r.URL.Path {
+		case "/v1/policy":
+			json.NewEncoder(w).Encode(controller.PolicyState{Revision: 1, File: "p.yaml", Document: followPolicyYAML})
+		case "/v1/hosts/h2/desired":
+			after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
+			deadline := time.Now().Add(200 * time.Millisecond) // a short long poll
+			for {
+				mu.Lock()
+				d := desired
+				mu.Unlock()
+				if d.Revision > after || time.Now().After(deadline) {
+					json.NewEncoder(w).Encode(d)
+					return
+				}
+				time.Sleep(5 * time.Millisecond) // the stand-in's long poll
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	cl := &controller.Client{Server: srv.URL, Token: "tok", HTTP: srv.Client()}
+
+	dir := t.TempDir()
+	p, err := policy.Parse("p.yaml", []byte(followPolicyYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vols := filepath.Join(dir, "ds1")
+	os.Mkdir(vols, 0o700)
+	if _, err := storage.CreateVolumes(vols, p, "ds1"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := storage.New(storage.Options{Host: "h2", Policy: p, Datastores: map[string]string{"ds1": "dir:" + vols}, Period: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go followController(g, cl, "h2", 0, nil, stop, io.Discard)
+	waitExports := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for strings.Join(g.Exports(), " ") != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("gateway serves %q, want %q", strings.Join(g.Exports(), " "), want)
+			}
+			time.Sleep(5 * time.Millisecond) // polling the gateway's exports
+		}
+	}
+	waitExports("vm2/d0") // the policy has vm2 on h1; the controller put it on h2
+	mu.Lock()
+	desired = controller.DesiredHost{Host: "h2", Revision: 2, VMs: []string{"vm1"}}
+	mu.Unlock()
+	waitExports("vm1/d0")
 }
