@@ -1,6 +1,6 @@
 #!/bin/sh
 # Storage gateway overhead: fio 4 KiB random reads, uncongested datastore
-# (nbdkit memory plugin, no delay), straight to nbdkit vs through
+# (nbdkit file plugin on a tmpfs directory of volumes, no delay), straight to nbdkit vs through
 # `sluice gateway`, at queue depth 1 and 32. As a reference for what any
 # NBD proxy costs on the machine (one more loopback hop), the same through
 # nbdkit's own nbd plugin (a C proxy on libnbd). Runs alternate ROUNDS
@@ -46,9 +46,10 @@ rounds=${2:-3}
 delay=${3:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
+ds=$(mktemp -d /dev/shm/sluice-bench.XXXXXX) # the datastore's volumes, in memory
 hp=/sys/module/haltpoll/parameters/guest_halt_poll_ns
 cleanup() {
-  for p in ${gw:-} ${nk:-} ${px:-}; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp"
+  for p in ${gw:-} ${nk:-} ${px:-}; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp" "$ds"
   [ -z "${hp0:-}" ] || echo "$hp0" >"$hp"
 }
 trap cleanup EXIT INT TERM
@@ -67,23 +68,27 @@ datastores:
 vms:
   - {name: vm1, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: disk0, datastore: ds1, size: 1GiB}]}
 YAML
+# The datastore: vm1's volume (and the stats volume) in a tmpfs directory,
+# one export per file.
+"$tmp/sluice" datastore create --policy "$tmp/p.yaml" ds1="$ds" >/dev/null
+vol=vm1+disk0.img
 if [ -n "$delay" ]; then
-  nbdkit -f -i 127.0.0.1 -p 10909 -t 64 --filter=delay memory size=2G rdelay="$delay" wdelay="$delay" & nk=$!
+  nbdkit -f -i 127.0.0.1 -p 10909 -t 64 --filter=delay file dir="$ds" rdelay="$delay" wdelay="$delay" & nk=$!
 else
-  nbdkit -f -i 127.0.0.1 -p 10909 -t 16 memory size=2G & nk=$!
+  nbdkit -f -i 127.0.0.1 -p 10909 -t 16 file dir="$ds" & nk=$!
 fi
 # The gateway dials the datastore at start: wait until nbdkit listens.
 for i in $(seq 100); do
-  fio --name=probe --ioengine=nbd --uri=nbd://127.0.0.1:10909/ --rw=read --bs=4k --size=4k --output-format=terse >/dev/null 2>&1 && break
+  fio --name=probe --ioengine=nbd --uri=nbd://127.0.0.1:10909/$vol --rw=read --bs=4k --size=4k --output-format=terse >/dev/null 2>&1 && break
   sleep 0.1
 done
-# Prefill the whole export so reads hit allocated pages in every path.
-fio --name=fill --ioengine=nbd --uri=nbd://127.0.0.1:10909/ --rw=write --bs=1M --iodepth=16 --size=2G --output-format=terse >/dev/null
-[ "${PROXY:-1}" = 0 ] || { nbdkit -f -i 127.0.0.1 -p 10911 nbd uri=nbd://127.0.0.1:10909 & px=$!; }
+# Prefill the whole volume so reads hit allocated pages in every path.
+fio --name=fill --ioengine=nbd --uri=nbd://127.0.0.1:10909/$vol --rw=write --bs=1M --iodepth=16 --size=1G --output-format=terse >/dev/null
+[ "${PROXY:-1}" = 0 ] || { nbdkit -f -i 127.0.0.1 -p 10911 nbd uri=nbd://127.0.0.1:10909/$vol & px=$!; }
 # One gateway per value of GATEWAY_POLLS (its --poll), on ports 10920, 10921, …;
 # "default" runs it with its default --poll.
 polls=${GATEWAY_POLLS:-default}
-i=0; gws=""; targets="direct:nbd://127.0.0.1:10909/"
+i=0; gws=""; targets="direct:nbd://127.0.0.1:10909/$vol"
 for pl in $polls; do
   port=$((10920 + i))
   bin="$tmp/sluice"; pf=""

@@ -16,7 +16,8 @@ set -euf
 secs=${1:-8}
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
-cleanup() { for p in ${pids:-}; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp"; }
+ds=$(mktemp -d /dev/shm/sluice-bench.XXXXXX) # the datastore's volumes, in memory
+cleanup() { for p in ${pids:-}; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp" "$ds"; }
 trap cleanup EXIT INT TERM
 for t in fio nbdkit go; do command -v $t >/dev/null || { echo "storage-poll-crosstalk: $t not found (scripts/deps.sh)" >&2; exit 1; }; done
 bin=$tmp/sluice
@@ -31,9 +32,12 @@ vms:
   - {name: vm1, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: disk0, datastore: ds1, size: 1GiB}]}
   - {name: vm2, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: disk0, datastore: ds1, size: 1GiB}]}
 YAML
-nbdkit -f -i 127.0.0.1 -p 10909 -t 16 memory size=3G & pids=$!
-for i in $(seq 100); do fio --name=probe --ioengine=nbd --uri=nbd://127.0.0.1:10909/ --rw=read --bs=4k --size=4k --output-format=terse >/dev/null 2>&1 && break; sleep 0.1; done
-fio --name=fill --ioengine=nbd --uri=nbd://127.0.0.1:10909/ --rw=write --bs=1M --iodepth=16 --size=3G --output-format=terse >/dev/null
+"$bin" datastore create --policy "$tmp/p.yaml" ds1="$ds" >/dev/null
+nbdkit -f -i 127.0.0.1 -p 10909 -t 16 file dir="$ds" & pids=$!
+for vol in vm1+disk0.img vm2+disk0.img; do
+  for i in $(seq 100); do fio --name=probe --ioengine=nbd --uri=nbd://127.0.0.1:10909/$vol --rw=read --bs=4k --size=4k --output-format=terse >/dev/null 2>&1 && break; sleep 0.1; done
+  fio --name=fill --ioengine=nbd --uri=nbd://127.0.0.1:10909/$vol --rw=write --bs=1M --iodepth=16 --size=1G --output-format=terse >/dev/null
+done
 echo "start: $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "| --cpus | --poll | vm2 p50 µs | vm2 p99 µs | vm2 max µs | vm1 IOPS |"

@@ -160,6 +160,7 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 	if logw == nil {
 		logw = io.Discard
 	}
+	pl.useStateDir(o.StateDir)
 	st = &State{Cluster: p.Cluster, Policy: o.PolicyFile, Namespaces: pl.Namespaces()}
 	for i, ns := range st.Namespaces {
 		if ns.Kind == policy.LabQemu {
@@ -196,6 +197,14 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 		// nbdkit in the foreground dies with the thread that started it
 		// (it behaves as with --exit-with-parent when started from Go), so
 		// it daemonizes and reports its pid in a pid file.
+		// The datastore's volumes: one sparse file per disk and the stats
+		// volume (storage.CreateVolumes keeps files already there).
+		if err := os.MkdirAll(d.Array.Dir, 0o700); err != nil {
+			return nil, err
+		}
+		if _, err := storage.CreateVolumes(d.Array.Dir, p, d.Datastore); err != nil {
+			return nil, err
+		}
 		pidFile := filepath.Join(stateDirOr(o.StateDir), "lab-"+p.Cluster+"-nbdkit-"+d.Datastore+".pid")
 		args := append([]string{"nbdkit", "--pidfile", pidFile, "-i", d.IP.String(), "-p", strconv.Itoa(NBDPort)},
 			d.Array.NbdkitArgs()...)
@@ -579,11 +588,17 @@ func Down(cluster, stateDir string) error {
 	if err := removeCgroups(cluster); err != nil {
 		errs = append(errs, err)
 	}
-	// Pid files and agent statistics of the cluster go too; logs stay.
+	// Pid files, agent statistics and the datastores' volumes of the
+	// cluster go too; logs stay.
 	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json", "lab-" + cluster + "-initrd", "lab-" + cluster + "-initrd-mig"} {
 		m, _ := filepath.Glob(filepath.Join(stateDirOr(stateDir), pat))
 		for _, f := range m {
 			_ = os.Remove(f)
+		}
+	}
+	for _, d := range []string{"lab-" + cluster + ".volumes"} {
+		if err := os.RemoveAll(filepath.Join(stateDirOr(stateDir), d)); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := os.Remove(StatePath(stateDir, cluster)); err != nil && !errors.Is(err, os.ErrNotExist) {

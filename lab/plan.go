@@ -24,6 +24,7 @@ package lab
 import (
 	"fmt"
 	"net/netip"
+	"path/filepath"
 
 	"sluice/policy"
 	"sluice/storage"
@@ -88,6 +89,20 @@ type DiskPlan struct {
 	Name      string `json:"name"`
 	Datastore string `json:"datastore"`
 	URI       string `json:"uri"`
+}
+
+// VolumeDir is the directory of datastore ds's volumes (served by its
+// nbdkit) in a lab whose state lives in stateDir.
+func VolumeDir(stateDir, cluster, ds string) string {
+	return filepath.Join(stateDirOr(stateDir), "lab-"+cluster+".volumes", ds)
+}
+
+// useStateDir sets the paths that depend on the state directory: the
+// datastores' volume directories.
+func (pl *Plan) useStateDir(stateDir string) {
+	for i := range pl.Datastores {
+		pl.Datastores[i].Array.Dir = VolumeDir(stateDir, pl.Cluster, pl.Datastores[i].Datastore)
+	}
 }
 
 // HostPlan is a host namespace.
@@ -200,19 +215,10 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 		pl.Hosts = append(pl.Hosts, hp)
 	}
 	for j, d := range p.Datastores {
-		var size policy.Bytes
-		for _, vm := range p.VMs {
-			for _, dk := range vm.Disks {
-				if dk.Datastore == d.Name {
-					size += dk.Size
-				}
-			}
-		}
-		// The gateway keeps a statistics region after the disks; the memory
-		// plugin is sparse, so 1 GiB of headroom costs nothing.
-		size += 1 << 30
+		// One volume file per disk in the datastore's directory
+		// (useStateDir), served by nbdkit's file plugin.
 		dp := DatastorePlan{Datastore: d.Name, IP: netip.AddrFrom4([4]byte{198, 18, 2, byte(j + 1)}),
-			Dev: "sl-eth0", FabricDev: fmt.Sprintf("sl-d%d", j), Array: storage.ArrayOf(d.Array, uint64(size))}
+			Dev: "sl-eth0", FabricDev: fmt.Sprintf("sl-d%d", j), Array: storage.ArrayOf(d.Array, "")}
 		dp.Namespace = Namespace{Name: pre + d.Name, Role: RoleDatastore, Entity: d.Name,
 			Addrs: []Addr{{Dev: dp.Dev, IP: dp.IP.String()}}}
 		pl.Datastores = append(pl.Datastores, dp)
@@ -265,6 +271,7 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 		}
 		pl.VMs = append(pl.VMs, vp)
 	}
+	pl.useStateDir("")
 	return pl, nil
 }
 

@@ -62,7 +62,7 @@ func TestPlan(t *testing.T) {
 	}
 	// 4 slots × 2 ms per 4 KiB I/O: 2000 IOPS shared by all hosts.
 	args := strings.Join(pl.Datastores[0].Array.NbdkitArgs(), " ")
-	if want := "-t 64 --filter=rate --filter=delay memory size=1140850688 rate=65536000 burstiness=0.1 rdelay=2ms wdelay=2ms"; args != want {
+	if want := "-t 64 --filter=rate --filter=delay file dir=/run/sluice/lab-c1.volumes/ds1 rate=65536000 burstiness=0.1 rdelay=2ms wdelay=2ms"; args != want {
 		t.Errorf("datastore nbdkit args\n got %s\nwant %s", args, want)
 	}
 }

@@ -24,8 +24,7 @@ import (
 func newTestGateway(t *testing.T) *Gateway {
 	t.Helper()
 	p := parsePolicy(t, oneHostPolicy)
-	_, req := Layout(p, "ds1")
-	g, err := New(Options{Host: "h1", Policy: p, Datastores: map[string]string{"ds1": "nbd://" + serveMem(t, req)}, Period: time.Hour})
+	g, err := New(Options{Host: "h1", Policy: p, Datastores: map[string]string{"ds1": "nbd://" + newMemVolumes(p).serve(t, nil)}, Period: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,22 +8,24 @@ import (
 )
 
 // Array is a datastore device emulated by nbdkit (the lab's datastore and
-// the live tests'): a memory disk whose requests each take ServiceTime and
-// that serves at most CapacityIOPS 4 KiB I/Os per second across all
-// connections together, a larger I/O costing in proportion to its size.
-// Latency therefore grows with the total outstanding I/O of all hosts, as
-// on a shared array.
+// the live tests'): the volume files of directory Dir (one export per
+// file, nbdkit's file plugin with dir=; CreateVolumes prepares it), whose
+// requests each take ServiceTime and that serves at most CapacityIOPS
+// 4 KiB I/Os per second across all connections and exports together, a
+// larger I/O costing in proportion to its size. Latency therefore grows
+// with the total outstanding I/O of all hosts, as on a shared array.
 type Array struct {
 	CapacityIOPS float64       // 0: unbounded (an uncongested datastore)
 	ServiceTime  time.Duration // 0: none; nbdkit's delay filter counts whole ms
 	Threads      int           // nbdkit threads per connection (default 64)
-	SizeBytes    uint64
+	Dir          string        // the directory of volumes
 }
 
 // ArrayOf is the emulation of a policy array of Slots parallel slots, each
-// taking ServiceTime per 4 KiB I/O: capacity Slots/ServiceTime.
-func ArrayOf(a policy.Array, sizeBytes uint64) Array {
-	e := Array{ServiceTime: a.ServiceTime, SizeBytes: sizeBytes}
+// taking ServiceTime per 4 KiB I/O (capacity Slots/ServiceTime), serving
+// the volumes in dir.
+func ArrayOf(a policy.Array, dir string) Array {
+	e := Array{ServiceTime: a.ServiceTime, Dir: dir}
 	if a.Slots > 0 && a.ServiceTime > 0 {
 		e.CapacityIOPS = float64(a.Slots) / a.ServiceTime.Seconds()
 	}
@@ -47,7 +49,7 @@ func (a Array) NbdkitArgs() []string {
 	if delayMs > 0 {
 		args = append(args, "--filter=delay")
 	}
-	args = append(args, "memory", fmt.Sprintf("size=%d", a.SizeBytes))
+	args = append(args, "file", "dir="+a.Dir)
 	if a.CapacityIOPS > 0 {
 		args = append(args, fmt.Sprintf("rate=%d", int64(a.CapacityIOPS*4096*8)), "burstiness=0.1")
 	}

@@ -46,8 +46,57 @@ func serveDatastore(tb testing.TB, be nbd.Backend) string {
 	return l.Addr().String()
 }
 
-func serveMem(tb testing.TB, sizeBytes uint64) string {
-	return serveDatastore(tb, &memDatastore{data: make([]byte, sizeBytes)})
+// serveExports serves exports on 127.0.0.1 until the test ends and
+// returns the address.
+func serveExports(tb testing.TB, exports nbd.MapExports) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := &nbd.Server{Exports: exports}
+	go s.Serve(l)
+	tb.Cleanup(func() { s.Close() })
+	return l.Addr().String()
+}
+
+// memVolumes is an in-process NBD datastore: a memDatastore per volume of
+// datastore ds1 of a policy, and the stats volume with an identity.
+type memVolumes map[string]*memDatastore
+
+func newMemVolumes(p *policy.Policy) memVolumes {
+	m := memVolumes{StatsVolume: {data: make([]byte, StatsVolumeBytes)}}
+	copy(m[StatsVolume].data, encodeHeader(datastoreID{1, 2, 3}))
+	for _, v := range Volumes(p, "ds1") {
+		m[v.Name()] = &memDatastore{data: make([]byte, v.SizeBytes)}
+	}
+	return m
+}
+
+// serve serves the volumes, those named in override by the backend given
+// there, and returns the address.
+func (m memVolumes) serve(tb testing.TB, override map[string]nbd.Backend) string {
+	ex := nbd.MapExports{}
+	for n, v := range m {
+		ex[n] = v
+	}
+	for n, b := range override {
+		ex[n] = b
+	}
+	return serveExports(tb, ex)
+}
+
+// slotOf returns the record of host in the stats volume.
+func (m memVolumes) slotOf(host string) (statsRecord, bool) {
+	st := m[StatsVolume]
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	for k := 0; k < statsSlots; k++ {
+		off := statsHeaderBytes + k*StatsSlotBytes
+		if r, ok := decodeStatsRecord(st.data[off : off+StatsSlotBytes]); ok && r.Host == host {
+			return r, true
+		}
+	}
+	return statsRecord{}, false
 }
 
 // serveGateway serves host h1's disks of p through a gateway on 127.0.0.1
@@ -73,7 +122,7 @@ func serveGateway(tb testing.TB, p *policy.Policy, dsAddr string, opts Options) 
 // difference per op is the gateway's added latency (two extra loopback
 // hops included).
 func BenchmarkReadDirect(b *testing.B) {
-	addr := serveMem(b, 64<<20)
+	addr := serveDatastore(b, &memDatastore{data: make([]byte, 64<<20)})
 	benchReads(b, addr, "")
 }
 
@@ -88,8 +137,7 @@ func benchGateway(b *testing.B) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	_, req := Layout(p, "ds1")
-	_, addr := serveGateway(b, p, serveMem(b, req), Options{Period: time.Second})
+	_, addr := serveGateway(b, p, newMemVolumes(p).serve(b, nil), Options{Period: time.Second})
 	return addr
 }
 

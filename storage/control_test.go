@@ -41,7 +41,9 @@ func TestDatastoreView(t *testing.T) {
 	}
 }
 
-func TestLayout(t *testing.T) {
+// Every disk has its own volume, named after the VM and the disk; the
+// order of VMs plays no part.
+func TestVolumes(t *testing.T) {
 	p := &policy.Policy{
 		Hosts:      []policy.Host{{Name: "h1"}, {Name: "h2"}},
 		Datastores: []policy.Datastore{{Name: "ds1"}, {Name: "ds2"}},
@@ -50,25 +52,53 @@ func TestLayout(t *testing.T) {
 			{Name: "vm2", Disks: []policy.Disk{{Name: "a", Datastore: "ds1", Size: 1<<20 + 1}, {Name: "c", Datastore: "ds1"}}},
 		},
 	}
-	ext, req := Layout(p, "ds1")
-	want := []Extent{
-		{VM: "vm1", Disk: "a", OffBytes: 0, SizeBytes: 3 << 20},
-		{VM: "vm2", Disk: "a", OffBytes: 3 << 20, SizeBytes: 1<<20 + 1},
-		{VM: "vm2", Disk: "c", OffBytes: 5 << 20, SizeBytes: DefaultDiskBytes},
+	vols := Volumes(p, "ds1")
+	want := []Volume{
+		{VM: "vm1", Disk: "a", SizeBytes: 3 << 20},
+		{VM: "vm2", Disk: "a", SizeBytes: 1<<20 + 1},
+		{VM: "vm2", Disk: "c", SizeBytes: DefaultDiskBytes},
 	}
-	if len(ext) != len(want) {
-		t.Fatalf("extents %+v", ext)
+	if len(vols) != len(want) {
+		t.Fatalf("volumes %+v", vols)
 	}
 	for i := range want {
-		if ext[i] != want[i] {
-			t.Errorf("extent %d = %+v, want %+v", i, ext[i], want[i])
+		if vols[i] != want[i] {
+			t.Errorf("volume %d = %+v, want %+v", i, vols[i], want[i])
 		}
 	}
-	if wantReq := uint64(5<<20+DefaultDiskBytes) + StatsRegionBytes; req != wantReq {
-		t.Errorf("required %d bytes, want %d", req, wantReq)
+	if n, e := vols[2].Name(), vols[2].Export(); n != "vm2+c.img" || e != "vm2/c" {
+		t.Errorf("volume name %q export %q, want vm2+c.img, vm2/c", n, e)
 	}
-	off, err := statsSlot(p, "h2", req)
-	if err != nil || off != req-StatsRegionBytes+StatsSlotBytes {
-		t.Errorf("stats slot of h2 = %d, %v", off, err)
+}
+
+// A host keeps its stats slot, finds it again by name after a restart,
+// takes the lowest free or stale slot otherwise, and moves when another
+// live host writes into its slot; the scan grows with the highest live
+// slot.
+func TestChooseSlot(t *testing.T) {
+	const now = int64(1000e9)
+	live := func(h string) slotRead { return slotRead{rec: rec(h, now-1e9, 1, 0, 1, 1), ok: true} }
+	stale := func(h string) slotRead { return slotRead{rec: rec(h, now-100e9, 1, 0, 1, 1), ok: true} }
+	empty := slotRead{}
+	cases := []struct {
+		name      string
+		cur       int
+		slots     []slotRead
+		wantSlot  int
+		wantScanN int
+	}{
+		{"new host, empty volume", -1, []slotRead{empty, empty, empty, empty}, 0, 1 + minScan},
+		{"new host after two", -1, []slotRead{live("h2"), live("h3"), empty, empty}, 2, 3 + minScan},
+		{"restart finds its name", -1, []slotRead{live("h2"), empty, live("h1"), empty}, 2, 3 + minScan},
+		{"keeps its slot", 1, []slotRead{empty, live("h1"), live("h2"), empty}, 1, 3 + minScan},
+		{"stale slot taken", -1, []slotRead{stale("h9"), live("h2"), empty, empty}, 0, 2 + minScan},
+		{"collision: moves on", 0, []slotRead{live("h2"), empty, empty, empty}, 1, 2 + minScan},
+		{"beyond the scan", -1, []slotRead{live("h2"), live("h3"), live("h4"), live("h5")}, 4, 5 + minScan},
+	}
+	for _, c := range cases {
+		slot, scan := chooseSlot("h1", c.cur, c.slots, now)
+		if slot != c.wantSlot || scan != c.wantScanN {
+			t.Errorf("%s: slot %d scan %d, want %d, %d", c.name, slot, scan, c.wantSlot, c.wantScanN)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -14,11 +15,13 @@ import (
 type op struct {
 	kind    int // nbd.CmdRead, CmdWrite, CmdFlush, CmdTrim
 	buf     []byte
-	offset  uint64 // in the datastore export
+	offset  uint64 // in the volume
 	length  uint64 // for trim
 	fua     bool
 	cost    float64 // in I/O units (see ioCost)
-	disk    int
+	disk    *disk
+	seq     uint64 // flush: the disk's ackSeq when the flush was submitted
+	err     error  // set instead of starting the request (its disk was dropped)
 	enqueue time.Time
 	start   chan struct{} // signalled when the scheduler picked the request
 }
@@ -31,26 +34,33 @@ func ioCost(n int) float64 {
 }
 
 // datastoreGate is the gateway's part of one datastore: the disks of this
-// host on it, their mClock scheduler and the dispatcher under the window.
+// host on it, their mClock scheduler, the dispatcher under the window, and
+// the stats volume shared with the other hosts.
 type datastoreGate struct {
-	clk         Clock
-	name        string
-	ds          policy.Datastore
-	up          *upstream
-	exportBytes uint64
-	statsOff    uint64
-	parda       *parda.Controller // nil when SIOC is off
+	clk   Clock
+	name  string
+	ds    policy.Datastore
+	st    store
+	stats volume            // the stats volume
+	id    datastoreID       // the datastore's identity, read at start
+	parda *parda.Controller // nil when SIOC is off
+
+	// The stats slot (control loop only): this host's slot, -1 before it
+	// has one, and how many slots a period reads.
+	slot, scan int
 
 	mu          sync.Mutex
 	sched       *mclock.Scheduler
 	ops         map[uint64]*op // queued in sched, by handle
 	nextHandle  uint64
-	disks       []*disk
+	disks       map[int]*disk // by scheduler client id
+	nextID      int
 	window      float64
 	outstanding int         // requests at the datastore
 	stopTimer   func() bool // cancels the pending kick (nil: none)
 	timerAt     time.Time
 	closed      bool
+	failed      error    // the datastore is not the one the gateway started with: every request fails
 	period      dsPeriod // counters of the current period
 }
 
@@ -66,18 +76,25 @@ type dsPeriod struct {
 func (g *datastoreGate) submit(o *op) error {
 	o.enqueue = g.clk.Now()
 	g.mu.Lock()
-	if g.closed {
+	if g.closed || o.disk.removed {
+		// A disk that left this host (its VM moved): the client sees the
+		// gateway shut the disk down, and finds it at its new host.
 		g.mu.Unlock()
 		return &nbd.Error{Errno: nbd.ESHUTDOWN}
 	}
+	if g.failed != nil {
+		g.mu.Unlock()
+		return &nbd.Error{Errno: nbd.EIO}
+	}
+	o.seq = o.disk.ackSeq
 	g.nextHandle++
-	if err := g.sched.Add(o.disk, mclock.Request{Bytes: int64(max(len(o.buf), 1)), Handle: g.nextHandle}, o.enqueue.UnixNano()); err != nil {
+	if err := g.sched.Add(o.disk.id, mclock.Request{Bytes: int64(max(len(o.buf), 1)), Handle: g.nextHandle}, o.enqueue.UnixNano()); err != nil {
 		// The disk is not the scheduler's: a gateway bug, refused
 		// rather than left waiting forever.
 		g.mu.Unlock()
 		return &nbd.Error{Errno: nbd.EIO}
 	}
-	g.disks[o.disk].queued++
+	o.disk.queued++
 	g.ops[g.nextHandle] = o
 	var buf [4]*op
 	started := g.dispatchLocked(buf[:0])
@@ -99,6 +116,9 @@ func (g *datastoreGate) submit(o *op) error {
 	startAll(started)
 	if !self {
 		<-o.start
+		if o.err != nil {
+			return o.err
+		}
 	}
 	return g.issue(o)
 }
@@ -132,7 +152,7 @@ func (g *datastoreGate) dispatchLocked(started []*op) []*op {
 		o := g.ops[req.Handle]
 		delete(g.ops, req.Handle)
 		g.outstanding++
-		d := g.disks[o.disk]
+		d := o.disk
 		d.queued--
 		d.inflight++
 		started = append(started, o)
@@ -153,25 +173,26 @@ func (g *datastoreGate) kick() {
 // requests go.
 func (g *datastoreGate) issue(o *op) error {
 	start := g.clk.Now()
-	err := g.up.do(func(c *nbd.Client) error {
-		switch o.kind {
-		case nbd.CmdRead:
-			return c.ReadAt(o.buf, o.offset)
-		case nbd.CmdWrite:
-			return c.WriteAt(o.buf, o.offset, o.fua)
-		case nbd.CmdFlush:
-			return c.Flush()
-		case nbd.CmdTrim:
-			return c.Trim(o.offset, o.length)
-		}
-		return &nbd.Error{Errno: nbd.EINVAL}
-	})
+	d := o.disk
+	var err error
+	switch o.kind {
+	case nbd.CmdRead:
+		err = d.vol.readAt(o.buf, o.offset)
+	case nbd.CmdWrite:
+		err = d.vol.writeAt(o.buf, o.offset, o.fua)
+	case nbd.CmdFlush:
+		err = d.vol.flush()
+	case nbd.CmdTrim:
+		err = d.vol.trim(o.offset, o.length)
+	default:
+		err = &nbd.Error{Errno: nbd.EINVAL}
+	}
 	end := g.clk.Now()
 	devNs := float64(end.Sub(start).Nanoseconds())
 	g.mu.Lock()
 	g.outstanding--
-	d := g.disks[o.disk]
 	d.inflight--
+	err = d.settle(o, err)
 	if err == nil {
 		g.period.ios++
 		g.period.normLatNs += parda.DefaultSizeModel.Normalize(devNs, float64(len(o.buf)))
@@ -183,42 +204,82 @@ func (g *datastoreGate) issue(o *op) error {
 	return err
 }
 
-// disk is one VM disk served as an NBD export: a region of the datastore.
+// disk is one VM disk served as an NBD export: a volume of the datastore.
 type disk struct {
 	gate   *datastoreGate
-	idx    int
-	ext    Extent
+	id     int // the scheduler's client id
+	vol    volume
+	v      Volume
 	policy policy.Disk
 
 	// guarded by gate.mu
 	queued, inflight int
 	cur              diskPeriod
+	removed          bool // the disk left this gateway
+	// Durability: ackSeq counts the writes acknowledged without FUA,
+	// coveredSeq the first of them that a successful FLUSH covers. A
+	// datastore connection replaced while ackSeq > coveredSeq may have
+	// lost acknowledged writes (the old connection's server had them only
+	// in a volatile cache), and a failed flush may have lost them too: lost
+	// then fails every later FLUSH, so the VM learns it.
+	ackSeq, coveredSeq uint64
+	lost               error
+}
+
+// settle accounts for the outcome err of o and returns what the VM gets.
+// gate.mu held.
+func (d *disk) settle(o *op, err error) error {
+	switch {
+	case o.kind == nbd.CmdWrite && err == nil && !o.fua:
+		d.ackSeq++
+	case o.kind == nbd.CmdFlush && err != nil:
+		if d.lost == nil {
+			d.lost = fmt.Errorf("a flush failed: %w", err)
+		}
+	case o.kind == nbd.CmdFlush && d.lost != nil:
+		return &nbd.Error{Errno: nbd.EIO}
+	case o.kind == nbd.CmdFlush:
+		d.coveredSeq = max(d.coveredSeq, o.seq)
+	}
+	return err
+}
+
+// connectionReplaced is called when the disk's volume got a new datastore
+// connection: acknowledged writes that no flush covered may be gone.
+func (d *disk) connectionReplaced() {
+	g := d.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if d.ackSeq > d.coveredSeq && d.lost == nil {
+		d.lost = fmt.Errorf("the datastore connection was replaced with %d acknowledged writes not flushed", d.ackSeq-d.coveredSeq)
+	}
 }
 
 // SizeBytes implements nbd.Backend.
-func (d *disk) SizeBytes() uint64 { return d.ext.SizeBytes }
+func (d *disk) SizeBytes() uint64 { return d.v.SizeBytes }
 
 // ReadAt implements nbd.Backend.
 func (d *disk) ReadAt(p []byte, off uint64) error {
-	return d.gate.submit(&op{kind: nbd.CmdRead, buf: p, offset: d.ext.OffBytes + off, cost: ioCost(len(p)), disk: d.idx})
+	return d.gate.submit(&op{kind: nbd.CmdRead, buf: p, offset: off, cost: ioCost(len(p)), disk: d})
 }
 
 // WriteAt implements nbd.Backend: it returns only after the datastore
 // acknowledged the write.
 func (d *disk) WriteAt(p []byte, off uint64, fua bool) error {
-	return d.gate.submit(&op{kind: nbd.CmdWrite, buf: p, offset: d.ext.OffBytes + off, fua: fua, cost: ioCost(len(p)), disk: d.idx})
+	return d.gate.submit(&op{kind: nbd.CmdWrite, buf: p, offset: off, fua: fua, cost: ioCost(len(p)), disk: d})
 }
 
 // Flush implements nbd.Backend: every write this disk acknowledged was
 // acknowledged by the datastore first, so a datastore flush issued now makes
-// all of them durable.
+// all of them durable, unless the datastore connection that acknowledged
+// some of them is gone (then the flush fails: disk.lost).
 func (d *disk) Flush() error {
-	return d.gate.submit(&op{kind: nbd.CmdFlush, cost: 1, disk: d.idx})
+	return d.gate.submit(&op{kind: nbd.CmdFlush, cost: 1, disk: d})
 }
 
 // Trim implements nbd.Backend.
 func (d *disk) Trim(off, n uint64) error {
-	return d.gate.submit(&op{kind: nbd.CmdTrim, offset: d.ext.OffBytes + off, length: n, cost: 1, disk: d.idx})
+	return d.gate.submit(&op{kind: nbd.CmdTrim, offset: off, length: n, cost: 1, disk: d})
 }
 
 // limitBurstNs is how far behind now a disk held back by a busy window or

@@ -25,9 +25,11 @@ type Options struct {
 	// the VMs placed on it.
 	Host   string
 	Policy *policy.Policy
-	// Datastores maps a datastore name to its NBD URI (nbd://IP:PORT[/export]
-	// or nbd+unix:///export?socket=PATH). Every datastore holding a disk of
-	// this host must be given.
+	// Datastores maps a datastore name to where it is: a directory of
+	// volumes ("dir:PATH" or an absolute PATH, e.g. an NFS mount) or an NBD
+	// server with one export per volume ("nbd://IP:PORT" or
+	// "nbd+unix:///?socket=PATH"). Every datastore holding a disk of this
+	// host must be given.
 	Datastores map[string]string
 	// Period is the control period (default: the datastore's SIOC control
 	// period, else 4 s).
@@ -61,10 +63,12 @@ type Gateway struct {
 	opts    Options
 	clk     Clock
 	gates   []*datastoreGate
-	exports nbd.MapExports
+	exports *exportSet
 	srv     *nbd.Server
 
+	polMu  sync.Mutex // serialises SetPolicy
 	mu     sync.Mutex
+	pol    *policy.Policy
 	status Status
 	listen string
 	stop   chan struct{}
@@ -75,77 +79,83 @@ type Gateway struct {
 	closeErr  error
 }
 
-// New connects to the datastores and prepares the exports; it serves
-// nothing until Serve.
+// exportSet is the gateway's exports, changed while it serves (VMs arrive
+// and leave).
+type exportSet struct {
+	mu sync.RWMutex
+	m  map[string]*disk
+}
+
+// Export implements nbd.Exports.
+func (e *exportSet) Export(name string) (nbd.Backend, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	d, ok := e.m[name]
+	return d, ok
+}
+
+// Names implements nbd.Exports.
+func (e *exportSet) Names() []string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	n := make([]string, 0, len(e.m))
+	for k := range e.m {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return n
+}
+
+// New opens the datastores and the volumes of this host's disks; it serves
+// nothing until Serve. A missing or too small volume is an error naming it.
 func New(opts Options) (*Gateway, error) {
 	p := opts.Policy
 	if p == nil {
 		return nil, errors.New("gateway: no policy")
 	}
-	found := false
-	for _, h := range p.Hosts {
-		found = found || h.Name == opts.Host
-	}
-	if !found {
+	if !hasHost(p, opts.Host) {
 		return nil, fmt.Errorf("gateway: host %q is not in the policy", opts.Host)
 	}
-	g := &Gateway{opts: opts, clk: opts.Clock, exports: nbd.MapExports{}, stop: make(chan struct{})}
+	g := &Gateway{opts: opts, clk: opts.Clock, exports: &exportSet{m: map[string]*disk{}}, stop: make(chan struct{}), pol: p}
 	if g.clk == nil {
 		g.clk = realClock{}
 	}
 	if g.opts.Logf == nil {
 		g.opts.Logf = func(string, ...any) {}
 	}
-	for _, ds := range p.Datastores {
-		extents, required := Layout(p, ds.Name)
-		var mine []Extent
-		var pds []policy.Disk
-		for _, e := range extents {
-			for _, vm := range p.VMs {
-				if vm.Name != e.VM || vm.Host != opts.Host {
-					continue
-				}
-				for _, d := range vm.Disks {
-					if d.Name == e.Disk {
-						mine = append(mine, e)
-						pds = append(pds, d)
-					}
-				}
-			}
+	for name := range opts.Datastores {
+		if _, ok := dsByName(p, name); !ok {
+			return nil, fmt.Errorf("gateway: --datastore %s: no such datastore in the policy", name)
 		}
-		uri, ok := opts.Datastores[ds.Name]
+	}
+	for _, ds := range p.Datastores {
+		loc, ok := opts.Datastores[ds.Name]
 		if !ok {
-			if len(mine) > 0 {
-				g.closeGates()
-				return nil, fmt.Errorf("gateway: datastore %s: no --datastore %s=nbd://IP:PORT given", ds.Name, ds.Name)
-			}
 			continue
 		}
-		gate, err := newGate(g.clk, ds, uri, required, opts.Host, p, opts.PollNs)
+		gate, err := newGate(g.clk, ds, loc, opts.PollNs)
 		if err != nil {
 			g.closeGates()
 			return nil, err
 		}
-		for i, e := range mine {
-			d := &disk{gate: gate, idx: i, ext: e, policy: pds[i]}
-			gate.disks = append(gate.disks, d)
-			if err := gate.sched.AddClient(i, mclockParams(pds[i])); err != nil {
-				g.closeGates()
-				return nil, fmt.Errorf("gateway: disk %s: %w", e.Name(), err)
-			}
-			g.exports[e.Name()] = d
-		}
 		g.gates = append(g.gates, gate)
 	}
-	for name := range opts.Datastores {
-		if _, ok := dsByName(p, name); !ok {
-			g.closeGates()
-			return nil, fmt.Errorf("gateway: --datastore %s: no such datastore in the policy", name)
-		}
+	if err := g.reconcile(p, true); err != nil {
+		g.closeGates()
+		return nil, err
 	}
 	g.srv = &nbd.Server{Exports: g.exports, Logf: g.opts.Logf, PollNs: opts.PollNs, MaxConns: opts.MaxConns}
 	g.status = g.snapshot(g.clk.Now(), nil)
 	return g, nil
+}
+
+func hasHost(p *policy.Policy, host string) bool {
+	for _, h := range p.Hosts {
+		if h.Name == host {
+			return true
+		}
+	}
+	return false
 }
 
 func dsByName(p *policy.Policy, name string) (policy.Datastore, bool) {
@@ -169,26 +179,42 @@ func mclockParams(d policy.Disk) mclock.Params {
 	return m
 }
 
-func newGate(clk Clock, ds policy.Datastore, uri string, required uint64, host string, p *policy.Policy, pollNs int64) (*datastoreGate, error) {
-	up, err := newUpstream(clk, uri, pollNs)
+// newGate opens datastore ds at loc and its stats volume, and learns the
+// datastore's identity.
+func newGate(clk Clock, ds policy.Datastore, loc string, pollNs int64) (*datastoreGate, error) {
+	st, err := openStore(clk, loc, pollNs)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: datastore %s: %w", ds.Name, err)
 	}
-	size, err := up.sizeBytes()
+	g := &datastoreGate{clk: clk, name: ds.Name, ds: ds, st: st, window: uncontrolledWindow, slot: -1, scan: minScan,
+		sched: mclock.New(mclock.Config{LimitBurstNs: limitBurstNs}), ops: map[uint64]*op{}, disks: map[int]*disk{}}
+	var id datastoreID
+	stats, err := st.open(StatsVolume, func(c *nbd.Client) error {
+		hdr := alignedBuf(statsHeaderBytes)
+		if err := c.ReadAt(hdr, 0); err != nil {
+			return err
+		}
+		return sameDatastore(id, hdr)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: datastore %s: %w", ds.Name, err)
 	}
-	if size < required {
-		up.close()
-		return nil, fmt.Errorf("gateway: datastore %s: export has %d bytes, the layout needs %d (disks + %d-byte stats region)", ds.Name, size, required, StatsRegionBytes)
+	g.stats = stats
+	if stats.sizeBytes() < statsHeaderBytes+StatsSlotBytes {
+		stats.close()
+		return nil, fmt.Errorf("gateway: datastore %s: stats volume %s has %d bytes, want %d", ds.Name, StatsVolume, stats.sizeBytes(), StatsVolumeBytes)
 	}
-	off, err := statsSlot(p, host, size)
-	if err != nil {
-		up.close()
-		return nil, fmt.Errorf("gateway: datastore %s: %w", ds.Name, err)
+	hdr := alignedBuf(statsHeaderBytes)
+	if err := stats.readAt(hdr, 0); err != nil {
+		stats.close()
+		return nil, fmt.Errorf("gateway: datastore %s: stats volume: %w", ds.Name, err)
 	}
-	g := &datastoreGate{clk: clk, name: ds.Name, ds: ds, up: up, exportBytes: size, statsOff: off, window: uncontrolledWindow,
-		sched: mclock.New(mclock.Config{LimitBurstNs: limitBurstNs}), ops: map[uint64]*op{}}
+	var ok bool
+	if id, ok = decodeHeader(hdr); !ok {
+		stats.close()
+		return nil, fmt.Errorf("gateway: datastore %s: %s on %s has no datastore identity (prepare the datastore with sluice datastore create)", ds.Name, StatsVolume, st)
+	}
+	g.id = id
 	if ds.SIOC.Enabled {
 		g.parda = pardaController(ds.SIOC)
 		g.window = initialWindow(g.parda)
@@ -196,10 +222,234 @@ func newGate(clk Clock, ds policy.Datastore, uri string, required uint64, host s
 	return g, nil
 }
 
+// sameDatastore checks that a stats header holds identity id.
+func sameDatastore(id datastoreID, hdr []byte) error {
+	got, ok := decodeHeader(hdr)
+	switch {
+	case !ok:
+		return fmt.Errorf("the datastore lost its identity (%s is empty or overwritten): it came back empty or was replaced", StatsVolume)
+	case got != id:
+		return fmt.Errorf("the datastore's identity changed from %s to %s: it was replaced", id, got)
+	}
+	return nil
+}
+
+// checkIdentity reads the datastore's identity again and fails the gate
+// when it is not the one read at start.
+func (gt *datastoreGate) checkIdentity() error {
+	hdr := alignedBuf(statsHeaderBytes)
+	err := gt.stats.readAt(hdr, 0)
+	if err == nil {
+		err = sameDatastore(gt.id, hdr)
+	}
+	if err != nil {
+		gt.fail(err)
+	}
+	return err
+}
+
+// fail makes every later request of the gate's disks fail with EIO.
+func (gt *datastoreGate) fail(err error) {
+	gt.mu.Lock()
+	defer gt.mu.Unlock()
+	if gt.failed == nil {
+		gt.failed = err
+	}
+}
+
 func (g *Gateway) closeGates() {
 	for _, gt := range g.gates {
-		gt.up.close()
+		gt.mu.Lock()
+		ds := make([]*disk, 0, len(gt.disks))
+		for _, d := range gt.disks {
+			ds = append(ds, d)
+		}
+		gt.mu.Unlock()
+		for _, d := range ds {
+			d.vol.close()
+		}
+		gt.stats.close()
 	}
+}
+
+func (g *Gateway) gate(ds string) *datastoreGate {
+	for _, gt := range g.gates {
+		if gt.name == ds {
+			return gt
+		}
+	}
+	return nil
+}
+
+// SetPolicy makes the gateway serve the disks p places on its host: disks
+// of VMs that arrived are opened and exported, disks of VMs that left are
+// drained, flushed and closed, the others take their new settings. Nothing
+// moves on the datastore: a disk's volume is found by its name, so VMs
+// and hosts may come and go in any order. Disks that cannot be opened are
+// reported in the error; the other changes are made.
+func (g *Gateway) SetPolicy(p *policy.Policy) error {
+	if !hasHost(p, g.opts.Host) {
+		return fmt.Errorf("gateway: host %q is not in the policy", g.opts.Host)
+	}
+	select {
+	case <-g.stop:
+		return errors.New("gateway: closed")
+	default:
+	}
+	return g.reconcile(p, false)
+}
+
+// reconcile brings the exports in line with p. At start (first) any error
+// fails.
+func (g *Gateway) reconcile(p *policy.Policy, first bool) error {
+	g.polMu.Lock()
+	defer g.polMu.Unlock()
+	want := map[string]policy.Disk{} // export name → disk
+	wantVol := map[string]Volume{}
+	for _, vm := range p.VMs {
+		if vm.Host != g.opts.Host {
+			continue
+		}
+		for _, d := range vm.Disks {
+			v := Volume{VM: vm.Name, Disk: d.Name, SizeBytes: DiskBytes(d)}
+			want[v.Export()] = d
+			wantVol[v.Export()] = v
+		}
+	}
+	var errs []error
+	// Disks that left, or whose datastore or size changed.
+	g.exports.mu.RLock()
+	var gone []*disk
+	for name, d := range g.exports.m {
+		pd, ok := want[name]
+		if !ok || pd.Datastore != d.policy.Datastore || DiskBytes(pd) != d.v.SizeBytes {
+			gone = append(gone, d)
+		}
+	}
+	g.exports.mu.RUnlock()
+	for _, d := range gone {
+		g.removeDisk(d)
+	}
+	names := make([]string, 0, len(want))
+	for n := range want {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		pd := want[name]
+		if d, ok := g.exports.Export(name); ok {
+			d := d.(*disk)
+			gt := d.gate
+			gt.mu.Lock()
+			var err error
+			if mclockParams(d.policy) != mclockParams(pd) {
+				err = gt.sched.Update(d.id, mclockParams(pd))
+			}
+			if err == nil {
+				d.policy = pd
+			}
+			gt.mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("gateway: disk %s: %w", name, err))
+			}
+			continue
+		}
+		gt := g.gate(pd.Datastore)
+		if gt == nil {
+			errs = append(errs, fmt.Errorf("gateway: datastore %s: no --datastore %s=LOCATION given (disk %s)", pd.Datastore, pd.Datastore, name))
+			continue
+		}
+		if err := g.addDisk(gt, wantVol[name], pd); err != nil {
+			errs = append(errs, err)
+		} else if !first {
+			g.opts.Logf("gateway: serving %s (volume %s on %s)", name, wantVol[name].Name(), gt.st)
+		}
+	}
+	g.mu.Lock()
+	g.pol = p
+	g.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// addDisk opens disk v's volume on gt and exports it.
+func (g *Gateway) addDisk(gt *datastoreGate, v Volume, pd policy.Disk) error {
+	d := &disk{gate: gt, v: v, policy: pd}
+	vol, err := gt.st.open(v.Name(), func(*nbd.Client) error {
+		if err := gt.checkIdentity(); err != nil {
+			return err
+		}
+		d.connectionReplaced()
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("gateway: disk %s on datastore %s: %w", v.Export(), gt.name, err)
+	}
+	if vol.sizeBytes() < v.SizeBytes {
+		vol.close()
+		return fmt.Errorf("gateway: disk %s on datastore %s: volume %s has %d bytes, the disk needs %d", v.Export(), gt.name, v.Name(), vol.sizeBytes(), v.SizeBytes)
+	}
+	d.vol = vol
+	gt.mu.Lock()
+	d.id = gt.nextID
+	gt.nextID++
+	err = gt.sched.AddClient(d.id, mclockParams(pd))
+	if err == nil {
+		gt.disks[d.id] = d
+	}
+	gt.mu.Unlock()
+	if err != nil {
+		vol.close()
+		return fmt.Errorf("gateway: disk %s: %w", v.Export(), err)
+	}
+	g.exports.mu.Lock()
+	g.exports.m[v.Export()] = d
+	g.exports.mu.Unlock()
+	return nil
+}
+
+// removeDrain is how long removeDisk waits for a leaving disk's requests.
+var removeDrain = 30 * time.Second
+
+// removeDisk stops exporting d, lets its requests finish (for up to
+// removeDrain; the rest fail), flushes its volume and closes it, so that
+// the gateway of its VM's new host finds every acknowledged write.
+func (g *Gateway) removeDisk(d *disk) {
+	g.exports.mu.Lock()
+	delete(g.exports.m, d.v.Export())
+	g.exports.mu.Unlock()
+	gt := d.gate
+	gt.mu.Lock()
+	d.removed = true
+	gt.mu.Unlock()
+	deadline := time.Now().Add(removeDrain)
+	for {
+		gt.mu.Lock()
+		busy := d.queued + d.inflight
+		gt.mu.Unlock()
+		if busy == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond) // draining the disk's requests
+	}
+	gt.mu.Lock()
+	var dropped []*op
+	for h, o := range gt.ops {
+		if o.disk == d {
+			o.err = &nbd.Error{Errno: nbd.ESHUTDOWN}
+			dropped = append(dropped, o)
+			delete(gt.ops, h)
+			d.queued--
+		}
+	}
+	_, _ = gt.sched.RemoveClient(d.id)
+	delete(gt.disks, d.id)
+	gt.mu.Unlock()
+	startAll(dropped)
+	if err := d.vol.flush(); err != nil {
+		g.opts.Logf("gateway: disk %s left: flush of volume %s: %v", d.v.Export(), d.v.Name(), err)
+	}
+	d.vol.close()
+	g.opts.Logf("gateway: disk %s no longer served here", d.v.Export())
 }
 
 // Exports lists the export names ("VM/DISK") this gateway serves.
@@ -256,7 +506,11 @@ func (g *Gateway) Close() error {
 			// without a reply, so nothing acknowledged is lost.
 			g.opts.Logf("gateway: requests still at the datastore %v after close; aborting them", closeGrace)
 			for _, gt := range g.gates {
-				gt.up.abort()
+				gt.mu.Lock()
+				for _, d := range gt.disks {
+					d.vol.abort()
+				}
+				gt.mu.Unlock()
 			}
 			g.closeErr = <-srvClosed
 		}
@@ -272,12 +526,31 @@ func (g *Gateway) Close() error {
 	return g.closeErr
 }
 
-// Status returns the measurements of the last complete period.
+// Status returns the measurements of the last complete period, with the
+// errors of datastores and disks as they are now.
 func (g *Gateway) Status() Status {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	st := g.status
 	st.Listen = g.listen // the listeners serving now
+	g.mu.Unlock()
+	st.Datastores = append([]DatastoreStatus(nil), st.Datastores...)
+	st.Disks = append([]DiskStatus(nil), st.Disks...)
+	for _, gt := range g.gates {
+		gt.mu.Lock()
+		for i := range st.Datastores {
+			if st.Datastores[i].Name == gt.name && gt.failed != nil {
+				st.Datastores[i].Error = gt.failed.Error()
+			}
+		}
+		for _, d := range gt.disks {
+			for i := range st.Disks {
+				if st.Disks[i].Disk == d.v.Export() && d.lost != nil {
+					st.Disks[i].Error = d.lost.Error()
+				}
+			}
+		}
+		gt.mu.Unlock()
+	}
 	return st
 }
 
@@ -323,24 +596,24 @@ func (g *Gateway) controlLoop() {
 type periodResult struct {
 	dsLatNs, hostLatNs, hostIOPS, activeShares float64
 	hosts                                      int
-	diskStats                                  []diskPeriod
-	diskOutstanding                            []int
+	diskStats                                  map[int]diskPeriod
+	diskOutstanding                            map[int]int
 }
 
 // closePeriod ends the period on every datastore: it takes the period's
-// counters, reads the other hosts' records from the stats region, lets
-// pardaStep decide the new window, publishes this host's record and
-// applies the window.
+// counters, reads the datastore's identity and the hosts' records from the
+// stats volume, lets pardaStep decide the new window, publishes this
+// host's record in its slot and applies the window.
 func (g *Gateway) closePeriod(now time.Time, elapsed time.Duration) Status {
 	res := make([]periodResult, len(g.gates))
 	for i, gt := range g.gates {
 		gt.mu.Lock()
 		per := gt.period
 		gt.period = dsPeriod{}
-		r := periodResult{}
-		for _, d := range gt.disks {
-			r.diskStats = append(r.diskStats, d.cur)
-			r.diskOutstanding = append(r.diskOutstanding, d.queued+d.inflight)
+		r := periodResult{diskStats: map[int]diskPeriod{}, diskOutstanding: map[int]int{}}
+		for id, d := range gt.disks {
+			r.diskStats[id] = d.cur
+			r.diskOutstanding[id] = d.queued + d.inflight
 			if d.cur.ios > 0 || d.queued+d.inflight > 0 {
 				r.activeShares += float64(max(d.policy.Shares, 1))
 			}
@@ -352,14 +625,23 @@ func (g *Gateway) closePeriod(now time.Time, elapsed time.Duration) Status {
 			r.hostLatNs = per.normLatNs / float64(per.ios)
 		}
 		r.hostIOPS = float64(per.ios) / elapsed.Seconds()
-		recs, err := gt.readStats(len(g.opts.Policy.Hosts))
+		slots, err := gt.readSlots()
 		if err != nil {
-			g.opts.Logf("gateway: datastore %s: stats region: %v", gt.name, err)
+			g.opts.Logf("gateway: datastore %s: stats volume: %v", gt.name, err)
+		}
+		var recs []statsRecord
+		for _, sl := range slots {
+			if sl.ok {
+				recs = append(recs, sl.rec)
+			}
 		}
 		out := pardaStep(gt.parda, periodInput{Host: g.opts.Host, EndNs: now.UnixNano(), PeriodNs: elapsed.Nanoseconds(),
 			IOs: per.ios, NormLatSumNs: per.normLatNs, ActiveShares: r.activeShares, Window: window, Recs: recs})
-		if err := gt.writeStats(out.Publish); err != nil {
-			g.opts.Logf("gateway: datastore %s: stats region: %v", gt.name, err)
+		if err == nil {
+			gt.slot, gt.scan = chooseSlot(g.opts.Host, gt.slot, slots, now.UnixNano())
+			if err := gt.writeStats(out.Publish); err != nil {
+				g.opts.Logf("gateway: datastore %s: stats volume: %v", gt.name, err)
+			}
 		}
 		r.dsLatNs, r.hosts = out.View.latNs, out.View.hosts
 		if gt.parda != nil {
@@ -373,32 +655,34 @@ func (g *Gateway) closePeriod(now time.Time, elapsed time.Duration) Status {
 	return g.buildStatus(now, elapsed, res)
 }
 
-// readStats reads the records of all hosts' slots (those that decode).
-// Stats I/O goes straight to the datastore: it is control traffic (one
-// hosts×4 KiB read and one 4 KiB write per period), outside the window and
-// the disks' schedules.
-func (gt *datastoreGate) readStats(hosts int) ([]statsRecord, error) {
-	region := make([]byte, hosts*StatsSlotBytes)
-	err := gt.up.do(func(c *nbd.Client) error {
-		return c.ReadAt(region, gt.exportBytes-StatsRegionBytes)
-	})
-	if err != nil {
+// readSlots reads the datastore's identity and the first gt.scan slots of
+// the stats volume. Stats I/O goes straight to the datastore: it is
+// control traffic (one read of (1+scan)×4 KiB and one 4 KiB write per
+// period), outside the window and the disks' schedules. A datastore whose
+// identity changed fails the gate.
+func (gt *datastoreGate) readSlots() ([]slotRead, error) {
+	n := min(gt.scan, statsSlots, int((gt.stats.sizeBytes()-statsHeaderBytes)/StatsSlotBytes))
+	buf := alignedBuf(statsHeaderBytes + n*StatsSlotBytes)
+	if err := gt.stats.readAt(buf, 0); err != nil {
 		return nil, err
 	}
-	var out []statsRecord
-	for off := 0; off+StatsSlotBytes <= len(region); off += StatsSlotBytes {
-		if r, ok := decodeStatsRecord(region[off : off+StatsSlotBytes]); ok {
-			out = append(out, r)
-		}
+	if err := sameDatastore(gt.id, buf[:statsHeaderBytes]); err != nil {
+		gt.fail(err)
+		return nil, err
+	}
+	out := make([]slotRead, n)
+	for k := range out {
+		off := statsHeaderBytes + k*StatsSlotBytes
+		out[k].rec, out[k].ok = decodeStatsRecord(buf[off : off+StatsSlotBytes])
 	}
 	return out, nil
 }
 
-// writeStats writes rec to this host's slot of the stats region.
+// writeStats writes rec to this host's slot of the stats volume.
 func (gt *datastoreGate) writeStats(rec statsRecord) error {
-	return gt.up.do(func(c *nbd.Client) error {
-		return c.WriteAt(rec.encode(), gt.statsOff, false)
-	})
+	b := alignedBuf(StatsSlotBytes)
+	copy(b, rec.encode())
+	return gt.stats.writeAt(b, uint64(statsHeaderBytes+gt.slot*StatsSlotBytes), false)
 }
 
 func (g *Gateway) snapshot(now time.Time, res []periodResult) Status {
@@ -422,21 +706,26 @@ func (g *Gateway) buildStatus(now time.Time, elapsed time.Duration, res []period
 		if gt.parda != nil {
 			ds.ThresholdMs = gt.parda.Config().ThresholdNs / 1e6
 		}
-		for j, d := range gt.disks {
-			s := DiskStatus{Disk: d.ext.Name(), Datastore: gt.name, Shares: d.policy.Shares,
+		if gt.failed != nil {
+			ds.Error = gt.failed.Error()
+		}
+		for id, d := range gt.disks {
+			s := DiskStatus{Disk: d.v.Export(), Datastore: gt.name, Volume: d.v.Name(), Shares: d.policy.Shares,
 				ReservationIOPS: int64(d.policy.ReservationIOPS), Outstanding: d.queued + d.inflight}
 			if d.policy.LimitIOPS != policy.UnlimitedIOPS {
 				s.LimitIOPS = int64(d.policy.LimitIOPS)
 			}
-			if j < len(r.diskStats) && elapsed > 0 {
-				p := r.diskStats[j]
+			if d.lost != nil {
+				s.Error = d.lost.Error()
+			}
+			if p, ok := r.diskStats[id]; ok && elapsed > 0 {
 				s.IOPS = float64(p.ios) / elapsed.Seconds()
 				s.MBps = float64(p.bytes) / 1e6 / elapsed.Seconds()
 				if p.ios > 0 {
 					s.LatencyMeanMs = p.latSumNs / float64(p.ios) / 1e6
 				}
 				s.LatencyP99Ms = p.hist.quantileNs(0.99) / 1e6
-				s.Outstanding = r.diskOutstanding[j]
+				s.Outstanding = r.diskOutstanding[id]
 			}
 			st.Disks = append(st.Disks, s)
 		}

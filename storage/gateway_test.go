@@ -47,11 +47,11 @@ func TestWriteAckedOnlyAfterDatastore(t *testing.T) {
 func heldWrite(t *testing.T, ctx context.Context, opts Options, fua bool) (ds *holdingDatastore, g *Gateway, c *nbd.Client, done chan error) {
 	t.Helper()
 	p := parsePolicy(t, oneHostPolicy)
-	_, req := Layout(p, "ds1")
-	ds = &holdingDatastore{memDatastore: memDatastore{data: make([]byte, req)}, release: make(chan struct{})}
+	vols := newMemVolumes(p)
+	ds = &holdingDatastore{memDatastore: memDatastore{data: make([]byte, 64<<20)}, release: make(chan struct{})}
 	// Cleanups run last first: the held write is released before the
 	// gateway and the datastore close (they wait for it).
-	dsAddr := serveDatastore(t, ds)
+	dsAddr := vols.serve(t, map[string]nbd.Backend{VolumeName("b", "d0"): ds})
 	g, addr := serveGateway(t, p, dsAddr, opts)
 	t.Cleanup(func() {
 		select {
@@ -92,14 +92,14 @@ func testWriteAcked(t *testing.T, pollNs int64) {
 	if ds.fua.Load() != 1 {
 		t.Errorf("FUA writes at the datastore: %d, want 1", ds.fua.Load())
 	}
-	// Disk b is the second disk: its region starts at 64 MiB.
+	// The write is in disk b's own volume, at the VM's offset.
 	// (Under the datastore's lock: the write reached it through sockets,
 	// which the race detector does not see as synchronisation.)
 	ds.mu.RLock()
-	got := string(ds.data[64<<20+4096 : 64<<20+4096+8])
+	got := string(ds.data[4096 : 4096+8])
 	ds.mu.RUnlock()
 	if got != "payload!" {
-		t.Errorf("datastore holds %q at disk b's offset 4096", got)
+		t.Errorf("volume %s holds %q at offset 4096", VolumeName("b", "d0"), got)
 	}
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)

@@ -239,7 +239,7 @@ func OwnDisks(id, export string) bool {
 func (g *Gateway) VMs() []string {
 	seen := map[string]bool{}
 	var vms []string
-	for name := range g.exports {
+	for _, name := range g.exports.Names() {
 		if vm, _, _ := strings.Cut(name, "/"); !seen[vm] {
 			seen[vm] = true
 			vms = append(vms, vm)

@@ -18,15 +18,8 @@ import (
 // socket in the form --listen takes.
 func TestGatewayUnixSocket(t *testing.T) {
 	p := parsePolicy(t, oneHostPolicy)
-	_, req := Layout(p, "ds1")
-	dl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds := &nbd.Server{Exports: nbd.MapExports{"": &memDatastore{data: make([]byte, req)}}}
-	go ds.Serve(dl)
-	defer ds.Close()
-	g, err := New(Options{Host: "h1", Policy: p, Datastores: map[string]string{"ds1": "nbd://" + dl.Addr().String()}, Period: time.Hour})
+	dsAddr := newMemVolumes(p).serve(t, nil)
+	g, err := New(Options{Host: "h1", Policy: p, Datastores: map[string]string{"ds1": "nbd://" + dsAddr}, Period: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

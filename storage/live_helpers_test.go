@@ -36,13 +36,34 @@ func needTools(t *testing.T, tools ...string) {
 	}
 }
 
+// prepareDatastore makes a directory holding datastore ds1 of p (its
+// volumes and the stats volume).
+func prepareDatastore(t *testing.T, p *policy.Policy) string {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := CreateVolumes(dir, p, "ds1"); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // startNbdkit runs nbdkit emulating the array on a unix socket and returns
 // the datastore URI.
 func startNbdkit(t *testing.T, array Array) string {
+	uri, _ := startNbdkitCmd(t, array, "")
+	return uri
+}
+
+// startNbdkitCmd is startNbdkit on socket sock ("": a new one) that also
+// returns the process, for tests that kill it.
+func startNbdkitCmd(t *testing.T, array Array, sock string, filters ...string) (string, *exec.Cmd) {
 	t.Helper()
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "ds.sock")
-	args := append([]string{"-f", "-U", sock}, array.NbdkitArgs()...)
+	if sock == "" {
+		sock = filepath.Join(t.TempDir(), "ds.sock")
+	}
+	os.Remove(sock) // left by a killed nbdkit
+	args := append([]string{"-f", "-U", sock}, filters...)
+	args = append(args, array.NbdkitArgs()...)
 	cmd := exec.Command("nbdkit", args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -54,11 +75,11 @@ func startNbdkit(t *testing.T, array Array) string {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c, err := nbd.Dial(ctx, "unix", sock, "")
+		c, err := nbd.Dial(ctx, "unix", sock, StatsVolume)
 		cancel()
 		if err == nil {
 			c.Close()
-			return uri
+			return uri, cmd
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("nbdkit did not come up: %v: %s", err, stderr.String())

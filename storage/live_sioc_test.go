@@ -56,8 +56,7 @@ func TestLiveSIOCTest3(t *testing.T) {
 	needTools(t, "nbdkit", "fio")
 	phase := siocPhase(t)
 	p := parsePolicy(t, siocPolicy)
-	_, req := Layout(p, "ds1")
-	uri := startNbdkit(t, Array{SizeBytes: req, ServiceTime: 2 * time.Millisecond, CapacityIOPS: 1600, Threads: 64})
+	uri := startNbdkit(t, Array{Dir: prepareDatastore(t, p), ServiceTime: 2 * time.Millisecond, CapacityIOPS: 1600, Threads: 64})
 	dss := map[string]string{"ds1": uri}
 	g1 := startGateway(t, p, "h1", dss, time.Second, "")
 	g2 := startGateway(t, p, "h2", dss, time.Second, "")

@@ -32,8 +32,7 @@ vms:
 func TestLiveOneHostSharesLimitReservation(t *testing.T) {
 	needTools(t, "nbdkit", "fio")
 	p := parsePolicy(t, oneHostPolicy)
-	_, req := Layout(p, "ds1")
-	uri := startNbdkit(t, Array{SizeBytes: req, ServiceTime: 2 * time.Millisecond, CapacityIOPS: 800, Threads: 64})
+	uri := startNbdkit(t, Array{Dir: prepareDatastore(t, p), ServiceTime: 2 * time.Millisecond, CapacityIOPS: 800, Threads: 64})
 	gw := startGateway(t, p, "h1", map[string]string{"ds1": uri}, 500*time.Millisecond, "")
 	var jobs []fioJob
 	for _, vm := range []string{"a", "b", "c", "d"} {

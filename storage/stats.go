@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/bits"
 	"time"
+	"unsafe"
 
 	"sluice/parda"
 )
@@ -73,10 +74,11 @@ func (h *latencyHist) quantileNs(q float64) float64 {
 // Status is what a gateway reports: per disk and per datastore, measured
 // over the last complete period.
 type Status struct {
-	Host       string            `json:"host"`
-	TimeUnixNs int64             `json:"time_unix_ns"`
-	PeriodS    float64           `json:"period_s"`
-	Listen     string            `json:"listen"`
+	Host       string  `json:"host"`
+	TimeUnixNs int64   `json:"time_unix_ns"`
+	PeriodS    float64 `json:"period_s"`
+	Listen     string  `json:"listen"`
+
 	Datastores []DatastoreStatus `json:"datastores"`
 	Disks      []DiskStatus      `json:"disks"`
 }
@@ -97,6 +99,9 @@ type DatastoreStatus struct {
 	HostsSeen     int     `json:"hosts_seen"`
 	Outstanding   int     `json:"outstanding"`
 	SIOC          bool    `json:"sioc"`
+	// Error, when set, is why every request to the datastore fails (it
+	// came back empty or was replaced).
+	Error string `json:"error,omitempty"`
 }
 
 // DiskStatus is one disk's I/O in the last period, latency as the VM sees
@@ -104,6 +109,7 @@ type DatastoreStatus struct {
 type DiskStatus struct {
 	Disk            string  `json:"disk"`
 	Datastore       string  `json:"datastore"`
+	Volume          string  `json:"volume"` // its name on the datastore
 	Shares          int     `json:"shares"`
 	ReservationIOPS int64   `json:"reservation_iops"`
 	LimitIOPS       int64   `json:"limit_iops"` // 0: unlimited
@@ -112,6 +118,9 @@ type DiskStatus struct {
 	LatencyMeanMs   float64 `json:"latency_mean_ms"`
 	LatencyP99Ms    float64 `json:"latency_p99_ms"`
 	Outstanding     int     `json:"outstanding"`
+	// Error, when set, is why the disk's FLUSHes fail: acknowledged writes
+	// may have been lost.
+	Error string `json:"error,omitempty"`
 }
 
 // statsRecord is one host's entry in the datastore's stats region: the
@@ -169,6 +178,69 @@ func decodeStatsRecord(b []byte) (statsRecord, bool) {
 		Window:       math.Float64frombits(binary.BigEndian.Uint64(b[40:])),
 		ActiveShares: math.Float64frombits(binary.BigEndian.Uint64(b[48:])),
 	}, true
+}
+
+// slotRead is one slot of the stats volume as read.
+type slotRead struct {
+	rec statsRecord
+	ok  bool // a valid record
+}
+
+// minScan is how many slots a period reads at least.
+const minScan = 4
+
+// claimable reports whether a host may take slot s as its own at nowNs:
+// it is empty, holds host's record, or its record is older than 10 of its
+// periods and 30 s (its host is gone).
+func claimable(s slotRead, host string, nowNs int64) bool {
+	return !s.ok || s.rec.Host == host || nowNs-s.rec.PeriodEndNs > max(10*s.rec.PeriodNs, 30e9)
+}
+
+// chooseSlot decides host's slot in the stats volume from the slots read,
+// and how many slots to read next period. A host keeps its slot while no
+// other live host writes there; otherwise it takes the slot already
+// holding its name (after a restart), else the lowest claimable one. Two
+// hosts that took the same slot at once see each other's record there:
+// the one that reads the other's moves on. Slots are thus keyed by host
+// name, never by the host's position in the policy. The scan covers the
+// highest live slot plus minScan, so it grows as hosts arrive.
+func chooseSlot(host string, cur int, slots []slotRead, nowNs int64) (slot, scan int) {
+	slot = -1
+	if cur >= 0 && (cur >= len(slots) || claimable(slots[cur], host, nowNs)) {
+		slot = cur
+	}
+	if slot < 0 {
+		for k, s := range slots {
+			if s.ok && s.rec.Host == host {
+				slot = k
+				break
+			}
+		}
+	}
+	if slot < 0 {
+		slot = len(slots)
+		for k, s := range slots {
+			if claimable(s, host, nowNs) {
+				slot = k
+				break
+			}
+		}
+	}
+	top := slot
+	for k, s := range slots {
+		if !claimable(s, host, nowNs) {
+			top = max(top, k)
+		}
+	}
+	return min(slot, statsSlots-1), min(top+1+minScan, statsSlots)
+}
+
+// alignedBuf is a zeroed buffer of n bytes aligned to 4096 in memory, as
+// O_DIRECT needs.
+func alignedBuf(n int) []byte {
+	b := make([]byte, n+4096)
+	off := int(-uintptr(unsafe.Pointer(&b[0])) & 4095)
+	return b[off : off+n : off+n]
 }
 
 // datastoreView is what every host derives from the fresh records of the

@@ -4,34 +4,44 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"sluice/storage/nbd"
 )
 
-// upstream is the gateway's connection to one datastore export. It
-// reconnects when the connection fails and retries the failed request, so a
-// datastore restart shows up as latency, not as errors, for up to
-// retryWindow.
+// upstream is the gateway's connection to one export of an NBD datastore
+// (one volume). It reconnects when the connection fails and retries the
+// failed request, so a datastore restart shows up as latency, not as
+// errors, for up to retryWindow. Every connection after the first is
+// checked by onRedial before use (same size, same datastore); a check that
+// fails makes the upstream fail every request from then on.
 type upstream struct {
 	clk                   Clock
 	network, addr, export string
 	retryWindow           time.Duration
 	pollNs                int64 // nbd.DialPoll
+	// onRedial, if set, checks a replacement connection before its first
+	// request; an error fails the upstream for good.
+	onRedial func(c *nbd.Client) error
 
 	mu     sync.Mutex
 	client *nbd.Client
 	closed bool
+	dials  int   // connections made
+	failed error // sticky: set when a replacement connection failed its check
 }
 
-func newUpstream(clk Clock, uri string, pollNs int64) (*upstream, error) {
-	network, addr, export, err := nbd.ParseURI(uri)
-	if err != nil {
-		return nil, err
-	}
-	return &upstream{clk: clk, network: network, addr: addr, export: export, retryWindow: 15 * time.Second, pollNs: pollNs}, nil
+func newUpstream(clk Clock, network, addr, export string, pollNs int64) *upstream {
+	return &upstream{clk: clk, network: network, addr: addr, export: export, retryWindow: 15 * time.Second, pollNs: pollNs}
 }
+
+// errFailed marks an upstream error that retrying cannot cure.
+type errFailed struct{ err error }
+
+func (e *errFailed) Error() string { return e.err.Error() }
+func (e *errFailed) Unwrap() error { return e.err }
 
 // get returns a live client, dialling if needed.
 func (u *upstream) get() (*nbd.Client, error) {
@@ -39,6 +49,9 @@ func (u *upstream) get() (*nbd.Client, error) {
 	defer u.mu.Unlock()
 	if u.closed {
 		return nil, nbd.ErrClosed
+	}
+	if u.failed != nil {
+		return nil, u.failed
 	}
 	if u.client != nil {
 		select {
@@ -52,7 +65,22 @@ func (u *upstream) get() (*nbd.Client, error) {
 	defer cancel()
 	c, err := nbd.DialPoll(ctx, u.network, u.addr, u.export, u.pollNs)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to %s (export %q): %w", u.addr, u.export, err)
+		err = fmt.Errorf("connecting to %s (export %q): %w", u.addr, u.export, err)
+		if u.dials > 0 && strings.Contains(err.Error(), "server error") {
+			// The server is back but refuses the export: the datastore
+			// lost the volume (or is another one). Waiting cures nothing.
+			u.failed = &errFailed{err}
+			return nil, u.failed
+		}
+		return nil, err
+	}
+	u.dials++
+	if u.dials > 1 && u.onRedial != nil {
+		if err := u.onRedial(c); err != nil {
+			c.Abort()
+			u.failed = &errFailed{fmt.Errorf("export %q after reconnecting: %w", u.export, err)}
+			return nil, u.failed
+		}
 	}
 	u.client = c
 	return c, nil
@@ -74,6 +102,10 @@ func (u *upstream) do(fn func(c *nbd.Client) error) error {
 			}
 		}
 		if errors.Is(err, nbd.ErrClosed) && u.isClosed() {
+			return err
+		}
+		var fe *errFailed
+		if errors.As(err, &fe) {
 			return err
 		}
 		if u.clk.Now().After(deadline) {

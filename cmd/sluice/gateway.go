@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,12 +14,17 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"sluice/controller"
+	"sluice/internal/inputfile"
+	"sluice/policy"
 	"sluice/storage"
 	"sluice/storage/nbd"
 )
@@ -38,7 +46,7 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
-const gatewayUsage = "usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT [--socket-dir DIR|none] [--socket-owner USER[:GROUP]] [--socket-mode 0600] [--listen unix:PATH|ADDR:PORT --tls-cert F --tls-key F --tls-ca F] [--max-conns N] [--max-conns-per-vm N] [--period 4s]"
+const gatewayUsage = "usage: sluice gateway --host H --policy FILE|--controller URL --token-file F --datastore DS=nbd://IP:PORT|dir:PATH [--reload 2s] [--socket-dir DIR|none] [--socket-owner USER[:GROUP]] [--socket-mode 0600] [--listen unix:PATH|ADDR:PORT --tls-cert F --tls-key F --tls-ca F] [--max-conns N] [--max-conns-per-vm N] [--period 4s]"
 
 func runGateway(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "status" {
@@ -71,8 +79,11 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	cpus := fs.Int("cpus", 1, "OS threads running Go code (GOMAXPROCS); 0 keeps Go's default")
 	// Bounded busy polling (Options.PollNs): CPU for latency.
 	poll := fs.Duration("poll", 0, "poll sockets for up to this long for an expected answer before sleeping (CPU for latency; 0 = off)")
+	reload := fs.Duration("reload", 2*time.Second, "how often to look for a changed policy file (VMs that arrived or left; 0: only on SIGHUP)")
+	var ctl controllerFlags
+	ctl.register(fs)
 	var dss multiFlag
-	fs.Var(&dss, "datastore", "DS=nbd://IP:PORT[/export] (repeatable)")
+	fs.Var(&dss, "datastore", "DS=nbd://IP:PORT, DS=nbd+unix:///?socket=PATH or DS=dir:PATH (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		fmt.Fprintf(stderr, "sluice gateway: %v; %s\n", err, gatewayUsage)
 		return exitUsage
@@ -88,7 +99,11 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	if *cpus > 0 {
 		runtime.GOMAXPROCS(*cpus)
 	}
-	if *host == "" || *pol == "" || fs.NArg() > 0 {
+	if *reload < 0 {
+		fmt.Fprintln(stderr, "sluice gateway: --reload must be ≥ 0")
+		return exitUsage
+	}
+	if *host == "" || (*pol == "") == (ctl.server == "") || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, gatewayUsage)
 		return exitUsage
 	}
@@ -130,14 +145,37 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	for _, d := range dss {
 		name, uri, ok := strings.Cut(d, "=")
 		if !ok || name == "" || uri == "" {
-			fmt.Fprintf(stderr, "sluice gateway: --datastore %q: want DS=nbd://IP:PORT\n", d)
+			fmt.Fprintf(stderr, "sluice gateway: --datastore %q: want DS=nbd://IP:PORT or DS=dir:PATH\n", d)
 			return exitUsage
 		}
 		uris[name] = uri
 	}
-	p, code := loadPolicy(*pol, stderr)
-	if p == nil {
-		return code
+	var p *policy.Policy
+	var cl *controller.Client
+	var desired controller.DesiredHost
+	var stamp string
+	if ctl.server != "" {
+		var err error
+		if cl, err = ctl.client(); err != nil {
+			fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
+			return exitBad
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		p, desired, err = ctl.startState(ctx, cl, *host)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
+			return exitBad
+		}
+		if desired.Revision > 0 { // else nothing published yet: the policy's placement
+			p = placedOn(p, *host, desired.VMs)
+		}
+	} else {
+		var code int
+		stamp = fileStamp(*pol) // before loading: a change in between is applied
+		if p, code = loadPolicy(*pol, stderr); p == nil {
+			return code
+		}
 	}
 	if *statusFile == "" {
 		*statusFile = filepath.Join(statusDir, "gateway-"+p.Cluster+"-"+*host+".json")
@@ -172,17 +210,16 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return exitBad
 	}
-	if *socketDir != "none" && len(g.VMs()) > 0 {
-		ls, err := storage.ListenVMs(*socketDir, g.VMs(), perm)
-		if err != nil {
+	// The VMs' sockets follow the VMs the gateway serves (they come and
+	// go with the policy or the controller's placement).
+	vs := &vmSockets{g: g, dir: *socketDir, perm: perm, ls: map[string]net.Listener{}, stderr: stderr}
+	if *socketDir != "none" {
+		if err := vs.sync(); err != nil {
 			return fail(err)
-		}
-		for vm, l := range ls {
-			opened = append(opened, l)
-			serves = append(serves, func() error { return g.ServeVM(l, vm) })
 		}
 		where = append(where, fmt.Sprintf("%s (one socket per VM, mode %#o)", storage.VMSocket(*socketDir, "VM"), perm.Mode))
 	}
+	defer vs.closeAll()
 	for _, a := range listens {
 		l, err := storage.Listen(a)
 		if err != nil {
@@ -197,8 +234,10 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 			where = append(where, l.Addr().String()+" (TLS)")
 		}
 	}
-	if len(serves) == 0 {
-		return fail(fmt.Errorf("nothing to serve on: host %s has no disks and no --listen is given", *host))
+	// A host without VMs yet waits for them on its VMs' sockets (they
+	// arrive with the policy or the controller's placement).
+	if len(serves) == 0 && *socketDir == "none" {
+		return fail(errors.New("nothing to serve on: --socket-dir none and no --listen given"))
 	}
 	// SIGINT/SIGTERM stop the gateway from the moment it says it serves.
 	sig := make(chan os.Signal, 1)
@@ -206,19 +245,33 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	defer signal.Stop(sig)
 	stopped := make(chan struct{})
 	defer close(stopped)
+	closed := make(chan struct{})
 	go func() {
 		select {
 		case <-sig:
+			close(closed)
 			g.Close()
 		case <-stopped:
 		}
 	}()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	if cl != nil {
+		go followController(g, cl, *host, desired.Revision, vs, closed, stderr)
+	} else {
+		go followPolicy(g, *pol, stamp, *reload, hup, vs, closed, stderr)
+	}
 	fmt.Fprintf(stderr, "sluice gateway: host %s serving %s on %s\n", *host, strings.Join(g.Exports(), " "), strings.Join(where, ", "))
 	errs := make(chan error, len(serves))
 	for _, serve := range serves {
 		go func() { errs <- serve() }()
 	}
-	for range serves {
+	for n := len(serves); ; n-- {
+		if n == 0 {
+			<-closed // only VM sockets: they serve until the gateway stops
+			break
+		}
 		if e := <-errs; e != nil && err == nil {
 			err = e
 			g.Close() // one listener failed: stop the others
@@ -231,6 +284,188 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		return exitBad
 	}
 	return exitOK
+}
+
+// placedOn is p with the VMs of the controller's desired state for host
+// (vms) placed on host and every other VM placed elsewhere: the
+// controller's placement, migrations included, is what the gateway serves.
+func placedOn(p *policy.Policy, host string, vms []string) *policy.Policy {
+	q := *p
+	q.VMs = append([]policy.VM(nil), p.VMs...)
+	for i := range q.VMs {
+		switch {
+		case slices.Contains(vms, q.VMs[i].Name):
+			q.VMs[i].Host = host
+		case q.VMs[i].Host == host:
+			q.VMs[i].Host = "" // runs elsewhere
+		}
+	}
+	return &q
+}
+
+// followController applies the controller's desired state for host to g
+// whenever its revision changes (a long poll; errors are retried every
+// second, reported once): VMs that migrate in get their disks served,
+// VMs that left have theirs drained and closed. The gateway does not
+// register the host (the agent does).
+func followController(g *storage.Gateway, cl *controller.Client, host string, rev int64, vs *vmSockets, stop <-chan struct{}, stderr io.Writer) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-stop; cancel() }()
+	lastErr := ""
+	fail := func(err error) {
+		if ctx.Err() == nil && err.Error() != lastErr {
+			fmt.Fprintf(stderr, "sluice gateway: controller: %v\n", err)
+			lastErr = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second): // retry back-off
+		}
+	}
+	for ctx.Err() == nil {
+		d, err := cl.WatchDesired(ctx, host, rev, 30*time.Second)
+		if err != nil {
+			fail(err)
+			continue
+		}
+		if d.Revision == 0 || d.Revision == rev {
+			continue
+		}
+		ps, err := cl.Policy(ctx)
+		if err != nil {
+			fail(err)
+			continue
+		}
+		p, err := ps.Build()
+		if err != nil {
+			fail(err)
+			continue
+		}
+		if err := g.SetPolicy(placedOn(p, host, d.VMs)); err != nil {
+			fail(err)
+			continue
+		}
+		if err := vs.sync(); err != nil {
+			fail(err)
+			continue
+		}
+		rev, lastErr = d.Revision, ""
+		fmt.Fprintf(stderr, "sluice gateway: desired state %d; serving %s\n", rev, strings.Join(g.Exports(), " "))
+	}
+}
+
+// fileStamp identifies the content of file ("" when it cannot be read): the
+// content, not the modification time, since two writes within one tick of
+// the file system's clock keep the time.
+func fileStamp(file string) string {
+	b, err := inputfile.Read(file, inputfile.MaxPolicyBytes) // bounded: not a device or a huge file
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return string(sum[:])
+}
+
+// followPolicy applies the policy file to g whenever its content differs
+// from last, the stamp of the file g was built from (looked at every
+// interval, and on SIGHUP): VMs that arrived on the host get their disks
+// served, VMs that left have theirs drained and closed. A file that does
+// not load is reported in one line and the last good policy stays.
+func followPolicy(g *storage.Gateway, file, last string, interval time.Duration, hup <-chan os.Signal, vs *vmSockets, stop <-chan struct{}, stderr io.Writer) {
+	stamp := func() string { return fileStamp(file) }
+	var tick <-chan time.Time
+	if interval > 0 {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-hup:
+		case <-tick:
+			if s := stamp(); s == last || s == "" {
+				continue
+			}
+		}
+		last = stamp()
+		p, err := policy.Load(file)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice gateway: policy not reloaded: %v\n", err)
+			continue
+		}
+		err = g.SetPolicy(p)
+		if serr := vs.sync(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice gateway: policy reloaded with errors: %v\n", err)
+			continue
+		}
+		fmt.Fprintf(stderr, "sluice gateway: policy reloaded; serving %s\n", strings.Join(g.Exports(), " "))
+	}
+}
+
+// vmSockets are the per-VM sockets of a gateway (none when dir is
+// "none"), opened and closed as the VMs it serves come and go.
+type vmSockets struct {
+	g      *storage.Gateway
+	dir    string
+	perm   storage.SocketPerm
+	stderr io.Writer
+
+	mu sync.Mutex
+	ls map[string]net.Listener // by VM
+}
+
+// sync opens a socket for every VM the gateway serves that has none and
+// closes the sockets of VMs it no longer serves (their connections get
+// ESHUTDOWN from the gateway: the disks left).
+func (v *vmSockets) sync() error {
+	if v == nil || v.dir == "none" {
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	want := v.g.VMs()
+	for vm, l := range v.ls {
+		if !slices.Contains(want, vm) {
+			l.Close()
+			delete(v.ls, vm)
+		}
+	}
+	var add []string
+	for _, vm := range want {
+		if _, ok := v.ls[vm]; !ok {
+			add = append(add, vm)
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	ls, err := storage.ListenVMs(v.dir, add, v.perm)
+	if err != nil {
+		return err
+	}
+	for vm, l := range ls {
+		v.ls[vm] = l
+		go func() {
+			if err := v.g.ServeVM(l, vm); err != nil && !errors.Is(err, net.ErrClosed) {
+				fmt.Fprintf(v.stderr, "sluice gateway: socket of %s: %v\n", vm, err)
+			}
+		}()
+	}
+	return nil
+}
+
+func (v *vmSockets) closeAll() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for vm, l := range v.ls {
+		l.Close()
+		delete(v.ls, vm)
+	}
 }
 
 func runGatewayStatus(args []string, stdout, stderr io.Writer) int {

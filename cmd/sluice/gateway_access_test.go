@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,28 +59,6 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-// memDisk is an in-memory NBD export (the test's datastore).
-type memDisk struct {
-	mu   sync.Mutex
-	data []byte
-}
-
-func (m *memDisk) SizeBytes() uint64 { return uint64(len(m.data)) }
-func (m *memDisk) ReadAt(p []byte, off uint64) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	copy(p, m.data[off:])
-	return nil
-}
-func (m *memDisk) WriteAt(p []byte, off uint64, fua bool) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	copy(m.data[off:], p)
-	return nil
-}
-func (m *memDisk) Flush() error             { return nil }
-func (m *memDisk) Trim(off, n uint64) error { return nil }
-
 const gatewayAccessPolicy = `cluster: sgwcli
 hosts:
   - {name: h1, cpu: {cores: 2, mhz: 2000}, memory: 4GiB, uplinks: [{name: u0, speed: 10Gbps}]}
@@ -107,14 +84,13 @@ func TestGatewayCommandServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, req := storage.Layout(p, "ds1")
-	dl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	vols := filepath.Join(dir, "ds1")
+	if err := os.Mkdir(vols, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	ds := &nbd.Server{Exports: nbd.MapExports{"": &memDisk{data: make([]byte, req)}}}
-	go ds.Serve(dl)
-	defer ds.Close()
+	if _, err := storage.CreateVolumes(vols, p, "ds1"); err != nil {
+		t.Fatal(err)
+	}
 	ca, err := testcert.NewCA("cli test CA")
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +107,7 @@ func TestGatewayCommandServes(t *testing.T) {
 	var stderr syncBuffer
 	code := make(chan int, 1)
 	go func() {
-		code <- run([]string{"gateway", "--host", "h1", "--policy", pf, "--datastore", "ds1=nbd://" + dl.Addr().String(),
+		code <- run([]string{"gateway", "--host", "h1", "--policy", pf, "--datastore", "ds1=dir:" + vols,
 			"--socket-dir", socks, "--listen", "unix:" + admin, "--listen", "127.0.0.1:0",
 			"--tls-cert", filepath.Join(tlsDir, "server-cert.pem"), "--tls-key", filepath.Join(tlsDir, "server-key.pem"),
 			"--tls-ca", filepath.Join(tlsDir, "ca-cert.pem"), "--status-file", filepath.Join(dir, "status.json")}, io.Discard, &stderr)

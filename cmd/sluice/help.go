@@ -110,7 +110,8 @@ and HTB rates per uplink.
 example:
   sluice agent status --host h1 --policy examples/lab-1g.yaml -o json`,
 
-	"gateway": `usage: sluice gateway --host H --policy FILE --datastore DS=nbd://IP:PORT[/export] [--period 4s] [--status-file FILE] [--cpus N] [--poll DUR]
+	"gateway": `usage: sluice gateway --host H --policy FILE|--controller URL --token-file F [--ca F]
+                      --datastore DS=nbd://IP:PORT|dir:PATH [--period 4s] [--reload 2s] [--status-file FILE] [--cpus N] [--poll DUR]
                       [--socket-dir DIR|none] [--socket-owner USER[:GROUP]] [--socket-mode 0600]
                       [--listen unix:PATH] [--listen ADDR:PORT --tls-cert FILE --tls-key FILE --tls-ca FILE]
                       [--max-conns 1024] [--max-conns-per-vm 64]
@@ -118,15 +119,33 @@ example:
        sluice gateway disk-xml --policy FILE --host H [--socket-dir DIR] VM/DISK
 
 The storage gateway of a host: NBD exports per VM disk with mClock and
-PARDA against each datastore (--datastore is repeatable). Each VM reaches
-its own disks, and only those, on its socket DIR/VM.sock (default DIR
-/run/sluice/gw-CLUSTER-HOST, root-only 0600): nbd+unix:///VM/DISK?socket=DIR/VM.sock.
---listen unix:PATH adds a root-only socket serving every disk; --listen
-ADDR:PORT serves TCP with TLS only (a client certificate whose Common Name
-is the VM). Nothing listens on TCP by default.
+PARDA against each datastore (--datastore is repeatable). A datastore is a
+directory of volumes (one file VM+DISK.img per disk, e.g. an NFS mount) or
+an NBD server with one export per volume; prepare it with 'sluice
+datastore create'. Each VM reaches its own disks, and only those, on its
+socket DIR/VM.sock (default DIR /run/sluice/gw-CLUSTER-HOST, root-only
+0600): nbd+unix:///VM/DISK?socket=DIR/VM.sock. --listen unix:PATH adds a
+root-only socket serving every disk; --listen ADDR:PORT serves TCP with
+TLS only (a client certificate whose Common Name is the VM). Nothing
+listens on TCP by default. The policy file is read again when it changes
+(or on SIGHUP): disks (and sockets) of VMs that arrived are served, those
+of VMs that left are flushed and closed. With --controller the gateway
+follows the controller's policy and its desired state for the host
+(migrations included) instead of a file.
 
 example:
-  sluice gateway --host h1 --policy examples/lab-1g.yaml --datastore ds1=nbd://198.18.0.2:10809`,
+  sluice gateway --host h1 --policy examples/lab-1g.yaml --datastore ds1=nbd://198.18.0.2:10809
+  sluice gateway --host h1 --policy /etc/sluice/policy.yaml --datastore ds1=dir:/mnt/ds1`,
+
+	"datastore": `usage: sluice datastore create --policy FILE DS=DIR [DS=DIR ...]
+
+Prepare directory DIR as datastore DS: create every missing volume
+(VM+DISK.img, a sparse file of the disk's size) and the stats volume
+sluice-stats with the datastore's identity. Existing volumes are kept; one
+smaller than its disk is an error. Run it again after adding disks.
+
+example:
+  sluice datastore create --policy /etc/sluice/policy.yaml ds1=/mnt/ds1`,
 
 	"gateway status": `usage: sluice gateway status [--host H] [-o table|json] [--dir DIR]
 

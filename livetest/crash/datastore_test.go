@@ -25,8 +25,7 @@ vms:
 
 // TestDatastoreRestartMidWrite: a gateway (the sluice binary) serves vm1's
 // disk from a datastore that keeps its data across a restart, as an array
-// does (nbdkit's file plugin; the lab's memory datastore forgets
-// everything when it stops). fio writes 48 MiB with verify headers through
+// does (nbdkit's file plugin serving a directory of volumes). fio writes 48 MiB with verify headers through
 // the gateway; in the middle the datastore is killed with SIGKILL, stays
 // down for a second and is started again. The gateway reconnects and
 // retries, so fio should see only latency; either way every block whose
@@ -43,19 +42,18 @@ func TestDatastoreRestartMidWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, req := storage.Layout(p, "ds1")
-	img := filepath.Join(dir, "ds1.img")
-	if err := os.WriteFile(img, nil, 0o644); err != nil {
+	vols := filepath.Join(dir, "ds1")
+	if err := os.Mkdir(vols, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(img, int64(req)); err != nil {
+	if _, err := storage.CreateVolumes(vols, p, "ds1"); err != nil {
 		t.Fatal(err)
 	}
 	dsSock, gwSock := filepath.Join(dir, "ds1.sock"), filepath.Join(dir, "gw.sock")
 	nbdkit := func() *daemon {
 		_ = os.Remove(dsSock) // a killed nbdkit leaves its socket
 		d := startDaemon(t, "", filepath.Join(dir, "nbdkit.log"), "nbdkit", "-f", "-U", dsSock, "-t", "8",
-			"--filter=delay", "file", "file="+img, "rdelay=2ms", "wdelay=2ms")
+			"--filter=delay", "file", "dir="+vols, "rdelay=2ms", "wdelay=2ms")
 		waitSocket(t, dsSock, 10*time.Second)
 		return d
 	}

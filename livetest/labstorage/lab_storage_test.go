@@ -25,7 +25,8 @@ import (
 // follow their shares, so vm2 gets twice vm1's IOPS across hosts, with no
 // central scheduler. The threshold (20 ms) puts the datastore's total window
 // near 20 (20 ms / 4 ms × 4 slots), so that neither host sits at PARDA's
-// minimum window of 4, which would bound the split.
+// minimum window of 4, which would bound the split. vm3 has no vNIC: it
+// reaches its disk on the Unix socket the lab lists as its disk's URI.
 const policyYAML = `cluster: lst
 hosts:
   - name: h1
@@ -39,6 +40,7 @@ datastores:
 vms:
   - {name: vm1, host: h1, nics: [{name: nic0}], disks: [{name: d0, datastore: ds1, size: 64MiB, shares: 1000}]}
   - {name: vm2, host: h2, nics: [{name: nic0}], disks: [{name: d0, datastore: ds1, size: 64MiB, shares: 2000}]}
+  - {name: vm3, host: h1, disks: [{name: d0, datastore: ds1, size: 64MiB}]}
 `
 
 // TestLabStorageSharesAcrossHosts: fio in vm1 and vm2 (each iodepth 16,
@@ -91,13 +93,28 @@ func TestLabStorageSharesAcrossHosts(t *testing.T) {
 		t.Fatalf("lab status -o json: %v", err)
 	}
 	uris := map[string]string{} // VM namespace → its disk's URI
+	var vm3URI string
 	for _, ns := range status.Namespaces {
 		if ns.Role == "vm" && len(ns.Disks) == 1 {
-			uris[ns.Name] = ns.Disks[0].URI
+			if ns.Entity == "vm3" {
+				vm3URI = ns.Disks[0].URI
+			} else {
+				uris[ns.Name] = ns.Disks[0].URI
+			}
 		}
 	}
-	if len(uris) != 2 {
-		t.Fatalf("lab status lists disks for %d VMs, want 2: %+v", len(uris), status.Namespaces)
+	if len(uris) != 2 || vm3URI == "" {
+		t.Fatalf("lab status lists disks for %d VMs, want 3: %+v", len(uris), status.Namespaces)
+	}
+	// A VM without a vNIC writes and verifies its disk (before the
+	// measurement: its disk is idle during it).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	vm3 := exec.CommandContext(ctx, "ip", "netns", "exec", "sl-lst-vm3", "fio", "--name=nonic", "--ioengine=nbd", "--uri="+vm3URI,
+		"--rw=randwrite", "--bs=4k", "--iodepth=4", "--size=4M", "--verify=crc32c", "--do_verify=1", "--output-format=terse")
+	vm3.Dir = dir
+	if out, err := vm3.CombinedOutput(); err != nil {
+		t.Fatalf("fio in vm3 (no vNIC) on %s: %v\n%s", vm3URI, err, out)
 	}
 
 	const runtimeS, fromS = 24, 12

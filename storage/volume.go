@@ -1,0 +1,229 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"sluice/storage/nbd"
+)
+
+// volume is one volume of a datastore: a disk image or the stats volume.
+type volume interface {
+	sizeBytes() uint64
+	readAt(p []byte, off uint64) error
+	writeAt(p []byte, off uint64, fua bool) error
+	flush() error
+	trim(off, n uint64) error
+	// close releases the volume (requests in flight finish first); abort
+	// fails requests in flight at once.
+	close()
+	abort()
+}
+
+// store is a datastore as the gateway reaches it.
+type store interface {
+	// open opens volume name; onRedial (NBD only; may be nil) checks every
+	// replacement connection of the volume before its first request.
+	open(name string, onRedial func(c *nbd.Client) error) (volume, error)
+	String() string
+}
+
+// openStore parses a datastore location: "dir:PATH" or an absolute PATH
+// (a directory of volumes: a local file system or an NFS mount), or an NBD
+// server "nbd://HOST[:PORT]" or "nbd+unix:///?socket=PATH" serving one
+// export per volume (nbdkit's file plugin with dir=, qemu-storage-daemon).
+func openStore(clk Clock, loc string, pollNs int64) (store, error) {
+	if dir, ok := strings.CutPrefix(loc, "dir:"); ok || strings.HasPrefix(loc, "/") {
+		if !ok {
+			dir = loc
+		}
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return nil, err
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("%s is not a directory", dir)
+		}
+		return &dirStore{dir: dir}, nil
+	}
+	network, addr, export, err := nbd.ParseURI(loc)
+	if err != nil {
+		return nil, err
+	}
+	if export != "" {
+		return nil, fmt.Errorf("%s: give the server only (nbd://HOST:PORT): every disk is its own export, named VM+DISK.img", loc)
+	}
+	return &nbdStore{clk: clk, network: network, addr: addr, pollNs: pollNs, loc: loc}, nil
+}
+
+// errMissing is the error of a volume that is not on the datastore.
+var errMissing = errors.New("missing")
+
+// dirStore is a directory of volume files.
+type dirStore struct{ dir string }
+
+func (s *dirStore) String() string { return "dir:" + s.dir }
+
+func (s *dirStore) open(name string, _ func(*nbd.Client) error) (volume, error) {
+	path := filepath.Join(s.dir, name)
+	flags := os.O_RDWR
+	direct := name == StatsVolume
+	if direct {
+		// Every host reads the others' records: O_DIRECT so that an NFS
+		// client's cache does not hide them (where the file system
+		// refuses O_DIRECT, e.g. tmpfs, it is local and coherent).
+		flags |= syscall.O_DIRECT
+	}
+	f, err := os.OpenFile(path, flags, 0)
+	if direct && errors.Is(err, syscall.EINVAL) {
+		f, err = os.OpenFile(path, os.O_RDWR, 0)
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("volume %s: %w (sluice datastore create makes it)", path, errMissing)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("volume %s: %w", path, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() && fi.Mode()&os.ModeDevice == 0 {
+		f.Close()
+		return nil, fmt.Errorf("volume %s: not a regular file or block device", path)
+	}
+	size := uint64(fi.Size())
+	if fi.Mode()&os.ModeDevice != 0 {
+		end, err := f.Seek(0, 2)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		size = uint64(end)
+	}
+	return &fileVolume{f: f, size: size}, nil
+}
+
+// fileVolume is a volume file, written through the host's page cache:
+// FLUSH and FUA are fdatasync.
+type fileVolume struct {
+	f    *os.File
+	size uint64
+}
+
+func (v *fileVolume) sizeBytes() uint64 { return v.size }
+
+func (v *fileVolume) readAt(p []byte, off uint64) error {
+	n, err := v.f.ReadAt(p, int64(off))
+	if n == len(p) {
+		return nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		clear(p[n:]) // a file shorter than its disk reads as zeroes
+		return nil
+	}
+	return ioErr(err)
+}
+
+func (v *fileVolume) writeAt(p []byte, off uint64, fua bool) error {
+	if _, err := v.f.WriteAt(p, int64(off)); err != nil {
+		return ioErr(err)
+	}
+	if fua {
+		return v.flush()
+	}
+	return nil
+}
+
+func (v *fileVolume) flush() error {
+	return ioErr(syscall.Fdatasync(int(v.f.Fd())))
+}
+
+func (v *fileVolume) trim(off, n uint64) error {
+	const punchHole, keepSize = 0x02, 0x01
+	err := syscall.Fallocate(int(v.f.Fd()), punchHole|keepSize, int64(off), int64(n))
+	if errors.Is(err, syscall.EOPNOTSUPP) {
+		return nil // trim is advisory
+	}
+	return ioErr(err)
+}
+
+func (v *fileVolume) close() { v.f.Close() }
+func (v *fileVolume) abort() { v.f.Close() }
+
+// ioErr is an error from a volume file as the VM sees it: EIO, keeping
+// ENOSPC.
+func ioErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("%w: %v", &nbd.Error{Errno: nbd.ENOSPC}, err)
+	}
+	return fmt.Errorf("%w: %v", &nbd.Error{Errno: nbd.EIO}, err)
+}
+
+// nbdStore is an NBD server with one export per volume.
+type nbdStore struct {
+	clk           Clock
+	network, addr string
+	pollNs        int64
+	loc           string
+}
+
+func (s *nbdStore) String() string { return s.loc }
+
+func (s *nbdStore) open(name string, onRedial func(*nbd.Client) error) (volume, error) {
+	u := newUpstream(s.clk, s.network, s.addr, name, s.pollNs)
+	c, err := u.get()
+	if err != nil {
+		if strings.Contains(err.Error(), "server error") {
+			return nil, fmt.Errorf("volume %s on %s: %w (%v)", name, s.loc, errMissing, err)
+		}
+		return nil, fmt.Errorf("volume %s on %s: %w", name, s.loc, err)
+	}
+	size := c.SizeBytes()
+	u.onRedial = func(c *nbd.Client) error {
+		if c.SizeBytes() != size {
+			return fmt.Errorf("size changed from %d to %d bytes: not the same volume", size, c.SizeBytes())
+		}
+		if onRedial != nil {
+			return onRedial(c)
+		}
+		return nil
+	}
+	return &nbdVolume{up: u, size: size}, nil
+}
+
+// nbdVolume is a volume served by an NBD server.
+type nbdVolume struct {
+	up   *upstream
+	size uint64
+}
+
+func (v *nbdVolume) sizeBytes() uint64 { return v.size }
+
+func (v *nbdVolume) readAt(p []byte, off uint64) error {
+	return v.up.do(func(c *nbd.Client) error { return c.ReadAt(p, off) })
+}
+
+func (v *nbdVolume) writeAt(p []byte, off uint64, fua bool) error {
+	return v.up.do(func(c *nbd.Client) error { return c.WriteAt(p, off, fua) })
+}
+
+func (v *nbdVolume) flush() error {
+	return v.up.do(func(c *nbd.Client) error { return c.Flush() })
+}
+
+func (v *nbdVolume) trim(off, n uint64) error {
+	return v.up.do(func(c *nbd.Client) error { return c.Trim(off, n) })
+}
+
+func (v *nbdVolume) close() { v.up.close() }
+func (v *nbdVolume) abort() { v.up.abort() }
