@@ -9,8 +9,9 @@
 #
 #   bench/storage-qemu-overhead.sh [SECONDS_PER_RUN] [ROUNDS] [SERVICE_TIME]
 #
-# SERVICE_TIME (e.g. 1ms) gives the datastore nbdkit's delay filter with 64
-# slots; default none (memory speed). Needs root, libvirtd, nbdkit, fio,
+# SERVICE_TIME (e.g. 1ms) makes the datastore an array of 64 slots of that
+# service time; default the policy's default array (8 slots × 5 ms, 1600
+# IOPS). Needs root, libvirtd, nbdkit, fio,
 # qemu-guest-agent (scripts/deps.sh). Listens on 127.0.0.1:10990.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
