@@ -147,6 +147,14 @@ func TestGuestSIOCTest3(t *testing.T) {
 		ratios = append(ratios, s.window[1]/s.window[0])
 		lats = append(lats, s.latMs)
 	}
+	if len(samples) > 0 {
+		var ps []string
+		for _, s := range samples {
+			ps = append(ps, s.end.Sub(s.begin).Round(10*time.Millisecond).String())
+		}
+		t.Logf("%d paired periods from %s to %s (lengths %s); fio started %s–%s", len(samples), samples[0].end.Format("15:04:05.0"),
+			samples[len(samples)-1].end.Format("15:04:05.0"), strings.Join(ps, " "), first.Format("15:04:05.0"), last.Format("15:04:05.0"))
+	}
 	if len(ratios) < siocRunS/2 {
 		t.Fatalf("only %d control periods of both hosts in the measured %d s (from %s to %s): gateways' status not written?", len(ratios), siocRunS, from.Format("15:04:05.0"), to.Format("15:04:05.0"))
 	}
@@ -191,8 +199,8 @@ type statusSample struct {
 }
 
 // collectStatus reads both hosts' gateway status files until done, and
-// pairs the records of the two hosts whose periods ended within half a
-// period of each other.
+// pairs each record of the first host with the second host's record that
+// ended nearest to it (within a period).
 func (l *guestLab) collectStatus(done <-chan struct{}, h1, h2 string) []statusSample {
 	type rec struct {
 		end                 time.Time
@@ -216,14 +224,22 @@ func (l *guestLab) collectStatus(done <-chan struct{}, h1, h2 string) []statusSa
 		}
 		select {
 		case <-done:
+			// Each h1 period with the h2 period that ended nearest to it
+			// (the gateways' periods need not be in phase).
 			var out []statusSample
 			for _, a := range recs[0] {
+				var best *rec
 				for _, b := range recs[1] {
-					if math.Abs(float64(a.end.Sub(b.end))) < float64(a.period)/2 {
-						out = append(out, statusSample{begin: a.end.Add(-a.period), end: a.end,
-							window: [2]float64{a.window, b.window}, iops: [2]float64{a.iops, b.iops}, latMs: a.latMs,
-							disks: a.disks + "; " + b.disks})
+					d := math.Abs(float64(a.end.Sub(b.end)))
+					if d <= float64(a.period) && (best == nil || d < math.Abs(float64(a.end.Sub(best.end)))) {
+						b := b
+						best = &b
 					}
+				}
+				if best != nil {
+					out = append(out, statusSample{begin: a.end.Add(-a.period), end: a.end,
+						window: [2]float64{a.window, best.window}, iops: [2]float64{a.iops, best.iops}, latMs: a.latMs,
+						disks: a.disks + "; " + best.disks})
 				}
 			}
 			sort.Slice(out, func(i, j int) bool { return out[i].end.Before(out[j].end) })
