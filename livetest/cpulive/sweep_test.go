@@ -289,8 +289,8 @@ type flow struct {
 	pl      *lab.Plan
 	rxGroup string
 	addr    string // the server's IP:PORT
-	srv  *exec.Cmd
-	pid  int // the client's pid in the guest
+	srv     *exec.Cmd
+	pid     int // the client's pid in the guest
 }
 
 // startFlow starts a one-off iperf3 server in the receiving VM (in its
