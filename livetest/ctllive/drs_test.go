@@ -490,6 +490,7 @@ func (s *drsRun) judge(name string, ws []*hostWatch, want map[string]float64, fr
 	type got struct {
 		judged []judgedSecond
 		all    []string
+		cons   livelab.Conservation
 	}
 	res := map[string]got{}
 	for try := 1; ; try++ {
@@ -497,12 +498,14 @@ func (s *drsRun) judge(name string, ws []*hostWatch, want map[string]float64, fr
 		time.Sleep(time.Until(end)) // the measurement window
 		short := false
 		for _, w := range ws {
-			j, all := w.judge(w.stop(), s.rw, from, s.usable)
+			j, all, c := w.judge(w.stop(), s.rw, from, s.usable)
 			if try > 1 {
 				all = append([]string{"|"}, all...) // a new window
 			}
 			r := res[w.host]
 			r.judged, r.all = append(r.judged, j...), append(r.all, all...)
+			r.cons.Backlogged, r.cons.Full = r.cons.Backlogged+c.Backlogged, r.cons.Full+c.Full
+			r.cons.Thin = append(r.cons.Thin, c.Thin...)
 			res[w.host] = r
 			short = short || len(r.judged) < 3
 		}
@@ -520,6 +523,11 @@ func (s *drsRun) judge(name string, ws []*hostWatch, want map[string]float64, fr
 	for _, w := range ws {
 		r := res[w.host]
 		fmt.Fprintf(&b, "\n  %s (%s; per second Mbps, not judged in parentheses: %s):", w.host, strings.Join(w.ports, " "), strings.Join(r.all, " "))
+		// Backlogged classes on a thin link are the scheduler's fault,
+		// whatever the machine did to the other seconds.
+		if v := r.cons.Verdict(s.usable); v != "" {
+			t.Errorf("%s on %s: %s (per second: %s)", name, w.host, v, strings.Join(r.all, " "))
+		}
 		if len(r.judged) < 3 {
 			t.Errorf("%s: only %d judged seconds on %s (the machine could not drive the lab: %s)", name, len(r.judged), w.host, strings.Join(r.all, " "))
 			continue

@@ -234,7 +234,7 @@ func startFlows(t *testing.T, plan *lab.Plan, ports []string, durS int) (stop, w
 // carried ≥ 97% of the usable rate (the machine let HTB fill the link):
 // livetest/netlive's rules (queues_test.go); and the receiver samples at
 // its ends were timed precisely (exactRate).
-const minBacklogged, minCarried = 0.95, 0.97
+const minBacklogged, minCarried = 0.95, livelab.MinCarried
 
 // hostWatch is a class watch of one host's ports (livelab.Watch) with
 // its start, so that its seconds line up with the receiver samples.
@@ -264,8 +264,12 @@ type judgedSecond struct {
 }
 
 // judge returns the seconds of the watch from `from` on (up to now) with
-// their rates, and whether each counts (judged).
-func (hw *hostWatch) judge(secs []livelab.Second, rw *receiverWatch, from time.Time, usable float64) (judged []judgedSecond, all []string) {
+// their rates, whether each counts (judged), and the work conservation of
+// those seconds (livelab.Conserved: every class backlogged and the ends
+// timed, against what the flows carried).
+func (hw *hostWatch) judge(secs []livelab.Second, rw *receiverWatch, from time.Time, usable float64) (judged []judgedSecond, all []string, c livelab.Conservation) {
+	var backlogged []bool
+	var sums []float64
 	for i, s := range secs {
 		a := hw.start.Add(time.Duration(i) * time.Second)
 		if a.Before(from) || i == len(secs)-1 { // the last second may be partial
@@ -280,6 +284,7 @@ func (hw *hostWatch) judge(secs []livelab.Second, rw *receiverWatch, from time.T
 			rates[p] = r
 			sum += r
 		}
+		backlogged, sums = append(backlogged, ok), append(sums, sum)
 		ok = ok && sum >= minCarried*usable
 		var parts []string
 		for _, p := range hw.ports {
@@ -296,7 +301,7 @@ func (hw *hostWatch) judge(secs []livelab.Second, rw *receiverWatch, from time.T
 		}
 		all = append(all, mark)
 	}
-	return judged, all
+	return judged, all, livelab.Conserved(backlogged, sums, usable)
 }
 
 func median(v []float64) float64 {
@@ -344,7 +349,7 @@ func measureUsable(t *testing.T, p *policy.Policy, host string, ports []string) 
 		if err := rw.err(); err != nil {
 			t.Fatalf("receiver watch: %v", err)
 		}
-		judged, all := hw.judge(secs, rw, t0.Add(3*time.Second), maxBps)
+		judged, all, _ := hw.judge(secs, rw, t0.Add(3*time.Second), maxBps)
 		var sums []float64
 		for _, s := range judged {
 			sum := 0.0

@@ -109,14 +109,12 @@ func countJudged(short []bool, from int) int {
 	return c
 }
 
-// MinCarried is the share of the usable rate that a run's flows, which
-// together ask for more than the link, must carry in a second for it to be
-// judged. All classes can borrow up to the line rate, so HTB keeps a link
-// with backlogged classes full unless the machine delays its dequeue
-// timers: runs on an unloaded machine carry 99–100% in every second; on
-// 2026-11-24, with the host taking CPUs, single seconds fell to 90–95%
-// in static and dynamic trees alike, the largest class losing most.
-const MinCarried = 0.97
+// MinCarried is livelab's rule of a full link: all classes can borrow up
+// to the line rate, so HTB keeps a link with backlogged classes full
+// unless the machine delays its dequeue timers (runs on an unloaded
+// machine carry 99–100% in every second; on 2026-11-24, with the host
+// taking CPUs, single seconds fell to 90–95%).
+const MinCarried = livelab.MinCarried
 
 // runSaturating runs flows from host's VMs that each ask for more than
 // their share (all of them together fill the uplink) for durS seconds and
@@ -144,7 +142,7 @@ func (l *liveLab) runSaturating(host string, durS, fromS int, usable float64, fl
 // backlogged flow under its share cannot pass. The seconds in which the
 // classes stayed backlogged but the link was not full are the
 // scheduler's: with usable > 0 their share is its work conservation
-// (conserved), and under MinWorkConserved the test fails at once, naming
+// (livelab.Conserved), and under livelab.MinWorkConserved the test fails at once, naming
 // the scheduler, without measuring again.
 func (l *liveLab) judged(host string, ports []string, usable float64, need func(short []bool) bool, run func() []result) []result {
 	t := l.t
@@ -209,10 +207,10 @@ func (l *liveLab) judged(host string, ports []string, usable float64, need func(
 			// Work conservation is the scheduler's own figure: backlogged
 			// classes that leave the link idle are its fault, not the
 			// machine's, and are not measured again.
-			c := conserved(backlogged, sums, usable)
+			c := livelab.Conserved(backlogged, sums, usable)
 			t.Logf("work conservation: %d of %d backlogged seconds carried ≥%.0f%% of the usable %s Mbps (%.0f%%, floor %.0f%%)",
-				c.Full, c.Backlogged, 100*MinCarried, mbps(usable), 100*c.Share(), 100*MinWorkConserved)
-			if v := c.verdict(usable); v != "" {
+				c.Full, c.Backlogged, 100*MinCarried, mbps(usable), 100*c.Share(), 100*livelab.MinWorkConserved)
+			if v := c.Verdict(usable); v != "" {
 				var b strings.Builder
 				for _, r := range res {
 					fmt.Fprintf(&b, "\n  %s per second: %s", r.Name, r.series())
