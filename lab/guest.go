@@ -157,38 +157,48 @@ exec /bin/busybox poweroff -f
 // WriteInitramfs writes the guest's initramfs (a newc cpio archive):
 // busybox-static, the modules of modDir, /init and GuestScript.
 func WriteInitramfs(path, modDir string) error {
-	mods, err := moduleOrder(modDir, GuestModules)
+	a, files, err := baseInitramfs(modDir, guestInit)
 	if err != nil {
 		return err
 	}
+	for _, d := range parents(files) {
+		a.dir(d)
+	}
+	return os.WriteFile(path, a.bytes(), 0o644)
+}
+
+// baseInitramfs is what every guest's initramfs holds: busybox-static,
+// /init, GuestScript, the modules of modDir (in load order, listed in
+// /modules). It returns the archive and the paths of the files under
+// directories that the caller still has to add (parents).
+func baseInitramfs(modDir, init string) (*cpio, []string, error) {
+	mods, err := moduleOrder(modDir, GuestModules)
+	if err != nil {
+		return nil, nil, err
+	}
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
-		return fmt.Errorf("busybox-static: %w (scripts/deps.sh installs it)", err)
+		return nil, nil, fmt.Errorf("busybox-static: %w (scripts/deps.sh installs it)", err)
 	}
 	if !isStatic(bb) {
-		return fmt.Errorf("/bin/busybox is not the static build: install busybox-static (scripts/deps.sh)")
+		return nil, nil, fmt.Errorf("/bin/busybox is not the static build: install busybox-static (scripts/deps.sh)")
 	}
-	var a cpio
+	a := &cpio{}
 	a.dir("bin")
 	a.dir("dev")
 	a.node("dev/console", 0o20600, 5, 1)
 	a.file("bin/busybox", 0o755, bb)
-	a.file("init", 0o755, []byte(guestInit))
+	a.file("init", 0o755, []byte(init))
 	a.file("sl-guest.sh", 0o755, []byte(GuestScript))
-	var list []string
 	for _, m := range mods {
 		b, err := os.ReadFile(filepath.Join(modDir, m))
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		a.file(m, 0o644, b)
-		list = append(list, m)
 	}
-	for _, d := range parents(mods) {
-		a.dir(d)
-	}
-	a.file("modules", 0o644, []byte(strings.Join(list, "\n")+"\n"))
-	return os.WriteFile(path, a.bytes(), 0o644)
+	a.file("modules", 0o644, []byte(strings.Join(mods, "\n")+"\n"))
+	return a, mods, nil
 }
 
 // isStatic tells whether an ELF executable has no program interpreter.

@@ -68,35 +68,10 @@ exec /opt/sl/bin/dash /sl-guest.sh
 // /opt/sl/bin with their shared libraries at their host paths, /init
 // (no 9p root) and GuestScript.
 func WriteMigratableInitramfs(path, modDir string) error {
-	mods, err := moduleOrder(modDir, GuestModules)
+	a, files, err := baseInitramfs(modDir, migInit)
 	if err != nil {
 		return err
 	}
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		return fmt.Errorf("busybox-static: %w (scripts/deps.sh installs it)", err)
-	}
-	if !isStatic(bb) {
-		return fmt.Errorf("/bin/busybox is not the static build: install busybox-static (scripts/deps.sh)")
-	}
-	var a cpio
-	a.dir("bin")
-	a.dir("dev")
-	a.node("dev/console", 0o20600, 5, 1)
-	a.file("bin/busybox", 0o755, bb)
-	a.file("init", 0o755, []byte(migInit))
-	a.file("sl-guest.sh", 0o755, []byte(GuestScript))
-	var list, files []string
-	for _, m := range mods {
-		b, err := os.ReadFile(filepath.Join(modDir, m))
-		if err != nil {
-			return err
-		}
-		a.file(m, 0o644, b)
-		list = append(list, m)
-		files = append(files, m)
-	}
-	a.file("modules", 0o644, []byte(strings.Join(list, "\n")+"\n"))
 	libs := map[string]bool{}
 	for _, tool := range MigratableTools {
 		p, err := exec.LookPath(tool)
