@@ -252,11 +252,7 @@ func (a *Agent) Apply(d Decision) (Changes, error) {
 		} else {
 			ready[u.Dev] = true
 		}
-		total.Qdisc += ch.Qdisc
-		total.ClassesSet += ch.ClassesSet
-		total.ClassesDeleted += ch.ClassesDeleted
-		total.FiltersSet += ch.FiltersSet
-		total.FiltersDeleted += ch.FiltersDeleted
+		total.Add(ch)
 	}
 	// A vNIC's classifier points at its class on its uplink: it is set
 	// once that uplink is in place.

@@ -64,6 +64,10 @@ type ClassCounters struct {
 	Packets uint64
 	Drops   uint64
 	Queued  uint64 // packets waiting in the class's queue when it was read
+	// TokensNs is the class's token balance in ns of its own rate;
+	// negative: it sent beyond its rate and is in debt that long (HTB
+	// serves it only by borrowing until real time has paid the debt).
+	TokensNs int64
 }
 
 // ClassState is an HTBClass read back with its counters.

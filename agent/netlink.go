@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -22,32 +24,39 @@ const (
 // scheduler ticks).
 type NetlinkKernel struct {
 	h *netlink.Handle
+	// raw is a route socket in the same namespace for the one reading
+	// the netlink library does not parse: HTB's class xstats.
+	raw *nl.SocketHandle
 }
 
 // NewNetlinkKernel opens netlink in the named network namespace ("" for
 // the current one).
 func NewNetlinkKernel(nsName string) (*NetlinkKernel, error) {
-	if nsName == "" {
-		h, err := netlink.NewHandle()
-		if err != nil {
-			return nil, fmt.Errorf("netlink: %w", err)
+	ns := netns.None()
+	if nsName != "" {
+		var err error
+		if ns, err = netns.GetFromName(nsName); err != nil {
+			return nil, fmt.Errorf("network namespace %s: %w", nsName, err)
 		}
-		return &NetlinkKernel{h: h}, nil
+		defer ns.Close()
 	}
-	ns, err := netns.GetFromName(nsName)
-	if err != nil {
-		return nil, fmt.Errorf("network namespace %s: %w", nsName, err)
-	}
-	defer ns.Close()
 	h, err := netlink.NewHandleAt(ns)
 	if err != nil {
-		return nil, fmt.Errorf("netlink in %s: %w", nsName, err)
+		return nil, fmt.Errorf("netlink in %q: %w", nsName, err)
 	}
-	return &NetlinkKernel{h: h}, nil
+	s, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("netlink in %q: %w", nsName, err)
+	}
+	return &NetlinkKernel{h: h, raw: &nl.SocketHandle{Socket: s}}, nil
 }
 
 // Close releases the netlink sockets.
-func (k *NetlinkKernel) Close() { k.h.Close() }
+func (k *NetlinkKernel) Close() {
+	k.h.Close()
+	k.raw.Close()
+}
 
 func (k *NetlinkKernel) link(dev string) (netlink.Link, error) {
 	l, err := k.h.LinkByName(dev)
@@ -155,8 +164,53 @@ func (k *NetlinkKernel) Classes(dev string) ([]ClassState, error) {
 		}
 		out = append(out, s)
 	}
+	tokens, err := k.htbTokens(l.Attrs().Index)
+	if err != nil {
+		return nil, fmt.Errorf("HTB class xstats: %w", err)
+	}
+	for i := range out {
+		out[i].TokensNs = tokens[out[i].ID]
+	}
 	return out, nil
 }
+
+// htbTokens reads the token balance of each HTB class of a device from the
+// xstats of a class dump (struct tc_htb_xstats: lends, borrows, giants,
+// tokens, ctokens; tokens in scheduler ticks of 64 ns).
+func (k *NetlinkKernel) htbTokens(index int) (map[Handle]int64, error) {
+	req := nl.NewNetlinkRequest(unix.RTM_GETTCLASS, unix.NLM_F_DUMP)
+	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: k.raw}
+	req.AddData(&nl.TcMsg{Family: unix.AF_UNSPEC, Ifindex: int32(index)})
+	msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWTCLASS)
+	if err != nil {
+		return nil, err
+	}
+	out := map[Handle]int64{}
+	for _, m := range msgs {
+		if len(m) < nl.SizeofTcMsg {
+			continue
+		}
+		tc := nl.DeserializeTcMsg(m)
+		attrs, err := nl.ParseRouteAttrAsMap(m[nl.SizeofTcMsg:])
+		if err != nil {
+			return nil, err
+		}
+		kind, x := attrs[nl.TCA_KIND], attrs[nl.TCA_XSTATS]
+		if string(bytes.TrimRight(kind.Value, "\x00")) != "htb" || len(x.Value) < htbXstatsLen {
+			continue
+		}
+		ticks := int32(nl.NativeEndian().Uint32(x.Value[12:16]))
+		out[Handle(tc.Handle)] = int64(ticks) << schedTickShift
+	}
+	return out, nil
+}
+
+// htbXstatsLen is the size of struct tc_htb_xstats; schedTickShift turns
+// the kernel's scheduler ticks into ns (PSCHED_SHIFT).
+const (
+	htbXstatsLen   = 20
+	schedTickShift = 6
+)
 
 // ReplaceClass implements Kernel.
 func (k *NetlinkKernel) ReplaceClass(dev string, c HTBClass) error {

@@ -15,6 +15,22 @@ type Changes struct {
 	VNICsSet, VNICsCleared int
 	// CPUFiles counts VM cgroup files written (Config.Cgroups).
 	CPUFiles int
+	// ClassesRenewed counts classes re-created to clear a token debt
+	// (RenewDebtNs); each is also counted as deleted and set.
+	ClassesRenewed int
+}
+
+// Add adds o's counts to c.
+func (c *Changes) Add(o Changes) {
+	c.Qdisc += o.Qdisc
+	c.ClassesSet += o.ClassesSet
+	c.ClassesDeleted += o.ClassesDeleted
+	c.ClassesRenewed += o.ClassesRenewed
+	c.FiltersSet += o.FiltersSet
+	c.FiltersDeleted += o.FiltersDeleted
+	c.VNICsSet += o.VNICsSet
+	c.VNICsCleared += o.VNICsCleared
+	c.CPUFiles += o.CPUFiles
 }
 
 // Total is the number of kernel writes.
@@ -25,6 +41,9 @@ func (c Changes) Total() int {
 func (c Changes) String() string {
 	s := fmt.Sprintf("qdisc=%d classes=%d/-%d filters=%d/-%d vnics=%d/-%d", c.Qdisc, c.ClassesSet, c.ClassesDeleted, c.FiltersSet, c.FiltersDeleted,
 		c.VNICsSet, c.VNICsCleared)
+	if c.ClassesRenewed > 0 {
+		s += fmt.Sprintf(" renewed=%d", c.ClassesRenewed)
+	}
 	if c.CPUFiles > 0 {
 		s += fmt.Sprintf(" cpu=%d", c.CPUFiles)
 	}
@@ -58,6 +77,17 @@ func Reconcile(k Kernel, dev string, defaultMinor uint16, want []HTBClass, filte
 	for _, c := range have {
 		byID[c.ID] = c
 	}
+	// The filters are read first: a class re-created to clear its debt
+	// (renew) must lose the filters bound to it for a moment.
+	hf, ferr := k.Filters(dev)
+	hfBy := map[uint32]Filter{}
+	for _, f := range hf {
+		hfBy[f.Handle] = f
+	}
+	parents := map[Handle]bool{}
+	for _, w := range want {
+		parents[w.Parent] = true
+	}
 	wanted := map[Handle]bool{}
 	var errs []error
 	for _, w := range want {
@@ -66,12 +96,29 @@ func Reconcile(k Kernel, dev string, defaultMinor uint16, want []HTBClass, filte
 		if exists && sameClass(h.HTBClass, w) {
 			continue
 		}
-		if exists && h.Parent != w.Parent {
+		renew := exists && ferr == nil && h.Parent == w.Parent && !parents[w.ID] && InDebt(h, w)
+		if exists && (h.Parent != w.Parent || renew) {
+			if renew {
+				for _, f := range hf {
+					if _, ok := hfBy[f.Handle]; !ok || f.ClassID != w.ID {
+						continue
+					}
+					if err := k.DeleteFilter(dev, f.Handle); err != nil {
+						errs = append(errs, fmt.Errorf("FilterDel %s %d: %w", dev, f.Handle, err))
+						continue
+					}
+					delete(hfBy, f.Handle)
+					ch.FiltersDeleted++
+				}
+			}
 			if err := k.DeleteClass(dev, w.ID); err != nil {
 				errs = append(errs, fmt.Errorf("ClassDel %s %s: %w", dev, w.ID, err))
 				continue
 			}
 			ch.ClassesDeleted++
+			if renew {
+				ch.ClassesRenewed++
+			}
 		}
 		if err := k.ReplaceClass(dev, w); err != nil {
 			errs = append(errs, fmt.Errorf("ClassReplace %s %s: %w", dev, w.ID, err))
@@ -79,14 +126,9 @@ func Reconcile(k Kernel, dev string, defaultMinor uint16, want []HTBClass, filte
 		}
 		ch.ClassesSet++
 	}
-	hf, err := k.Filters(dev)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("FilterList %s: %w", dev, err))
+	if ferr != nil {
+		errs = append(errs, fmt.Errorf("FilterList %s: %w", dev, ferr))
 	} else {
-		hfBy := map[uint32]Filter{}
-		for _, f := range hf {
-			hfBy[f.Handle] = f
-		}
 		wf := map[uint32]bool{}
 		for _, f := range filters {
 			wf[f.Handle] = true
@@ -100,7 +142,7 @@ func Reconcile(k Kernel, dev string, defaultMinor uint16, want []HTBClass, filte
 			ch.FiltersSet++
 		}
 		for _, f := range hf {
-			if !wf[f.Handle] {
+			if _, ok := hfBy[f.Handle]; ok && !wf[f.Handle] {
 				if err := k.DeleteFilter(dev, f.Handle); err != nil {
 					errs = append(errs, fmt.Errorf("FilterDel %s %d: %w", dev, f.Handle, err))
 					continue
@@ -136,6 +178,23 @@ func Reconcile(k Kernel, dev string, defaultMinor uint16, want []HTBClass, filte
 		ch.ClassesDeleted++
 	}
 	return ch, errors.Join(errs...)
+}
+
+// RenewDebtNs is the token debt above which Reconcile re-creates a leaf
+// class whose guaranteed rate it raises, instead of changing the rate in
+// place. HTB keeps a class's debt in time across a rate change and lets
+// only real time pay it back: a class that sent one 64 KB GSO packet at the
+// floor rate (minRate, 30 kbit/s on a 300 Mbps uplink) owes 17 s, and for
+// that long it gets only what it can borrow, whatever its new rate. A
+// re-created class starts with a full bucket; the packets in its queue are
+// dropped (its sender sends them again). Below this debt (a packet at
+// 2.6 Mbit/s or more) the change is made in place.
+const RenewDebtNs = int64(200e6)
+
+// InDebt tells whether raising class h to w would leave it starved by a
+// debt of more than RenewDebtNs.
+func InDebt(h ClassState, w HTBClass) bool {
+	return w.RateBps > h.RateBps && h.TokensNs < -RenewDebtNs
 }
 
 // sameClass compares what sluice sets. Rates must match to 0.1% (netlink
