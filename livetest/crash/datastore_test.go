@@ -68,7 +68,7 @@ func TestDatastoreRestartMidWrite(t *testing.T) {
 	defer cancel()
 	job := []string{"uri=" + uri, "rw=randwrite", "bs=4k", "iodepth=8", "size=48M", "verify=crc32c", "randrepeat=1"}
 	during := make(chan fioRun, 1)
-	go func() { during <- runFio(ctx, dir, "", append(job, "do_verify=1", "verify_state_save=1")...) }()
+	go func() { during <- runFio(ctx, dir, "", withAckLog(append(job, "do_verify=1", "verify_state_save=1"))...) }()
 	time.Sleep(1500 * time.Millisecond) // the restart's place in the write schedule
 	select {
 	case r := <-during:
@@ -81,7 +81,7 @@ func TestDatastoreRestartMidWrite(t *testing.T) {
 	nbdkit()
 	t.Logf("datastore killed (SIGKILL) and serving again after %s", time.Since(killed).Round(time.Millisecond))
 	w := <-during
-	t.Logf("fio: %d writes, %d verification reads, %d writes failed (%v, job error %d)", w.WriteIOs, w.ReadIOs, len(w.FailedWrites), w.Err, w.JobError)
+	t.Logf("fio: %d writes (%d acknowledged), %d verification reads, %d writes reported failed (%v, job error %d)", w.WriteIOs, len(w.Acked), w.ReadIOs, len(w.FailedWrites), w.Err, w.JobError)
 	if gl, err := os.ReadFile(filepath.Join(dir, "gateway.log")); err == nil {
 		t.Logf("gateway log:\n%s", tailOf(string(gl)))
 	}
@@ -102,6 +102,6 @@ func TestDatastoreRestartMidWrite(t *testing.T) {
 		t.Fatalf("fio verify could not read through the gateway after the datastore's restart: %s", tailOf(v.Stderr))
 	}
 	if l := lost(v, w); len(l) > 0 {
-		t.Errorf("acknowledged writes lost across the datastore's restart: %d blocks wrong whose write fio saw succeed (offsets %v)", len(l), l)
+		t.Errorf("acknowledged writes lost across the datastore's restart: %d blocks wrong whose write fio had completed (offsets %v)", len(l), l)
 	}
 }

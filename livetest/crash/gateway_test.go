@@ -34,8 +34,8 @@ vms:
 // middle of it. fio sees its writes fail. A new gateway is started with
 // the same command line; fio then verifies through it the first 16 MiB
 // entirely and the second part as far as it had written (its verify
-// state). A wrong block is allowed only where fio saw the write fail (not
-// acknowledged).
+// state). A wrong block is allowed only where fio's write was not
+// acknowledged (not in its completion log).
 func TestGatewayKilledMidWrite(t *testing.T) {
 	requireLive(t)
 	dir := t.TempDir()
@@ -122,7 +122,7 @@ func TestGatewayKilledMidWrite(t *testing.T) {
 
 	// The second writer runs while the gateway is killed.
 	during := make(chan fioRun, 1)
-	go func() { during <- runFio(ctx, dirB, vmNS, write("16M", "32M")...) }()
+	go func() { during <- runFio(ctx, dirB, vmNS, withAckLog(write("16M", "32M"))...) }()
 	time.Sleep(1500 * time.Millisecond) // the kill's place in the write schedule
 	select {
 	case r := <-during:
@@ -132,7 +132,10 @@ func TestGatewayKilledMidWrite(t *testing.T) {
 	killed := time.Now()
 	killPID(t, gw.PID)
 	w := <-during
-	t.Logf("fio writing during the kill: %d writes done, %d failed (%v, job error %d)", w.WriteIOs, len(w.FailedWrites), w.Err, w.JobError)
+	t.Logf("fio writing during the kill: %d writes done, %d acknowledged, %d reported failed (%v, job error %d)", w.WriteIOs, len(w.Acked), len(w.FailedWrites), w.Err, w.JobError)
+	if w.Acked == nil {
+		t.Fatalf("fio's completion log of the interrupted writer: %v", w.Err)
+	}
 	if w.Err == nil && w.JobError == 0 {
 		t.Fatal("fio saw no error although its gateway was killed: was the gateway killed?")
 	}
@@ -161,6 +164,6 @@ func TestGatewayKilledMidWrite(t *testing.T) {
 		t.Errorf("the first 16 MiB, written and flushed before the kill: %d blocks wrong after the gateway's restart (offsets %v)", len(l), l)
 	}
 	if l := lost(b, w); len(l) > 0 {
-		t.Errorf("acknowledged writes lost in the gateway's SIGKILL: %d blocks wrong whose write fio saw succeed (offsets %v)", len(l), l)
+		t.Errorf("acknowledged writes lost in the gateway's SIGKILL: %d blocks wrong whose write fio had completed (offsets %v; writes fio reported failed: %d)", len(l), l, len(w.FailedWrites))
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -161,8 +162,12 @@ type fioRun struct {
 	JobError     int   // the job's error number (0: none)
 	WriteIOs     int64 // write I/Os fio counted as done
 	ReadIOs      int64 // reads (verification reads included)
-	FailedWrites map[int64]bool
-	BadBlocks    []int64 // offsets at which verification found wrong data
+	FailedWrites map[int64]bool // offsets of writes fio reported failed
+	// Acked holds the offsets of the writes that completed successfully
+	// (acknowledged), from fio's completion-latency log: only with the
+	// option ackLog.
+	Acked     map[int64]bool
+	BadBlocks []int64 // offsets at which verification found wrong data
 	Stderr       string
 }
 
@@ -186,6 +191,12 @@ func runFio(ctx context.Context, dir, ns string, opts ...string) fioRun {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	r := fioRun{Err: cmd.Run(), Stderr: errb.String(), FailedWrites: map[int64]bool{}}
+	if slices.Contains(opts, ackLog) {
+		var err error
+		if r.Acked, err = ackedWrites(filepath.Join(dir, ackLogName+"_clat.1.log")); err != nil && r.Err == nil {
+			r.Err = err
+		}
+	}
 	for _, m := range failedWriteRE.FindAllStringSubmatch(r.Stderr, -1) {
 		off, _ := strconv.ParseInt(m[1], 10, 64)
 		r.FailedWrites[off] = true
@@ -219,16 +230,51 @@ func runFio(ctx context.Context, dir, ns string, opts ...string) fioRun {
 	return r
 }
 
-// lost returns the blocks that verification found wrong although fio had
-// not seen their write fail: acknowledged writes that were lost.
+// ackLog makes fio log every completed I/O with its offset (write_lat_log
+// with log_offset): fio adds a completion sample only for an I/O that
+// succeeded, so the log's writes are exactly the acknowledged ones.
+const (
+	ackLogName = "acked"
+	ackLog     = "write_lat_log=" + ackLogName
+)
+
+// withAckLog adds ackLog to a writer's options.
+func withAckLog(opts []string) []string { return append(opts, ackLog, "log_offset=1") }
+
+// ackedWrites reads the offsets of the writes in a fio completion-latency
+// log (lines: msec, nsec, direction, size, offset[, prio]; direction 1 is
+// a write).
+func ackedWrites(path string) (map[int64]bool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("fio's completion log: %w", err)
+	}
+	out := map[int64]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ",")
+		if len(f) < 5 || strings.TrimSpace(f[2]) != "1" {
+			continue
+		}
+		off, err := strconv.ParseInt(strings.TrimSpace(f[4]), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q: %v", path, line, err)
+		}
+		out[off] = true
+	}
+	return out, nil
+}
+
+// lost returns the blocks that verification found wrong although one of
+// the writers had its write of them acknowledged (writes run with ackLog);
+// with no writers given, every wrong block (all were acknowledged).
 func lost(verify fioRun, writes ...fioRun) []int64 {
 	var out []int64
 	for _, off := range verify.BadBlocks {
-		failed := false
+		acked := len(writes) == 0
 		for _, w := range writes {
-			failed = failed || w.FailedWrites[off]
+			acked = acked || w.Acked[off]
 		}
-		if !failed {
+		if acked {
 			out = append(out, off)
 		}
 	}
