@@ -68,7 +68,9 @@ func TestDatastoreRestartMidWrite(t *testing.T) {
 	defer cancel()
 	job := []string{"uri=" + uri, "rw=randwrite", "bs=4k", "iodepth=8", "size=48M", "verify=crc32c", "randrepeat=1"}
 	during := make(chan fioRun, 1)
-	go func() { during <- runFio(ctx, dir, "", withAckLog(append(job, "do_verify=1", "verify_state_save=1"))...) }()
+	go func() {
+		during <- runFio(ctx, dir, "", withAckLog(append(job, "do_verify=1", "verify_state_save=1"))...)
+	}()
 	time.Sleep(1500 * time.Millisecond) // the restart's place in the write schedule
 	select {
 	case r := <-during:

@@ -158,17 +158,17 @@ func waitSocket(t *testing.T, path string, within time.Duration) {
 
 // fioRun is one fio job's outcome.
 type fioRun struct {
-	Err          error // fio's exit
-	JobError     int   // the job's error number (0: none)
-	WriteIOs     int64 // write I/Os fio counted as done
-	ReadIOs      int64 // reads (verification reads included)
+	Err          error          // fio's exit
+	JobError     int            // the job's error number (0: none)
+	WriteIOs     int64          // write I/Os fio counted as done
+	ReadIOs      int64          // reads (verification reads included)
 	FailedWrites map[int64]bool // offsets of writes fio reported failed
 	// Acked holds the offsets of the writes that completed successfully
 	// (acknowledged), from fio's completion-latency log: only with the
 	// option ackLog.
 	Acked     map[int64]bool
 	BadBlocks []int64 // offsets at which verification found wrong data
-	Stderr       string
+	Stderr    string
 }
 
 var (
