@@ -34,6 +34,9 @@ type FakeDev struct {
 	Clsact       bool
 	VNICClass    Handle
 	OtherFilters int
+	// Debt holds classes' token debts in ns (ClassTokens: -Debt); a class
+	// re-created starts without one.
+	Debt map[Handle]int64
 }
 
 // NewFakeKernel returns a kernel whose devices have the default qdisc.
@@ -164,6 +167,19 @@ func (k *FakeKernel) Classes(dev string) ([]ClassState, error) {
 	return out, nil
 }
 
+// ClassTokens implements Kernel.
+func (k *FakeKernel) ClassTokens(dev string) (map[Handle]int64, error) {
+	d, err := k.dev(dev)
+	if err != nil {
+		return nil, err
+	}
+	out := map[Handle]int64{}
+	for id, debt := range d.Debt {
+		out[id] = -debt
+	}
+	return out, nil
+}
+
 // ReplaceClass implements Kernel.
 func (k *FakeKernel) ReplaceClass(dev string, c HTBClass) error {
 	d, err := k.dev(dev)
@@ -206,6 +222,7 @@ func (k *FakeKernel) DeleteClass(dev string, id Handle) error {
 	}
 	k.Writes++
 	delete(d.Classes, id)
+	delete(d.Debt, id)
 	return nil
 }
 

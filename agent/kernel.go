@@ -64,10 +64,6 @@ type ClassCounters struct {
 	Packets uint64
 	Drops   uint64
 	Queued  uint64 // packets waiting in the class's queue when it was read
-	// TokensNs is the class's token balance in ns of its own rate;
-	// negative: it sent beyond its rate and is in debt that long (HTB
-	// serves it only by borrowing until real time has paid the debt).
-	TokensNs int64
 }
 
 // ClassState is an HTBClass read back with its counters.
@@ -100,6 +96,10 @@ type Kernel interface {
 	// ReplaceRootHTB installs an HTB root qdisc 1: (dropping any classes).
 	ReplaceRootHTB(dev string, defaultMinor uint16) error
 	Classes(dev string) ([]ClassState, error)
+	// ClassTokens returns each HTB class's token balance in ns of its own
+	// rate; negative: it sent beyond its rate and is in debt that long
+	// (HTB serves it only by borrowing until real time has paid the debt).
+	ClassTokens(dev string) (map[Handle]int64, error)
 	ReplaceClass(dev string, c HTBClass) error
 	DeleteClass(dev string, id Handle) error
 	Filters(dev string) ([]Filter, error)

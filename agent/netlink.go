@@ -164,23 +164,20 @@ func (k *NetlinkKernel) Classes(dev string) ([]ClassState, error) {
 		}
 		out = append(out, s)
 	}
-	tokens, err := k.htbTokens(l.Attrs().Index)
-	if err != nil {
-		return nil, fmt.Errorf("HTB class xstats: %w", err)
-	}
-	for i := range out {
-		out[i].TokensNs = tokens[out[i].ID]
-	}
 	return out, nil
 }
 
-// htbTokens reads the token balance of each HTB class of a device from the
-// xstats of a class dump (struct tc_htb_xstats: lends, borrows, giants,
-// tokens, ctokens; tokens in scheduler ticks of 64 ns).
-func (k *NetlinkKernel) htbTokens(index int) (map[Handle]int64, error) {
+// ClassTokens implements Kernel: the xstats of a class dump (struct
+// tc_htb_xstats: lends, borrows, giants, tokens, ctokens; tokens in
+// scheduler ticks of 64 ns), which the netlink library does not parse.
+func (k *NetlinkKernel) ClassTokens(dev string) (map[Handle]int64, error) {
+	l, err := k.link(dev)
+	if err != nil {
+		return nil, err
+	}
 	req := nl.NewNetlinkRequest(unix.RTM_GETTCLASS, unix.NLM_F_DUMP)
 	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: k.raw}
-	req.AddData(&nl.TcMsg{Family: unix.AF_UNSPEC, Ifindex: int32(index)})
+	req.AddData(&nl.TcMsg{Family: unix.AF_UNSPEC, Ifindex: int32(l.Attrs().Index)})
 	msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWTCLASS)
 	if err != nil {
 		return nil, err

@@ -77,8 +77,9 @@ func Reconcile(k Kernel, dev string, defaultMinor uint16, want []HTBClass, filte
 	for _, c := range have {
 		byID[c.ID] = c
 	}
-	// The filters are read first: a class re-created to clear its debt
-	// (renew) must lose the filters bound to it for a moment.
+	var errs []error
+	// The filters are read first: a class re-created (a new parent, or
+	// to clear its debt) must lose the filters bound to it for a moment.
 	hf, ferr := k.Filters(dev)
 	hfBy := map[uint32]Filter{}
 	for _, f := range hf {
@@ -88,28 +89,37 @@ func Reconcile(k Kernel, dev string, defaultMinor uint16, want []HTBClass, filte
 	for _, w := range want {
 		parents[w.Parent] = true
 	}
+	// Token balances are read only when a leaf's rate is raised.
+	var tokens map[Handle]int64
+	inDebt := func(id Handle) bool {
+		if tokens == nil {
+			var err error
+			if tokens, err = k.ClassTokens(dev); err != nil {
+				errs = append(errs, fmt.Errorf("HTB class xstats %s: %w", dev, err))
+				tokens = map[Handle]int64{}
+			}
+		}
+		return tokens[id] < -RenewDebtNs
+	}
 	wanted := map[Handle]bool{}
-	var errs []error
 	for _, w := range want {
 		wanted[w.ID] = true
 		h, exists := byID[w.ID]
 		if exists && sameClass(h.HTBClass, w) {
 			continue
 		}
-		renew := exists && ferr == nil && h.Parent == w.Parent && !parents[w.ID] && InDebt(h, w)
+		renew := exists && ferr == nil && h.Parent == w.Parent && !parents[w.ID] && w.RateBps > h.RateBps && inDebt(w.ID)
 		if exists && (h.Parent != w.Parent || renew) {
-			if renew {
-				for _, f := range hf {
-					if _, ok := hfBy[f.Handle]; !ok || f.ClassID != w.ID {
-						continue
-					}
-					if err := k.DeleteFilter(dev, f.Handle); err != nil {
-						errs = append(errs, fmt.Errorf("FilterDel %s %d: %w", dev, f.Handle, err))
-						continue
-					}
-					delete(hfBy, f.Handle)
-					ch.FiltersDeleted++
+			for _, f := range hf {
+				if _, ok := hfBy[f.Handle]; !ok || f.ClassID != w.ID {
+					continue
 				}
+				if err := k.DeleteFilter(dev, f.Handle); err != nil {
+					errs = append(errs, fmt.Errorf("FilterDel %s %d: %w", dev, f.Handle, err))
+					continue
+				}
+				delete(hfBy, f.Handle)
+				ch.FiltersDeleted++
 			}
 			if err := k.DeleteClass(dev, w.ID); err != nil {
 				errs = append(errs, fmt.Errorf("ClassDel %s %s: %w", dev, w.ID, err))
@@ -190,12 +200,6 @@ func Reconcile(k Kernel, dev string, defaultMinor uint16, want []HTBClass, filte
 // dropped (its sender sends them again). Below this debt (a packet at
 // 2.6 Mbit/s or more) the change is made in place.
 const RenewDebtNs = int64(200e6)
-
-// InDebt tells whether raising class h to w would leave it starved by a
-// debt of more than RenewDebtNs.
-func InDebt(h ClassState, w HTBClass) bool {
-	return w.RateBps > h.RateBps && h.TokensNs < -RenewDebtNs
-}
 
 // sameClass compares what sluice sets. Rates must match to 0.1% (netlink
 // keeps bytes/s); buckets to 2% (the kernel keeps them as transmit times).

@@ -33,15 +33,16 @@ func TestReconcileRenewsClassInDebt(t *testing.T) {
 			if _, err := Reconcile(k, dev, 100, []HTBClass{top, floor}, filters, nil); err != nil {
 				t.Fatal(err)
 			}
-			k.Devs[dev].Classes[leaf].TokensNs = tc.debtNs
+			k.Devs[dev].Debt = map[Handle]int64{leaf: -tc.debtNs}
 			ch, err := Reconcile(k, dev, 100, []HTBClass{top, tc.want}, filters, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			c := k.Devs[dev].Classes[leaf]
-			if ch.ClassesRenewed != tc.renewed || c.RateBps != tc.want.RateBps || c.TokensNs != tc.debtAfter {
-				t.Errorf("changes %s, renewed %d; class rate %d, debt %d ns; want renewed %d, rate %d, debt %d ns",
-					ch, ch.ClassesRenewed, c.RateBps, c.TokensNs, tc.renewed, tc.want.RateBps, tc.debtAfter)
+			tokens, _ := k.ClassTokens(dev)
+			if ch.ClassesRenewed != tc.renewed || c.RateBps != tc.want.RateBps || tokens[leaf] != tc.debtAfter {
+				t.Errorf("changes %s, renewed %d; class rate %d, tokens %d ns; want renewed %d, rate %d, tokens %d ns",
+					ch, ch.ClassesRenewed, c.RateBps, tokens[leaf], tc.renewed, tc.want.RateBps, tc.debtAfter)
 			}
 			if f, ok := k.Devs[dev].Filters[5]; !ok || f.ClassID != leaf {
 				t.Errorf("filter 5 after reconcile: %+v (present %v), want it on %s", f, ok, leaf)

@@ -50,10 +50,14 @@ func TestRaisedFromFloor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tokens, err := k.ClassTokens(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var debtNs int64
 	for _, c := range cs {
 		if c.RateBps <= 30e3 && c.Bytes > 0 {
-			debtNs = min(debtNs, c.TokensNs)
+			debtNs = min(debtNs, tokens[c.ID])
 		}
 	}
 	t.Logf("the classes at the floor rate owe up to %.2f s of tokens", -float64(debtNs)/1e9)
