@@ -228,13 +228,13 @@ func startFlows(t *testing.T, plan *lab.Plan, ports []string, durS int) (stop, w
 	return func() { end(true) }, func() { end(false) }
 }
 
-// minBacklogged, minCarried: a second is judged when every class of the
-// host watched had packets waiting in ≥ 95% of the samples (the scheduler,
-// not a CPU-starved sender, set the rates) and the host's flows together
+// minCarried: a second is judged when every class of the host watched had
+// packets waiting in ≥ 95% of the samples (livelab.Backlogged: the
+// scheduler, not a CPU-starved sender, set the rates) and the host's flows together
 // carried ≥ 97% of the usable rate (the machine let HTB fill the link):
 // livetest/netlive's rules (queues_test.go); and the receiver samples at
 // its ends were timed precisely (exactRate).
-const minBacklogged, minCarried = 0.95, livelab.MinCarried
+const minCarried = livelab.MinCarried
 
 // hostWatch is a class watch of one host's ports (livelab.Watch) with
 // its start, so that its seconds line up with the receiver samples.
@@ -270,17 +270,17 @@ type judgedSecond struct {
 func (hw *hostWatch) judge(secs []livelab.Second, rw *receiverWatch, from time.Time, usable float64) (judged []judgedSecond, all []string, c livelab.Conservation) {
 	var backlogged []bool
 	var sums []float64
-	for i, s := range secs {
+	for i := range secs {
 		a := hw.start.Add(time.Duration(i) * time.Second)
 		if a.Before(from) || i == len(secs)-1 { // the last second may be partial
 			continue
 		}
 		rates := map[string]float64{}
-		sum, ok, timed := 0.0, s.Samples >= int(time.Second/livelab.SampleEvery)/2, true
+		sum, ok, timed := 0.0, livelab.Backlogged(secs, i, hw.ports), true
 		for _, p := range hw.ports {
 			r, got := rw.exactRate(p, a, a.Add(time.Second))
 			timed = timed && got
-			ok = ok && got && float64(s.Busy[p]) >= minBacklogged*float64(s.Samples)
+			ok = ok && got
 			rates[p] = r
 			sum += r
 		}

@@ -129,6 +129,27 @@ type Second struct {
 	Unread map[string]uint32
 }
 
+// MinBacklogged is the share of a second's samples in which a class must
+// have had packets waiting for the second to count: then the scheduler,
+// not the sender, decided its rate.
+const MinBacklogged = 0.95
+
+// Backlogged tells whether every port's class had packets waiting in at
+// least MinBacklogged of the samples of second b; a second the watch did
+// not reach, or in which it got fewer than half its samples (the machine
+// stood still), is not.
+func Backlogged(secs []Second, b int, ports []string) bool {
+	if b >= len(secs) || secs[b].Samples < int(time.Second/SampleEvery)/2 {
+		return false
+	}
+	for _, p := range ports {
+		if float64(secs[b].Busy[p]) < MinBacklogged*float64(secs[b].Samples) {
+			return false
+		}
+	}
+	return true
+}
+
 // Receiver says how a port's receiving socket is found in the fabric's
 // TCP sockets: by its local port (ServerSide: the fabric runs the iperf3
 // server, the VM sends) or by its peer's port (ClientSide: the fabric runs

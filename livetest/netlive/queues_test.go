@@ -19,7 +19,7 @@ import (
 // about the scheduler. A second counts (is judged) when every watched
 // class had packets waiting in at least MinBacklogged of its samples; in
 // unloaded runs every class had packets waiting in every sample.
-const MinBacklogged = 0.95
+const MinBacklogged = livelab.MinBacklogged
 
 // queueSampleEvery is how often the classes' queues are read.
 const queueSampleEvery = livelab.SampleEvery
@@ -61,26 +61,17 @@ func (q queueSeconds) lagged(port string, i int, rate float64) bool {
 }
 
 // ok tells whether every port kept its queue in second b.
-func (q queueSeconds) ok(b int) bool {
-	if b >= len(q.secs) || q.secs[b].Samples < int(time.Second/queueSampleEvery)/2 {
-		return false // the machine stood still: no judgement possible
-	}
-	for _, p := range q.ports {
-		if float64(q.secs[b].Busy[p]) < MinBacklogged*float64(q.secs[b].Samples) {
-			return false
-		}
-	}
-	return true
-}
+func (q queueSeconds) ok(b int) bool { return livelab.Backlogged(q.secs, b, q.ports) }
 
 // short marks the n one-second intervals of a run that started with the
 // watch: an iperf3 interval starts a little after the watch's second of
 // the same number, so it overlaps that second and the next one, and both
-// must be ok (the last interval's next second is when the flows end).
+// must be ok. The last interval's next second is when the flows end: it
+// counts only if the watch saw the classes backlogged through it.
 func (q queueSeconds) short(n int) []bool {
 	out := make([]bool, n)
 	for i := range out {
-		out[i] = !q.ok(i) || (i+1 < n && !q.ok(i+1))
+		out[i] = !q.ok(i) || !q.ok(i+1)
 	}
 	return out
 }

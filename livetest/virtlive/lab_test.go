@@ -401,7 +401,7 @@ func tailOf(s string) string {
 // backlogged and the link thin are the scheduler's: under
 // livelab.MinWorkConserved of them full, the test fails at once.
 const (
-	MinBacklogged    = 0.95
+	MinBacklogged    = livelab.MinBacklogged
 	MaxShift         = 0.10
 	MinCarried       = livelab.MinCarried
 	queueSampleEvery = livelab.SampleEvery
@@ -430,17 +430,6 @@ func (l *guestLab) watch(ports []string) func() []second {
 func (l *guestLab) judged(ports []string, usable float64, durS, fromS int, run func() []result) []result {
 	t := l.t
 	t.Helper()
-	ok := func(secs []second, b int) bool {
-		if b >= len(secs) || secs[b].Samples < int(time.Second/queueSampleEvery)/2 {
-			return false
-		}
-		for _, p := range ports {
-			if float64(secs[b].Busy[p]) < MinBacklogged*float64(secs[b].Samples) {
-				return false
-			}
-		}
-		return true
-	}
 	for try := 1; ; try++ {
 		stop := l.watch(ports)
 		res := run()
@@ -463,12 +452,12 @@ func (l *guestLab) judged(ports []string, usable float64, durS, fromS int, run f
 					}
 				}
 			}
-			full := ok(secs, i) && i+1 < n && ok(secs, i+1)
+			full := livelab.Backlogged(secs, i, ports) && livelab.Backlogged(secs, i+1, ports)
 			backlogged[i], sums[i] = full && !behind, sum
 			switch {
 			case !full:
-				// (The last interval ends with the flows: iperf3 reports
-				// what its receiver read up to then, not one second's worth.)
+				// (The last interval ends with the flows: it counts only
+				// if the watch saw the classes backlogged after it.)
 				short[i] = true
 				starved++
 			case behind:
