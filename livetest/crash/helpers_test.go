@@ -12,7 +12,6 @@ package crash
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -25,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/livetest/livelab"
 )
 
 // sluiceBin is the sluice binary built for this run (TestMain).
@@ -206,26 +207,10 @@ func runFio(ctx context.Context, dir, ns string, opts ...string) fioRun {
 		r.BadBlocks = append(r.BadBlocks, off)
 	}
 	sort.Slice(r.BadBlocks, func(i, j int) bool { return r.BadBlocks[i] < r.BadBlocks[j] })
-	js := out.Bytes()
-	if i := bytes.IndexByte(js, '{'); i > 0 { // "connected to NBD server" comes first
-		js = js[i:]
-	}
-	var rep struct {
-		Jobs []struct {
-			Error int `json:"error"`
-			Read  struct {
-				TotalIOs int64 `json:"total_ios"`
-			} `json:"read"`
-			Write struct {
-				TotalIOs int64 `json:"total_ios"`
-			} `json:"write"`
-		} `json:"jobs"`
-	}
-	if err := json.Unmarshal(js, &rep); err == nil && len(rep.Jobs) == 1 {
-		j := rep.Jobs[0]
-		r.JobError, r.WriteIOs, r.ReadIOs = j.Error, j.Write.TotalIOs, j.Read.TotalIOs
+	if j, err := livelab.ParseFioJob(out.Bytes()); err == nil {
+		r.JobError, r.WriteIOs, r.ReadIOs = j.Error, j.Write.IOs, j.Read.IOs
 	} else if r.Err == nil {
-		r.Err = fmt.Errorf("fio output: %v: %s", err, tailOf(out.String()))
+		r.Err = fmt.Errorf("%v: %s", err, tailOf(out.String()))
 	}
 	return r
 }
@@ -242,24 +227,17 @@ const (
 func withAckLog(opts []string) []string { return append(opts, ackLog, "log_offset=1") }
 
 // ackedWrites reads the offsets of the writes in a fio completion-latency
-// log (lines: msec, nsec, direction, size, offset[, prio]; direction 1 is
-// a write).
+// log.
 func ackedWrites(path string) (map[int64]bool, error) {
-	b, err := os.ReadFile(path)
+	log, err := livelab.ReadFioLog(path)
 	if err != nil {
-		return nil, fmt.Errorf("fio's completion log: %w", err)
+		return nil, err
 	}
 	out := map[int64]bool{}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Split(line, ",")
-		if len(f) < 5 || strings.TrimSpace(f[2]) != "1" {
-			continue
+	for _, e := range log {
+		if e.Dir == 1 {
+			out[e.Offset] = true
 		}
-		off, err := strconv.ParseInt(strings.TrimSpace(f[4]), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %q: %v", path, line, err)
-		}
-		out[off] = true
 	}
 	return out, nil
 }

@@ -3,7 +3,6 @@ package ctllive
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/livetest/livelab"
 )
 
 // diskPolicy: two hosts, one VM whose disk lives on a directory datastore
@@ -69,7 +70,7 @@ func TestDiskFollowsMigration(t *testing.T) {
 	for _, h := range []string{"h1", "h2"} {
 		sdir := filepath.Join(dir, "gw-"+h)
 		sock[h] = filepath.Join(sdir, "vm1.sock")
-		startGateway(t, dir, h, "--host", h, "--controller", server, "--token-file", filepath.Join(data, "token"),
+		startSluice(t, dir, "gateway-"+h, syscall.SIGTERM, "gateway", "--host", h, "--controller", server, "--token-file", filepath.Join(data, "token"),
 			"--ca", filepath.Join(data, "tls", "cert.pem"), "--datastore", "ds1=dir:"+vols,
 			"--socket-dir", sdir, "--status-file", filepath.Join(dir, "gw-"+h+".json"))
 	}
@@ -104,35 +105,20 @@ func TestDiskFollowsMigration(t *testing.T) {
 	}
 }
 
-// fioResult is what TestDiskFollowsMigration reads of fio's JSON job.
-type fioResult struct {
-	Error int `json:"error"`
-	Read  struct {
-		IOs int64 `json:"total_ios"`
-	} `json:"read"`
-	Write struct {
-		IOs int64 `json:"total_ios"`
-	} `json:"write"`
-}
-
-// fioJSON runs one fio job in dir and returns its result; a failed run or
+// fioJSON runs one fio job in dir and returns its report; a failed run or
 // a verify error fails the test.
-func fioJSON(ctx context.Context, t *testing.T, dir string, args ...string) fioResult {
+func fioJSON(ctx context.Context, t *testing.T, dir string, args ...string) livelab.FioJob {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, "fio", args...)
 	cmd.Dir = dir
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	err := cmd.Run()
-	js := out.Bytes()
-	if i := bytes.IndexByte(js, '{'); i > 0 { // libnbd's "connected" line comes first
-		js = js[i:]
+	j, jerr := livelab.ParseFioJob(out.Bytes())
+	if err != nil || jerr != nil || j.Error != 0 {
+		t.Fatalf("fio %s: %v (%v, job error %d): %s %s", strings.Join(args, " "), err, jerr, j.Error, tailOf(stderr.String()), tailOf(out.String()))
 	}
-	var rep struct{ Jobs []fioResult }
-	if jerr := json.Unmarshal(js, &rep); err != nil || jerr != nil || len(rep.Jobs) != 1 || rep.Jobs[0].Error != 0 {
-		t.Fatalf("fio %s: %v (%v): %s %s", strings.Join(args, " "), err, jerr, tailOf(stderr.String()), tailOf(out.String()))
-	}
-	return rep.Jobs[0]
+	return j
 }
 
 func tailOf(s string) string {
@@ -140,31 +126,6 @@ func tailOf(s string) string {
 		return "…" + s[len(s)-600:]
 	}
 	return s
-}
-
-// startGateway runs `sluice gateway` with args until the test ends; its
-// log goes to dir/gateway-NAME.log and into the test's output if it fails.
-func startGateway(t *testing.T, dir, name string, args ...string) {
-	t.Helper()
-	logf, err := os.Create(filepath.Join(dir, "gateway-"+name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, append([]string{"gateway"}, args...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("gateway %s's log:\n%s", name, b)
-		}
-	})
 }
 
 // waitSocketState waits until the Unix socket at path accepts a connection

@@ -552,24 +552,32 @@ func (s *drsRun) judge(name string, ws []*hostWatch, want map[string]float64, fr
 // the lab's inventory) with its log in dir; it is killed at cleanup.
 func startAgent(t *testing.T, dir, host, server, token, ca string) {
 	t.Helper()
-	logf, err := os.Create(filepath.Join(dir, "agent-"+host+".log"))
+	startSluice(t, dir, "agent-"+host, syscall.SIGKILL, "agent", "--host", host, "--controller", server, "--token-file", token, "--ca", ca,
+		"--state-dir", filepath.Join(dir, "agent-"+host))
+}
+
+// startSluice runs the sluice binary with args until the test ends, when
+// it gets sig; its output goes to dir/NAME.log, and into the test's log
+// if the test failed.
+func startSluice(t *testing.T, dir, name string, sig syscall.Signal, args ...string) {
+	t.Helper()
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "agent", "--host", host, "--controller", server, "--token-file", token, "--ca", ca,
-		"--state-dir", filepath.Join(dir, "agent-"+host))
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
+		_ = cmd.Process.Signal(sig)
 		_ = cmd.Wait()
 		logf.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(logf.Name())
-			t.Logf("agent %s's log:\n%s", host, b)
+			t.Logf("%s's log:\n%s", name, b)
 		}
 	})
 }

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"sluice/livetest/livelab"
 )
 
 // Two hosts, one VM each, sharing a datastore of 4 slots × 4 ms (1000 IOPS
@@ -175,36 +177,20 @@ func fioSeries(dir, ns, uri string, runtimeS int) ([]float64, error) {
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("fio: %v: %s", err, errb.String())
 	}
-	b := out.Bytes()
-	if i := bytes.IndexByte(b, '{'); i > 0 { // fio prints "connected to NBD server" first
-		b = b[i:]
+	j, err := livelab.ParseFioJob(out.Bytes())
+	if err != nil {
+		return nil, err
 	}
-	var rep struct {
-		Jobs []struct {
-			Error int `json:"error"`
-		} `json:"jobs"`
+	if j.Error != 0 {
+		return nil, fmt.Errorf("fio job error %d", j.Error)
 	}
-	if err := json.Unmarshal(b, &rep); err != nil || len(rep.Jobs) != 1 {
-		return nil, fmt.Errorf("fio output: %v", err)
-	}
-	if rep.Jobs[0].Error != 0 {
-		return nil, fmt.Errorf("fio job error %d", rep.Jobs[0].Error)
-	}
-	logb, err := os.ReadFile(logBase + "_iops.1.log")
+	log, err := livelab.ReadFioLog(logBase + "_iops.1.log")
 	if err != nil {
 		return nil, err
 	}
 	var s []float64
-	for _, line := range strings.Split(strings.TrimSpace(string(logb)), "\n") {
-		f := strings.Split(line, ",")
-		if len(f) < 2 {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(f[1]), 64)
-		if err != nil {
-			return nil, fmt.Errorf("iops log: %q", line)
-		}
-		s = append(s, v)
+	for _, e := range log {
+		s = append(s, float64(e.Value))
 	}
 	return s, nil
 }
