@@ -200,3 +200,18 @@ func (c *Controller) UpdateScaled(win, datastoreLatencyNs, activeShares, totalSh
 	}
 	return math.Min(math.Max(w, c.cfg.Min), c.cfg.Max)
 }
+
+// Hold returns next, the window the law computed from win, except that a
+// window the host did not fill during the period does not grow: if its
+// peak of outstanding I/Os stayed below ⌊win⌋, a latency under the
+// threshold says nothing about a larger window, and the window is kept at
+// win (clamped). Without it a host with little I/O (guests booting, a VM
+// doing a few IOPS) climbs to Max, and the first congestion then takes
+// many periods to bring it down. Decreases pass unchanged. (TCP keeps its
+// congestion window the same way: RFC 7661.)
+func (c *Controller) Hold(win, next float64, peakOutstanding int) float64 {
+	if next > win && float64(peakOutstanding) < math.Floor(win) {
+		return math.Min(math.Max(win, c.cfg.Min), c.cfg.Max)
+	}
+	return next
+}

@@ -13,8 +13,9 @@ import (
 // TestDataDriven runs testdata/*.txt. Directives:
 //
 //	config threshold=DUR [gamma=] [beta-per-share=] [share-term=] [min=] [max=] [period=DUR]
-//	update                  input lines: w=W latency=DUR shares=S
-//	update-scaled           input lines: w=W latency=DUR shares=S total-shares=S total-window=W
+//	update                  input lines: w=W latency=DUR shares=S [peak=N]
+//	update-scaled           input lines: w=W latency=DUR shares=S total-shares=S total-window=W [peak=N]
+//	                        (peak: the period's peak of outstanding I/Os, applies Hold)
 //	latency [fixed=DUR per-kib=DUR ref=BYTES | model=default]
 //	                        input lines: NAME ios=N latency=DUR [bytes=BYTES]
 //	array slots=N service=DUR [per-kib=DUR] duration=DUR [print-every=DUR] [seed=N] [normalize=off] [law=classic|scaled]
@@ -58,6 +59,9 @@ func TestDataDriven(t *testing.T) {
 						w = ctl.Update(la.float("w", 0), float64(la.dur("latency", 0)), la.float("shares", 0))
 					} else {
 						w = ctl.UpdateScaled(la.float("w", 0), float64(la.dur("latency", 0)), la.float("shares", 0), la.float("total-shares", 0), la.float("total-window", 0))
+					}
+					if la.has("peak") {
+						w = ctl.Hold(la.float("w", 0), w, int(la.float("peak", 0)))
 					}
 					fmt.Fprintf(&b, "%s → w=%.3f\n", line, w)
 					if c := ctl.Config(); w < c.Min || w > c.Max {

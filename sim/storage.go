@@ -193,10 +193,11 @@ func (d *datastore) control() {
 			h.window = float64(d.s.st.HostQueue)
 		case act[i] <= 0:
 		case d.s.st.Parda == PardaScaled:
-			h.window = d.ctl.UpdateScaled(h.window, d.lastLatNs, act[i], totalShares, totalWindow)
+			h.window = d.ctl.Hold(h.window, d.ctl.UpdateScaled(h.window, d.lastLatNs, act[i], totalShares, totalWindow), h.peak)
 		default:
-			h.window = d.ctl.Update(h.window, d.lastLatNs, act[i])
+			h.window = d.ctl.Hold(h.window, d.ctl.Update(h.window, d.lastLatNs, act[i]), h.peak)
 		}
+		h.peak = h.outstanding
 		h.dispatch()
 	}
 	d.s.eng.After(d.periodNs, d.control)
@@ -218,6 +219,7 @@ type hostQ struct {
 	wakeNs      int64
 	// measurements of the current control period
 	ios, latSumNs, bytesSum float64
+	peak                    int // most I/Os outstanding at once
 }
 
 func (h *hostQ) dispatch() {
@@ -234,6 +236,7 @@ func (h *hostQ) dispatch() {
 		q := h.reqs[req.Handle]
 		delete(h.reqs, req.Handle)
 		h.outstanding++
+		h.peak = max(h.peak, h.outstanding)
 		dk := h.disks[id]
 		dk.queued--
 		dk.issued++

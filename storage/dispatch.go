@@ -68,6 +68,7 @@ type datastoreGate struct {
 type dsPeriod struct {
 	ios       uint64
 	normLatNs float64 // Σ size-normalised latency (parda.DefaultSizeModel)
+	peak      int     // most requests outstanding at the datastore at once
 }
 
 // submit queues o and waits until the datastore completed it. The
@@ -152,6 +153,7 @@ func (g *datastoreGate) dispatchLocked(started []*op) []*op {
 		o := g.ops[req.Handle]
 		delete(g.ops, req.Handle)
 		g.outstanding++
+		g.period.peak = max(g.period.peak, g.outstanding)
 		d := o.disk
 		d.queued--
 		d.inflight++

@@ -609,7 +609,7 @@ func (g *Gateway) closePeriod(now time.Time, elapsed time.Duration) Status {
 	for i, gt := range g.gates {
 		gt.mu.Lock()
 		per := gt.period
-		gt.period = dsPeriod{}
+		gt.period = dsPeriod{peak: gt.outstanding}
 		r := periodResult{diskStats: map[int]diskPeriod{}, diskOutstanding: map[int]int{}}
 		for id, d := range gt.disks {
 			r.diskStats[id] = d.cur
@@ -636,7 +636,7 @@ func (g *Gateway) closePeriod(now time.Time, elapsed time.Duration) Status {
 			}
 		}
 		out := pardaStep(gt.parda, periodInput{Host: g.opts.Host, EndNs: now.UnixNano(), PeriodNs: elapsed.Nanoseconds(),
-			IOs: per.ios, NormLatSumNs: per.normLatNs, ActiveShares: r.activeShares, Window: window, Recs: recs})
+			IOs: per.ios, NormLatSumNs: per.normLatNs, ActiveShares: r.activeShares, Window: window, Peak: per.peak, Recs: recs})
 		if err == nil {
 			gt.slot, gt.scan = chooseSlot(g.opts.Host, gt.slot, slots, now.UnixNano())
 			if err := gt.writeStats(out.Publish); err != nil {

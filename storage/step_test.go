@@ -47,17 +47,20 @@ func TestPardaStep(t *testing.T) {
 			in: periodInput{IOs: 800, NormLatSumNs: 800 * 12 * ms, ActiveShares: 2000, Window: 20,
 				Recs: []statsRecord{rec("h2", now, 1200, 12*ms, 30, 3000)}},
 			window: 20, latMs: 12, hosts: 2},
-		{name: "below the threshold the window grows, at most doubling", ctl: def,
-			in:     periodInput{IOs: 100, NormLatSumNs: 100 * 1 * ms, ActiveShares: 1000, Window: 10},
+		{name: "below the threshold a filled window grows, at most doubling", ctl: def,
+			in:     periodInput{IOs: 100, NormLatSumNs: 100 * 1 * ms, ActiveShares: 1000, Window: 10, Peak: 10},
 			window: 20, latMs: 1, hosts: 1},
+		{name: "below the threshold a window never filled is kept", ctl: def,
+			in:     periodInput{IOs: 100, NormLatSumNs: 100 * 1 * ms, ActiveShares: 1000, Window: 10, Peak: 9},
+			window: 10, latMs: 1, hosts: 1},
 		{name: "clamped to the maximum", ctl: def,
-			in:     periodInput{IOs: 100, NormLatSumNs: 100 * 1 * ms, ActiveShares: 1000, Window: 200},
+			in:     periodInput{IOs: 100, NormLatSumNs: 100 * 1 * ms, ActiveShares: 1000, Window: 200, Peak: 200},
 			window: 256, latMs: 1, hosts: 1},
 		{name: "clamped to the minimum", ctl: def,
 			in:     periodInput{IOs: 100, NormLatSumNs: 100 * 1000 * ms, ActiveShares: 1000, Window: 5},
 			window: 4, latMs: 1000, hosts: 1},
 		{name: "configured maximum", ctl: custom,
-			in:     periodInput{IOs: 100, NormLatSumNs: 100 * 1 * ms, ActiveShares: 1000, Window: 60},
+			in:     periodInput{IOs: 100, NormLatSumNs: 100 * 1 * ms, ActiveShares: 1000, Window: 60, Peak: 60},
 			window: 64, latMs: 1, hosts: 1},
 		{name: "configured minimum", ctl: custom,
 			in:     periodInput{IOs: 100, NormLatSumNs: 100 * 1000 * ms, ActiveShares: 1000, Window: 10},
@@ -88,7 +91,8 @@ func TestPardaStep(t *testing.T) {
 
 // Hosts with shares 2000 and 3000 on a datastore whose latency is
 // outstanding/capacity (Little's law), each running pardaStep on the
-// records the others published the period before: the windows converge to
+// records the others published the period before (each keeps its window
+// filled): the windows converge to
 // 2:3 and the latency to the threshold, or stop at a configured maximum.
 func TestPardaStepConverges(t *testing.T) {
 	for _, tc := range []struct {
@@ -118,7 +122,7 @@ func TestPardaStepConverges(t *testing.T) {
 				for i := range hosts {
 					ios := uint64(math.Round(capIOPS * win[i] / W))
 					out := pardaStep(ctl, periodInput{Host: hosts[i], EndNs: period * 1e9, PeriodNs: 1e9, IOs: ios,
-						NormLatSumNs: float64(ios) * latNs, ActiveShares: shares[i], Window: win[i], Recs: region})
+						NormLatSumNs: float64(ios) * latNs, ActiveShares: shares[i], Window: win[i], Peak: int(math.Ceil(win[i])), Recs: region})
 					if out.Window < c.Min || out.Window > c.Max {
 						t.Fatalf("period %d: %s window %v outside [%v, %v]", period, hosts[i], out.Window, c.Min, c.Max)
 					}

@@ -45,6 +45,7 @@ type periodInput struct {
 	NormLatSumNs float64 // Σ size-normalised device latency of IOs, ns
 	ActiveShares float64 // shares of this host's disks with I/O in the period
 	Window       float64 // this host's window during the period
+	Peak         int     // most requests this host had outstanding at once
 	// Recs are the records read from the stats region in slot order; this
 	// host's own (from the last period) is replaced by this period's.
 	Recs []statsRecord
@@ -59,8 +60,9 @@ type periodOutput struct {
 
 // pardaStep is one control period of one datastore, without I/O: from this
 // host's counters and the other hosts' records it computes the datastore
-// view, the next window (ctl.UpdateScaled; unchanged when ctl is nil, SIOC
-// off) and the record to publish.
+// view, the next window (ctl.UpdateScaled, not grown unless the window was
+// filled: ctl.Hold; unchanged when ctl is nil, SIOC off) and the record to
+// publish.
 func pardaStep(ctl *parda.Controller, in periodInput) periodOutput {
 	rec := statsRecord{Host: in.Host, PeriodEndNs: in.EndNs, PeriodNs: in.PeriodNs, IOs: in.IOs,
 		NormLatSumNs: in.NormLatSumNs, Window: in.Window, ActiveShares: in.ActiveShares}
@@ -81,7 +83,7 @@ func pardaStep(ctl *parda.Controller, in periodInput) periodOutput {
 	out := periodOutput{Window: in.Window, Publish: rec, View: viewOf(recs, in.EndNs)}
 	if ctl != nil {
 		v := out.View
-		out.Window = ctl.UpdateScaled(in.Window, v.latNs, in.ActiveShares, v.totalShares, v.totalWindow)
+		out.Window = ctl.Hold(in.Window, ctl.UpdateScaled(in.Window, v.latNs, in.ActiveShares, v.totalShares, v.totalWindow), in.Peak)
 	}
 	return out
 }
