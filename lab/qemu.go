@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -162,10 +163,20 @@ func domainXML(v VMPlan, kernel, initrd, console string, disks []virt.NBDDisk, p
 
 // checkGuestTools says what a lab with guests is missing.
 func checkGuestTools() (kernel, modDir string, err error) {
-	if _, err := os.Stat(virt.DefaultSocket); err != nil {
-		return "", "", fmt.Errorf("lab: a VM of kind qemu needs libvirtd running (%s: %v; scripts/deps.sh installs and starts it)", virt.DefaultSocket, err)
+	if err := libvirtdRuns(); err != nil {
+		return "", "", fmt.Errorf("lab: a VM of kind qemu needs libvirtd running (%v; scripts/deps.sh installs and starts it)", err)
 	}
 	return GuestKernel()
+}
+
+// libvirtdRuns tells whether something accepts on the machine's libvirtd
+// socket (a socket file left by a libvirtd that stopped refuses).
+func libvirtdRuns() error {
+	c, err := net.DialTimeout("unix", virt.DefaultSocket, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
 
 // startGuests defines and starts the plan's guests, recording each domain
@@ -276,8 +287,8 @@ func waitGuests(pl *Plan, stateDir string, within time.Duration) error {
 // ExistingDomains lists the libvirt domains (running or defined) with the
 // cluster's prefix; nil when libvirtd does not run.
 func ExistingDomains(cluster string) ([]string, error) {
-	if _, err := os.Stat(virt.DefaultSocket); err != nil {
-		return nil, nil
+	if libvirtdRuns() != nil {
+		return nil, nil // no libvirtd, no running domain
 	}
 	c, err := virt.Dial("")
 	if err != nil {
@@ -321,9 +332,9 @@ func systemDomainActive(name string) bool {
 // prefix (also after a crash) and from the state. Destroying a guest ends
 // its QEMU, which deletes its tap.
 func removeDomains(cluster string, recorded []string) error {
-	if _, err := os.Stat(virt.DefaultSocket); err != nil {
+	if err := libvirtdRuns(); err != nil {
 		if len(recorded) > 0 {
-			return fmt.Errorf("lab: libvirtd does not run, cannot remove domains %v", recorded)
+			return fmt.Errorf("lab: libvirtd does not run (%v), cannot remove domains %v", err, recorded)
 		}
 		return nil
 	}
