@@ -51,6 +51,7 @@ func TestGuestStorageCrash(t *testing.T) {
 	socket := storage.VMSocket(storage.SocketDir(l.p.Cluster, "h1"), "vm1")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	ds := l.process("nbdkit:ds1")
 
 	t.Run("gateway SIGKILL", func(t *testing.T) {
 		gw := l.process("gateway:h1")
@@ -63,7 +64,7 @@ func TestGuestStorageCrash(t *testing.T) {
 		busy := l.waitDiskIOs(t, "h1", "vm1/d0", t0, 1500, 60*time.Second)
 		killPID(t, gw.PID)
 		killed := time.Now()
-		l.restartGateway(gw, socket)
+		l.restartGateway(gw, socket, &ds)
 		t.Logf("fio had done ≥ 1500 I/Os at the gateway %v after its start; gateway killed (SIGKILL) and serving again %v later",
 			busy.Sub(t0).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 		r := l.waitFio(ctx, "vm1", pid)
@@ -86,7 +87,6 @@ func TestGuestStorageCrash(t *testing.T) {
 	})
 
 	t.Run("datastore restart", func(t *testing.T) {
-		ds := l.process("nbdkit:ds1")
 		job := verifiedWrite("32M", "32M")
 		t0 := time.Now()
 		pid, err := l.startFio(ctx, "vm1", job...)
@@ -96,7 +96,7 @@ func TestGuestStorageCrash(t *testing.T) {
 		busy := l.waitDiskIOs(t, "h1", "vm1/d0", t0, 1500, 60*time.Second)
 		killPID(t, ds.PID)
 		killed := time.Now()
-		l.restartDatastore(ds)
+		ds = l.restartDatastore(ds)
 		t.Logf("fio had done ≥ 1500 I/Os at the gateway %v after its start; datastore killed (SIGKILL) and listening again %v later",
 			busy.Sub(t0).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 		r := l.waitFio(ctx, "vm1", pid)

@@ -17,7 +17,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +26,7 @@ import (
 	"time"
 
 	"sluice/lab"
+	"sluice/livetest/livelab"
 	"sluice/policy"
 	"sluice/storage"
 	"sluice/virt"
@@ -201,68 +201,45 @@ func zombie(stat []byte) bool {
 // restartGateway starts the recorded gateway pr again with the same command
 // line in the same namespace, as a supervisor would, and waits until its
 // socket accepts. The lab's Down kills it with the namespace's processes.
-func (l *guestLab) restartGateway(pr lab.Process, socket string) {
+// The lab's datastore *ds sometimes aborts when the killed gateway's
+// requests were in flight (livelab.DatastoreExit); then it is started
+// again too, as a supervisor would, *ds updated, and that is logged.
+func (l *guestLab) restartGateway(pr lab.Process, socket string, ds *lab.Process) {
 	l.t.Helper()
 	f, err := os.OpenFile(filepath.Join(l.dir, "gateway-restarted.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		l.t.Fatal(err)
 	}
 	defer f.Close()
-	cmd := exec.Command("ip", append([]string{"netns", "exec", pr.Namespace}, pr.Args...)...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		l.t.Fatalf("restart gateway: %v", err)
+	start := func() <-chan struct{} {
+		cmd := exec.Command("ip", append([]string{"netns", "exec", pr.Namespace}, pr.Args...)...)
+		cmd.Stdout, cmd.Stderr = f, f
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			l.t.Fatalf("restart gateway: %v", err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		return done
 	}
-	go func() { _ = cmd.Wait() }()
-	waitSocket(l.t, socket, 10*time.Second)
+	err = livelab.AcceptsOn("unix", socket, 10*time.Second, start())
+	if why := livelab.DatastoreExit(*ds); why != "" {
+		l.t.Logf("the datastore (nbdkit, pid %d) ended when the gateway was killed (%s); started again", ds.PID, why)
+		*ds = livelab.RestartDatastore(l.t, *ds)
+		if err != nil { // the restarted gateway found no datastore and exited
+			err = livelab.AcceptsOn("unix", socket, 10*time.Second, start())
+		}
+	}
+	if err != nil {
+		log, _ := os.ReadFile(f.Name())
+		l.t.Fatalf("the restarted gateway: %v; its log:\n%s", err, log)
+	}
 }
 
-// restartDatastore starts the recorded nbdkit pr again with the same
-// command line (it daemonizes and writes its pid file) and waits until it
-// listens.
-func (l *guestLab) restartDatastore(pr lab.Process) {
+// restartDatastore starts the recorded nbdkit pr again (livelab.RestartDatastore).
+func (l *guestLab) restartDatastore(pr lab.Process) lab.Process {
 	l.t.Helper()
-	// A killed nbdkit's leader thread is a zombie while its other threads
-	// exit, and they hold the listening socket a moment longer.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, err := exec.Command("ip", append([]string{"netns", "exec", pr.Namespace}, pr.Args...)...).CombinedOutput()
-		if err == nil {
-			break
-		}
-		if !bytes.Contains(out, []byte("Address already in use")) || time.Now().After(deadline) {
-			l.t.Fatalf("restart nbdkit: %v: %s", err, out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	for {
-		o, _ := exec.Command("ip", "netns", "exec", pr.Namespace, "ss", "-Hltn").Output()
-		if bytes.Contains(o, []byte(fmt.Sprintf(":%d ", lab.NBDPort))) {
-			return
-		}
-		if time.Now().After(deadline) {
-			l.t.Fatalf("nbdkit in %s not listening 10 s after its restart", pr.Namespace)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// waitSocket polls until a Unix socket accepts connections.
-func waitSocket(t *testing.T, path string, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		c, err := net.DialTimeout("unix", path, time.Second)
-		if err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not accepting after %v: %v", path, within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return livelab.RestartDatastore(l.t, pr)
 }
 
 // gatewayStatus reads host's gateway status file (written every period).
