@@ -86,15 +86,7 @@ func TestGatewayKilledMidWrite(t *testing.T) {
 	if err != nil || st == nil {
 		t.Fatalf("lab state: %v", err)
 	}
-	var gw lab.Process
-	for _, pr := range st.Processes {
-		if pr.Name == "gateway:h1" {
-			gw = pr
-		}
-	}
-	if gw.PID == 0 {
-		t.Fatalf("lab state lists no gateway for h1: %+v", st.Processes)
-	}
+	gw, ds := labProcess(t, st, "gateway:h1"), labProcess(t, st, "nbdkit:ds1")
 	if err := serving(uri, 10*time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -147,15 +139,6 @@ func TestGatewayKilledMidWrite(t *testing.T) {
 	// datastore (nbdkit 1.32) sometimes aborts when its client vanishes
 	// with requests in flight (livelab.DatastoreExit); then it is
 	// started again too, as a supervisor would, and that is logged.
-	var ds lab.Process
-	for _, pr := range st.Processes {
-		if pr.Name == "nbdkit:ds1" {
-			ds = pr
-		}
-	}
-	if ds.PID == 0 {
-		t.Fatalf("lab state lists no datastore process: %+v", st.Processes)
-	}
 	restartLog := filepath.Join(state, "gateway-restart.log")
 	again := startDaemon(t, gw.Namespace, restartLog, gw.Args...)
 	err = serving(uri, 10*time.Second, again.done)
@@ -194,4 +177,16 @@ func TestGatewayKilledMidWrite(t *testing.T) {
 	if l := lost(b, w); len(l) > 0 {
 		t.Errorf("acknowledged writes lost in the gateway's SIGKILL: %d blocks wrong whose write fio had completed (offsets %v; writes fio reported failed: %d)", len(l), l, len(w.FailedWrites))
 	}
+}
+
+// labProcess is the process the lab's state records under name.
+func labProcess(t *testing.T, st *lab.State, name string) lab.Process {
+	t.Helper()
+	for _, pr := range st.Processes {
+		if pr.Name == name {
+			return pr
+		}
+	}
+	t.Fatalf("lab state lists no process %s: %+v", name, st.Processes)
+	return lab.Process{}
 }
