@@ -47,7 +47,7 @@ hosts:
     uplinks: [{name: up0, speed: 1Gbps}]
 datastores:
   - name: ds1
-    sioc: {enabled: true, congestionThreshold: 30ms, controlPeriod: 1s, maxWindow: 32}
+    sioc: {enabled: true, congestionThreshold: 30ms, controlPeriod: 1s}
     array: {slots: 2, serviceTime: 4ms}
 vms:
   - name: vm1
