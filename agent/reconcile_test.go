@@ -18,11 +18,11 @@ func TestReconcileRenewsClassInDebt(t *testing.T) {
 	filters := []Filter{{Handle: 5, ClassID: leaf, Keys: []U32Key{{Mask: 0xffffffff, Val: 0x0a000002, Off: 12}}}}
 
 	for _, tc := range []struct {
-		name      string
-		debtNs    int64
-		want      HTBClass
-		renewed   int
-		debtAfter int64
+		name        string
+		tokensNs    int64
+		want        HTBClass
+		renewed     int
+		tokensAfter int64
 	}{
 		{"raised, 17 s in debt", -17e9, raised, 1, 0},
 		{"raised, 50 ms in debt", -50e6, raised, 0, -50e6},
@@ -33,16 +33,16 @@ func TestReconcileRenewsClassInDebt(t *testing.T) {
 			if _, err := Reconcile(k, dev, 100, []HTBClass{top, floor}, filters, nil); err != nil {
 				t.Fatal(err)
 			}
-			k.Devs[dev].Debt = map[Handle]int64{leaf: -tc.debtNs}
+			k.Devs[dev].Debt = map[Handle]int64{leaf: -tc.tokensNs}
 			ch, err := Reconcile(k, dev, 100, []HTBClass{top, tc.want}, filters, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			c := k.Devs[dev].Classes[leaf]
 			tokens, _ := k.ClassTokens(dev)
-			if ch.ClassesRenewed != tc.renewed || c.RateBps != tc.want.RateBps || tokens[leaf] != tc.debtAfter {
+			if ch.ClassesRenewed != tc.renewed || c.RateBps != tc.want.RateBps || tokens[leaf] != tc.tokensAfter {
 				t.Errorf("changes %s, renewed %d; class rate %d, tokens %d ns; want renewed %d, rate %d, tokens %d ns",
-					ch, ch.ClassesRenewed, c.RateBps, tokens[leaf], tc.renewed, tc.want.RateBps, tc.debtAfter)
+					ch, ch.ClassesRenewed, c.RateBps, tokens[leaf], tc.renewed, tc.want.RateBps, tc.tokensAfter)
 			}
 			if f, ok := k.Devs[dev].Filters[5]; !ok || f.ClassID != leaf {
 				t.Errorf("filter 5 after reconcile: %+v (present %v), want it on %s", f, ok, leaf)

@@ -43,6 +43,19 @@ type State struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
+// Process returns the process recorded under name (the last one, if a
+// restart recorded it again).
+func (s *State) Process(name string) (Process, bool) {
+	var found Process
+	ok := false
+	for _, pr := range s.Processes {
+		if pr.Name == name {
+			found, ok = pr, true
+		}
+	}
+	return found, ok
+}
+
 // Process is a process the lab started in one of its namespaces.
 type Process struct {
 	Name      string   `json:"name"` // e.g. "iperf3:5201", "nbdkit:ds1", "gateway:h1"

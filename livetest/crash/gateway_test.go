@@ -86,7 +86,11 @@ func TestGatewayKilledMidWrite(t *testing.T) {
 	if err != nil || st == nil {
 		t.Fatalf("lab state: %v", err)
 	}
-	gw, ds := labProcess(t, st, "gateway:h1"), labProcess(t, st, "nbdkit:ds1")
+	gw, ok1 := st.Process("gateway:h1")
+	ds, ok2 := st.Process("nbdkit:ds1")
+	if !ok1 || !ok2 {
+		t.Fatalf("lab state lists no gateway:h1 or nbdkit:ds1: %+v", st.Processes)
+	}
 	if err := serving(uri, 10*time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +129,7 @@ func TestGatewayKilledMidWrite(t *testing.T) {
 	default:
 	}
 	killed := time.Now()
-	killPID(t, gw.PID)
+	livelab.KillPID(t, gw.PID)
 	w := <-during
 	t.Logf("fio writing during the kill: %d writes done, %d acknowledged, %d reported failed (%v, job error %d)", w.WriteIOs, len(w.Acked), len(w.FailedWrites), w.Err, w.JobError)
 	if w.Acked == nil {
@@ -135,21 +139,12 @@ func TestGatewayKilledMidWrite(t *testing.T) {
 		t.Fatal("fio saw no error although its gateway was killed: was the gateway killed?")
 	}
 
-	// The same gateway again, as a supervisor would start it. The lab's
-	// datastore (nbdkit 1.32) sometimes aborts when its client vanishes
-	// with requests in flight (livelab.DatastoreExit); then it is
-	// started again too, as a supervisor would, and that is logged.
+	// The same gateway again, as a supervisor would start it (and the
+	// datastore, if nbdkit's known abort took it down: RestartGateway).
 	restartLog := filepath.Join(state, "gateway-restart.log")
-	again := startDaemon(t, gw.Namespace, restartLog, gw.Args...)
-	err = serving(uri, 10*time.Second, again.done)
-	if why := livelab.DatastoreExit(ds); why != "" {
-		t.Logf("the datastore (nbdkit, pid %d) ended when the gateway was killed (%s); started again", ds.PID, why)
-		livelab.RestartDatastore(t, ds)
-		if err != nil { // the restarted gateway found no datastore and exited
-			again = startDaemon(t, gw.Namespace, restartLog, gw.Args...)
-			err = serving(uri, 10*time.Second, again.done)
-		}
-	}
+	err = livelab.RestartGateway(t, &ds,
+		func() <-chan struct{} { return startDaemon(t, gw.Namespace, restartLog, gw.Args...).done },
+		func(exited <-chan struct{}) error { return serving(uri, 10*time.Second, exited) })
 	if err != nil {
 		log, _ := os.ReadFile(restartLog)
 		t.Fatalf("the restarted gateway: %v; its log:\n%s", err, log)
@@ -177,16 +172,4 @@ func TestGatewayKilledMidWrite(t *testing.T) {
 	if l := lost(b, w); len(l) > 0 {
 		t.Errorf("acknowledged writes lost in the gateway's SIGKILL: %d blocks wrong whose write fio had completed (offsets %v; writes fio reported failed: %d)", len(l), l, len(w.FailedWrites))
 	}
-}
-
-// labProcess is the process the lab's state records under name.
-func labProcess(t *testing.T, st *lab.State, name string) lab.Process {
-	t.Helper()
-	for _, pr := range st.Processes {
-		if pr.Name == name {
-			return pr
-		}
-	}
-	t.Fatalf("lab state lists no process %s: %+v", name, st.Processes)
-	return lab.Process{}
 }

@@ -97,51 +97,6 @@ func (d *daemon) kill() {
 	<-d.done
 }
 
-// killPID sends SIGKILL to pid (a process of the lab) and waits until it
-// is gone (polling /proc: it is not our child).
-func killPID(t *testing.T, pid int) {
-	t.Helper()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill -9 %d: %v", pid, err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil || zombie(b) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d still there 5 s after SIGKILL", pid)
-		}
-		time.Sleep(10 * time.Millisecond) // polling another process's exit
-	}
-}
-
-func zombie(stat []byte) bool {
-	i := bytes.LastIndexByte(stat, ')')
-	return i > 0 && i+2 < len(stat) && stat[i+2] == 'Z'
-}
-
-// waitListening polls until a TCP port listens in ns ("" for this one).
-func waitListening(t *testing.T, ns string, port int, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		args := []string{"ss", "-Hltn"}
-		if ns != "" {
-			args = append([]string{"ip", "netns", "exec", ns}, args...)
-		}
-		out, _ := exec.Command(args[0], args[1:]...).Output()
-		if strings.Contains(string(out), ":"+strconv.Itoa(port)+" ") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nothing listens on port %d in %q after %s", port, ns, within)
-		}
-		time.Sleep(20 * time.Millisecond) // polling an external process, with a deadline
-	}
-}
-
 // waitSocket polls until a Unix socket file exists.
 func waitSocket(t *testing.T, path string, within time.Duration) {
 	t.Helper()

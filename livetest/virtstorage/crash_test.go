@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/livetest/livelab"
 	"sluice/storage"
 )
 
@@ -62,7 +63,7 @@ func TestGuestStorageCrash(t *testing.T) {
 			t.Fatal(err)
 		}
 		busy := l.waitDiskIOs(t, "h1", "vm1/d0", t0, 1500, 60*time.Second)
-		killPID(t, gw.PID)
+		livelab.KillPID(t, gw.PID)
 		killed := time.Now()
 		l.restartGateway(gw, socket, &ds)
 		t.Logf("fio had done ≥ 1500 I/Os at the gateway %v after its start; gateway killed (SIGKILL) and serving again %v later",
@@ -94,7 +95,7 @@ func TestGuestStorageCrash(t *testing.T) {
 			t.Fatal(err)
 		}
 		busy := l.waitDiskIOs(t, "h1", "vm1/d0", t0, 1500, 60*time.Second)
-		killPID(t, ds.PID)
+		livelab.KillPID(t, ds.PID)
 		killed := time.Now()
 		ds = l.restartDatastore(ds)
 		t.Logf("fio had done ≥ 1500 I/Os at the gateway %v after its start; datastore killed (SIGKILL) and listening again %v later",

@@ -157,53 +157,18 @@ func (l *guestLab) process(name string) lab.Process {
 	if err != nil || st == nil {
 		l.t.Fatalf("lab state: %v", err)
 	}
-	var found lab.Process
-	for _, pr := range st.Processes {
-		if pr.Name == name {
-			found = pr // the last one recorded
-		}
-	}
-	if found.PID == 0 {
+	found, ok := st.Process(name)
+	if !ok {
 		l.t.Fatalf("lab state lists no %s: %+v", name, st.Processes)
 	}
 	return found
 }
 
-// killPID sends SIGKILL to pid and waits until it is gone (polling /proc:
-// it is not our child).
-func killPID(t *testing.T, pid int) {
-	t.Helper()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill -9 %d: %v", pid, err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		// Gone, or a zombie whose threads have all exited (a killed
-		// process's leader is a zombie while its other threads, which
-		// still hold its sockets, exit).
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		if err != nil || (zombie(b) && len(tasks) <= 1) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d still there 5 s after SIGKILL", pid)
-		}
-		time.Sleep(10 * time.Millisecond) // polling another process's exit
-	}
-}
-
-func zombie(stat []byte) bool {
-	i := bytes.LastIndexByte(stat, ')')
-	return i > 0 && i+2 < len(stat) && stat[i+2] == 'Z'
-}
-
 // restartGateway starts the recorded gateway pr again with the same command
 // line in the same namespace, as a supervisor would, and waits until its
-// socket accepts. The lab's Down kills it with the namespace's processes.
-// The lab's datastore *ds sometimes aborts when the killed gateway's
-// requests were in flight (livelab.DatastoreExit); then it is started
-// again too, as a supervisor would, *ds updated, and that is logged.
+// socket accepts (and restarts the datastore *ds if nbdkit's known abort
+// took it down: livelab.RestartGateway). The lab's Down kills them with
+// the namespaces' processes.
 func (l *guestLab) restartGateway(pr lab.Process, socket string, ds *lab.Process) {
 	l.t.Helper()
 	f, err := os.OpenFile(filepath.Join(l.dir, "gateway-restarted.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -222,14 +187,9 @@ func (l *guestLab) restartGateway(pr lab.Process, socket string, ds *lab.Process
 		go func() { _ = cmd.Wait(); close(done) }()
 		return done
 	}
-	err = livelab.AcceptsOn("unix", socket, 10*time.Second, start())
-	if why := livelab.DatastoreExit(*ds); why != "" {
-		l.t.Logf("the datastore (nbdkit, pid %d) ended when the gateway was killed (%s); started again", ds.PID, why)
-		*ds = livelab.RestartDatastore(l.t, *ds)
-		if err != nil { // the restarted gateway found no datastore and exited
-			err = livelab.AcceptsOn("unix", socket, 10*time.Second, start())
-		}
-	}
+	err = livelab.RestartGateway(l.t, ds, start, func(exited <-chan struct{}) error {
+		return livelab.AcceptsOn("unix", socket, 10*time.Second, exited)
+	})
 	if err != nil {
 		log, _ := os.ReadFile(f.Name())
 		l.t.Fatalf("the restarted gateway: %v; its log:\n%s", err, log)
