@@ -388,6 +388,9 @@ func (g *Gateway) addDisk(gt *datastoreGate, v Volume, pd policy.Disk) error {
 		vol.close()
 		return fmt.Errorf("gateway: disk %s on datastore %s: volume %s has %d bytes, the disk needs %d", v.Export(), gt.name, v.Name(), vol.sizeBytes(), v.SizeBytes)
 	}
+	if fv, ok := vol.(*fileVolume); ok && !fv.direct {
+		g.opts.Logf("gateway: disk %s: the file system of volume %s refuses O_DIRECT: served through this host's page cache, which no other host sees", v.Export(), v.Name())
+	}
 	d.vol = vol
 	gt.mu.Lock()
 	d.id = gt.nextID

@@ -3,7 +3,6 @@ package storage
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,92 +69,8 @@ type dirStore struct{ dir string }
 func (s *dirStore) String() string { return "dir:" + s.dir }
 
 func (s *dirStore) open(name string, _ func(*nbd.Client) error) (volume, error) {
-	path := filepath.Join(s.dir, name)
-	flags := os.O_RDWR
-	direct := name == StatsVolume
-	if direct {
-		// Every host reads the others' records: O_DIRECT so that an NFS
-		// client's cache does not hide them (where the file system
-		// refuses O_DIRECT, e.g. tmpfs, it is local and coherent).
-		flags |= syscall.O_DIRECT
-	}
-	f, err := os.OpenFile(path, flags, 0)
-	if direct && errors.Is(err, syscall.EINVAL) {
-		f, err = os.OpenFile(path, os.O_RDWR, 0)
-	}
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("volume %s: %w (sluice datastore create makes it)", path, errMissing)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("volume %s: %w", path, err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() && fi.Mode()&os.ModeDevice == 0 {
-		f.Close()
-		return nil, fmt.Errorf("volume %s: not a regular file or block device", path)
-	}
-	size := uint64(fi.Size())
-	if fi.Mode()&os.ModeDevice != 0 {
-		end, err := f.Seek(0, 2)
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		size = uint64(end)
-	}
-	return &fileVolume{f: f, size: size}, nil
+	return openFileVolume(filepath.Join(s.dir, name))
 }
-
-// fileVolume is a volume file, written through the host's page cache:
-// FLUSH and FUA are fdatasync.
-type fileVolume struct {
-	f    *os.File
-	size uint64
-}
-
-func (v *fileVolume) sizeBytes() uint64 { return v.size }
-
-func (v *fileVolume) readAt(p []byte, off uint64) error {
-	n, err := v.f.ReadAt(p, int64(off))
-	if n == len(p) {
-		return nil
-	}
-	if err == nil || errors.Is(err, io.EOF) {
-		clear(p[n:]) // a file shorter than its disk reads as zeroes
-		return nil
-	}
-	return ioErr(err)
-}
-
-func (v *fileVolume) writeAt(p []byte, off uint64, fua bool) error {
-	if _, err := v.f.WriteAt(p, int64(off)); err != nil {
-		return ioErr(err)
-	}
-	if fua {
-		return v.flush()
-	}
-	return nil
-}
-
-func (v *fileVolume) flush() error {
-	return ioErr(syscall.Fdatasync(int(v.f.Fd())))
-}
-
-func (v *fileVolume) trim(off, n uint64) error {
-	const punchHole, keepSize = 0x02, 0x01
-	err := syscall.Fallocate(int(v.f.Fd()), punchHole|keepSize, int64(off), int64(n))
-	if errors.Is(err, syscall.EOPNOTSUPP) {
-		return nil // trim is advisory
-	}
-	return ioErr(err)
-}
-
-func (v *fileVolume) close() { v.f.Close() }
-func (v *fileVolume) abort() { v.f.Close() }
 
 // ioErr is an error from a volume file as the VM sees it: EIO, keeping
 // ENOSPC.

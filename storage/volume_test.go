@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -254,6 +255,48 @@ func TestVMMovesBetweenGateways(t *testing.T) {
 	if c, err := nbd.Dial(ctx, "tcp", addr1, "vm2/d0"); err == nil {
 		c.Close()
 		t.Error("h1 still serves vm2/d0 after it moved")
+	}
+}
+
+// The gateways of a move follow the placement each on its own (the
+// controller does not order them): here the destination opens the volume
+// first, the source's VM writes on, and the source lets go last. The
+// source's acknowledged writes left no page of the volume in the host's
+// page cache (O_DIRECT: on NFS they are on the server, not in the source
+// host's cache), and the destination reads them.
+func TestVMMovesDestinationFirst(t *testing.T) {
+	pa := parsePolicy(t, reorderA)
+	moved := parsePolicy(t, strings.Replace(reorderA, "{name: vm2, host: h1", "{name: vm2, host: h2", 1))
+	dir := t.TempDir()
+	if _, err := CreateVolumes(dir, pa, "ds1"); err != nil {
+		t.Fatal(err)
+	}
+	g1, addr1 := gatewayOn(t, pa, "h1", "dir:"+dir, Options{})
+	g2, addr2 := gatewayOn(t, pa, "h2", "dir:"+dir, Options{})
+	if err := g2.SetPolicy(moved); err != nil {
+		t.Fatal(err)
+	}
+	src := dial(t, addr1, "vm2/d0")
+	for i := range 64 {
+		if err := src.WriteAt(block(fmt.Sprintf("block %d, written through h1", i)), uint64(i)*4096, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := residentPages(t, filepath.Join(dir, VolumeName("vm2", "d0"))); n != 0 {
+		t.Errorf("%d pages of vm2's volume are in this host's page cache after h1 acknowledged the writes, want 0", n)
+	}
+	if err := g1.SetPolicy(moved); err != nil {
+		t.Fatal(err)
+	}
+	dst := dial(t, addr2, "vm2/d0")
+	buf := make([]byte, 4096)
+	for i := range 64 {
+		if err := dst.ReadAt(buf, uint64(i)*4096); err != nil {
+			t.Fatal(err)
+		}
+		if want := block(fmt.Sprintf("block %d, written through h1", i)); !bytes.Equal(buf, want) {
+			t.Fatalf("h2 reads block %d as %q…, not what the VM wrote through h1", i, buf[:24])
+		}
 	}
 }
 
