@@ -217,7 +217,13 @@ type disk struct {
 	// guarded by gate.mu
 	queued, inflight int
 	cur              diskPeriod
-	removed          bool // the disk left this gateway
+	removed          bool // the disk left this gateway and was released
+	// conns counts the connections that opened the disk; leaving: its VM
+	// left the host, and the disk is served to those connections only
+	// until the last one ends (then idle is closed).
+	conns   int
+	leaving bool
+	idle    chan struct{}
 	// Durability: ackSeq counts the writes acknowledged without FUA,
 	// coveredSeq the first of them that a successful FLUSH covers. A
 	// datastore connection replaced while ackSeq > coveredSeq may have
@@ -258,6 +264,28 @@ func (d *disk) connectionReplaced() {
 }
 
 // SizeBytes implements nbd.Backend.
+// Attach implements nbd.Attacher: a connection opened the disk; refused
+// once the disk is leaving.
+func (d *disk) Attach() bool {
+	d.gate.mu.Lock()
+	defer d.gate.mu.Unlock()
+	if d.leaving {
+		return false
+	}
+	d.conns++
+	return true
+}
+
+// Detach implements nbd.Attacher: a connection of the disk ended.
+func (d *disk) Detach() {
+	d.gate.mu.Lock()
+	defer d.gate.mu.Unlock()
+	d.conns--
+	if d.conns == 0 && d.leaving {
+		close(d.idle)
+	}
+}
+
 func (d *disk) SizeBytes() uint64 { return d.v.SizeBytes }
 
 // ReadAt implements nbd.Backend.

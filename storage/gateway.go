@@ -66,14 +66,15 @@ type Gateway struct {
 	exports *exportSet
 	srv     *nbd.Server
 
-	polMu  sync.Mutex // serialises SetPolicy
-	mu     sync.Mutex
-	pol    *policy.Policy
-	status Status
-	listen string
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	once   sync.Once
+	polMu    sync.Mutex // serialises SetPolicy
+	mu       sync.Mutex
+	stopping bool // Close began: leaving disks are released at once
+	pol      *policy.Policy
+	status   Status
+	listen   string
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	once     sync.Once
 
 	closeOnce sync.Once
 	closeErr  error
@@ -410,16 +411,51 @@ func (g *Gateway) addDisk(gt *datastoreGate, v Volume, pd policy.Disk) error {
 	return nil
 }
 
-// removeDrain is how long removeDisk waits for a leaving disk's requests.
+// removeDrain is how long release waits for a leaving disk's requests.
 var removeDrain = 30 * time.Second
 
-// removeDisk stops exporting d, lets its requests finish (for up to
-// removeDrain; the rest fail), flushes its volume and closes it, so that
-// the gateway of its VM's new host finds every acknowledged write.
+// removeDisk stops exporting d: no new connection may open it. The
+// connections that have it open are served until they end, as the source
+// QEMU of a live migration keeps using its disks until the migration
+// completes (both hosts serve the volume meanwhile: a directory
+// datastore's volumes bypass the page cache, an NBD datastore is one
+// server); then release flushes and closes the volume.
 func (g *Gateway) removeDisk(d *disk) {
 	g.exports.mu.Lock()
 	delete(g.exports.m, d.v.Export())
 	g.exports.mu.Unlock()
+	gt := d.gate
+	gt.mu.Lock()
+	d.leaving = true
+	d.idle = make(chan struct{})
+	conns := d.conns
+	if conns == 0 {
+		close(d.idle)
+	}
+	gt.mu.Unlock()
+	g.mu.Lock()
+	if conns == 0 || g.stopping {
+		g.mu.Unlock()
+		g.release(d)
+		return
+	}
+	g.wg.Add(1)
+	g.mu.Unlock()
+	g.opts.Logf("gateway: disk %s left this host: served to its %d open connection(s) until they close", d.v.Export(), conns)
+	go func() {
+		defer g.wg.Done()
+		select {
+		case <-d.idle:
+		case <-g.stop:
+		}
+		g.release(d)
+	}()
+}
+
+// release lets the leaving disk d go: its requests finish (for up to
+// removeDrain; the rest fail), its volume is flushed and closed, so that
+// the gateway of its VM's new host finds every acknowledged write.
+func (g *Gateway) release(d *disk) {
 	gt := d.gate
 	gt.mu.Lock()
 	d.removed = true
@@ -494,6 +530,9 @@ var closeGrace = 10 * time.Second
 // stopped.
 func (g *Gateway) Close() error {
 	g.closeOnce.Do(func() {
+		g.mu.Lock()
+		g.stopping = true
+		g.mu.Unlock()
 		close(g.stop)
 		// Connections go first: clients see a closed connection (and
 		// reconnect), not errors; requests already taken finish upstream.

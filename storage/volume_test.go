@@ -229,8 +229,9 @@ func TestVMMovesBetweenGateways(t *testing.T) {
 	if err := dial(t, addr1, "vm2/d0").WriteAt(block("before the move"), 0, false); err != nil {
 		t.Fatal(err)
 	}
-	// The source lets go first (drains, flushes, closes), then the
-	// destination opens, as a migration hands the disk over.
+	// The source lets go first, then the destination opens. (The VM's
+	// connection to h1 stays open, so h1 serves it on until it closes:
+	// TestLeavingDiskServesOpenConnections.)
 	if err := g1.SetPolicy(moved); err != nil {
 		t.Fatal(err)
 	}
@@ -296,6 +297,68 @@ func TestVMMovesDestinationFirst(t *testing.T) {
 		}
 		if want := block(fmt.Sprintf("block %d, written through h1", i)); !bytes.Equal(buf, want) {
 			t.Fatalf("h2 reads block %d as %q…, not what the VM wrote through h1", i, buf[:24])
+		}
+	}
+}
+
+// A disk whose VM left is served on to the connections that have it open
+// (the source QEMU of a live migration runs until the migration
+// completes), while the destination serves it too: SetPolicy does not
+// wait for them, no new connection may open the disk, a write through the
+// old connection is read at the destination, and when the connection
+// closes the source flushes and closes the volume.
+func TestLeavingDiskServesOpenConnections(t *testing.T) {
+	pa := parsePolicy(t, reorderA)
+	moved := parsePolicy(t, strings.Replace(reorderA, "{name: vm2, host: h1", "{name: vm2, host: h2", 1))
+	dir := t.TempDir()
+	if _, err := CreateVolumes(dir, pa, "ds1"); err != nil {
+		t.Fatal(err)
+	}
+	logs := make(chan string, 64)
+	g1, addr1 := gatewayOn(t, pa, "h1", "dir:"+dir, Options{Logf: func(f string, a ...any) {
+		select {
+		case logs <- fmt.Sprintf(f, a...):
+		default:
+		}
+	}})
+	g2, addr2 := gatewayOn(t, pa, "h2", "dir:"+dir, Options{})
+	src := dial(t, addr1, "vm2/d0")
+	if err := src.WriteAt(block("before the move"), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := g1.SetPolicy(moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := g2.SetPolicy(moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.WriteAt(block("during the move"), 4096, false); err != nil {
+		t.Fatalf("h1 failed a write of the connection that had vm2/d0 open before the move: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if c, err := nbd.Dial(ctx, "tcp", addr1, "vm2/d0"); err == nil {
+		c.Close()
+		t.Error("h1 let a new connection open vm2/d0 after it moved")
+	}
+	dst := dial(t, addr2, "vm2/d0")
+	buf := make([]byte, 8192)
+	if err := dst.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf[:4096], block("before the move")) || !bytes.Equal(buf[4096:], block("during the move")) {
+		t.Errorf("h2 reads %q… and %q…, not what the VM wrote through h1", buf[:16], buf[4096:4112])
+	}
+	src.Close()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case l := <-logs:
+			if l == "gateway: disk vm2/d0 no longer served here" {
+				return
+			}
+		case <-deadline:
+			t.Fatal("h1 did not release vm2/d0 within 10 s of its last connection closing")
 		}
 	}
 }

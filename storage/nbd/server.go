@@ -28,6 +28,14 @@ type Backend interface {
 	Trim(off, lengthBytes uint64) error
 }
 
+// Attacher is a Backend that learns which connections use it: Attach is
+// called when a connection has chosen it (false: the export is gone, and
+// the connection is closed), Detach when that connection ends.
+type Attacher interface {
+	Attach() bool
+	Detach()
+}
+
 // Exports resolves export names to backends.
 type Exports interface {
 	// Export returns the backend named name, or false.
@@ -354,6 +362,12 @@ func (c *serverConn) run() error {
 	b, name, err := c.handshake()
 	if err != nil || b == nil {
 		return err
+	}
+	if a, ok := b.(Attacher); ok {
+		if !a.Attach() {
+			return fmt.Errorf("export %q is no longer served", name)
+		}
+		defer a.Detach()
 	}
 	if isNet {
 		_ = nc.SetDeadline(time.Time{})
