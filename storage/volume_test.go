@@ -214,15 +214,30 @@ func TestStatsSlotsByHostName(t *testing.T) {
 // served by h2's gateway from the same volume, without copying: what the
 // VM wrote through h1, flushed or not, reads back through h2, and h1 no
 // longer serves it.
-func TestVMMovesBetweenGateways(t *testing.T) {
+// movePair is two gateways, h1 and h2, on one directory datastore, with
+// reorderA in force (vm2 on h1) and moved the policy that puts vm2 on h2.
+type movePair struct {
+	moved        *policy.Policy
+	dir          string
+	g1, g2       *Gateway
+	addr1, addr2 string
+}
+
+func newMovePair(t *testing.T, opts1 Options) movePair {
+	t.Helper()
 	pa := parsePolicy(t, reorderA)
-	moved := parsePolicy(t, strings.Replace(reorderA, "{name: vm2, host: h1", "{name: vm2, host: h2", 1))
-	dir := t.TempDir()
-	if _, err := CreateVolumes(dir, pa, "ds1"); err != nil {
+	m := movePair{moved: parsePolicy(t, strings.Replace(reorderA, "{name: vm2, host: h1", "{name: vm2, host: h2", 1)), dir: t.TempDir()}
+	if _, err := CreateVolumes(m.dir, pa, "ds1"); err != nil {
 		t.Fatal(err)
 	}
-	g1, addr1 := gatewayOn(t, pa, "h1", "dir:"+dir, Options{})
-	g2, addr2 := gatewayOn(t, pa, "h2", "dir:"+dir, Options{})
+	m.g1, m.addr1 = gatewayOn(t, pa, "h1", "dir:"+m.dir, opts1)
+	m.g2, m.addr2 = gatewayOn(t, pa, "h2", "dir:"+m.dir, Options{})
+	return m
+}
+
+func TestVMMovesBetweenGateways(t *testing.T) {
+	m := newMovePair(t, Options{})
+	moved, g1, g2, addr1, addr2 := m.moved, m.g1, m.g2, m.addr1, m.addr2
 	if len(g2.Exports()) != 0 {
 		t.Fatalf("h2 serves %v before the move", g2.Exports())
 	}
@@ -266,14 +281,8 @@ func TestVMMovesBetweenGateways(t *testing.T) {
 // page cache (O_DIRECT: on NFS they are on the server, not in the source
 // host's cache), and the destination reads them.
 func TestVMMovesDestinationFirst(t *testing.T) {
-	pa := parsePolicy(t, reorderA)
-	moved := parsePolicy(t, strings.Replace(reorderA, "{name: vm2, host: h1", "{name: vm2, host: h2", 1))
-	dir := t.TempDir()
-	if _, err := CreateVolumes(dir, pa, "ds1"); err != nil {
-		t.Fatal(err)
-	}
-	g1, addr1 := gatewayOn(t, pa, "h1", "dir:"+dir, Options{})
-	g2, addr2 := gatewayOn(t, pa, "h2", "dir:"+dir, Options{})
+	m := newMovePair(t, Options{})
+	moved, dir, g1, g2, addr1, addr2 := m.moved, m.dir, m.g1, m.g2, m.addr1, m.addr2
 	if err := g2.SetPolicy(moved); err != nil {
 		t.Fatal(err)
 	}
@@ -308,20 +317,14 @@ func TestVMMovesDestinationFirst(t *testing.T) {
 // old connection is read at the destination, and when the connection
 // closes the source flushes and closes the volume.
 func TestLeavingDiskServesOpenConnections(t *testing.T) {
-	pa := parsePolicy(t, reorderA)
-	moved := parsePolicy(t, strings.Replace(reorderA, "{name: vm2, host: h1", "{name: vm2, host: h2", 1))
-	dir := t.TempDir()
-	if _, err := CreateVolumes(dir, pa, "ds1"); err != nil {
-		t.Fatal(err)
-	}
 	logs := make(chan string, 64)
-	g1, addr1 := gatewayOn(t, pa, "h1", "dir:"+dir, Options{Logf: func(f string, a ...any) {
+	m := newMovePair(t, Options{Logf: func(f string, a ...any) {
 		select {
 		case logs <- fmt.Sprintf(f, a...):
 		default:
 		}
 	}})
-	g2, addr2 := gatewayOn(t, pa, "h2", "dir:"+dir, Options{})
+	moved, g1, g2, addr1, addr2 := m.moved, m.g1, m.g2, m.addr1, m.addr2
 	src := dial(t, addr1, "vm2/d0")
 	if err := src.WriteAt(block("before the move"), 0, false); err != nil {
 		t.Fatal(err)
