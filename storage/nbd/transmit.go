@@ -386,16 +386,17 @@ func (c *serverConn) reply(handle uint64, errno uint32, data []byte) error {
 	}
 	if err == nil && c.active.Load() <= 1 {
 		// No other request in flight (queue depth 1): send now rather
-		// than hand over to the flusher.
+		// than hand over to the flusher. The reader polls for the
+		// next request from before the client can have the reply, and
+		// only when no other client can be starved by it
+		// (Server.PollNs).
+		if c.s.nconns.Load() == 1 {
+			activity(c.rw)
+		}
 		err = c.w.Flush()
 		c.wmu.Unlock()
 		if err != nil {
 			return fmt.Errorf("reply: %w", err)
-		}
-		if c.s.nconns.Load() == 1 {
-			// Poll for the next request only when no other client
-			// can be starved by it (Server.PollNs).
-			activity(c.rw)
 		}
 		return nil
 	}
