@@ -28,11 +28,17 @@ import (
 const defaultDirectAlign = 4096
 
 // openFileVolume opens the volume file at path: with O_DIRECT unless the
-// file system refuses it.
+// file system refuses it (at open, or in statx's alignment).
 func openFileVolume(path string) (*fileVolume, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_DIRECT, 0)
+	var off, mem uint64
 	direct := err == nil
-	if errors.Is(err, syscall.EINVAL) {
+	if direct {
+		if off, mem, direct = directAlign(f); !direct {
+			f.Close()
+		}
+	}
+	if !direct && (err == nil || errors.Is(err, syscall.EINVAL)) {
 		f, err = os.OpenFile(path, os.O_RDWR, 0)
 	}
 	if errors.Is(err, os.ErrNotExist) {
@@ -59,26 +65,7 @@ func openFileVolume(path string) (*fileVolume, error) {
 		}
 		size = uint64(end)
 	}
-	v := &fileVolume{f: f, size: size, align: 1, memAlign: 1}
-	if direct {
-		v.align, v.memAlign, direct = directAlign(f)
-		if !direct {
-			// The kernel says this file takes no direct I/O after all.
-			f.Close()
-			return openBuffered(path, size)
-		}
-		v.direct = true
-	}
-	return v, nil
-}
-
-// openBuffered opens path through the page cache.
-func openBuffered(path string, size uint64) (*fileVolume, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return nil, fmt.Errorf("volume %s: %w", path, err)
-	}
-	return &fileVolume{f: f, size: size, align: 1, memAlign: 1}, nil
+	return &fileVolume{f: f, size: size, direct: direct, align: max(off, 1), memAlign: max(mem, 1)}, nil
 }
 
 // directAlign is the offset and memory alignment that direct I/O on f
@@ -133,12 +120,7 @@ func (v *fileVolume) span(off uint64, n int) (lo, hi uint64) {
 
 // bounce is a zeroed buffer of n bytes aligned for direct I/O.
 func (v *fileVolume) bounce(n uint64) []byte {
-	if v.memAlign <= 4096 {
-		return alignedBuf(int(n))
-	}
-	b := make([]byte, n+v.memAlign)
-	o := (v.memAlign - uint64(uintptr(unsafe.Pointer(&b[0])))%v.memAlign) % v.memAlign
-	return b[o : o+n : o+n]
+	return alignedTo(int(n), int(max(v.memAlign, 4096)))
 }
 
 // pread fills p from off; what lies past the end of the file reads as
@@ -217,8 +199,10 @@ func (v *fileVolume) readModifyWrite(p []byte, off, lo, hi uint64) error {
 	if _, err := v.f.WriteAt(b, int64(lo)); err != nil {
 		return err
 	}
-	if fi, err := v.f.Stat(); err == nil && fi.Mode().IsRegular() && uint64(fi.Size()) > v.size && hi > v.size {
-		return v.f.Truncate(int64(max(v.size, end)))
+	if hi > v.size {
+		// The file grew to the aligned end (end ≤ size: the disk is
+		// no larger than its volume).
+		return v.f.Truncate(int64(v.size))
 	}
 	return nil
 }

@@ -201,15 +201,18 @@ func BenchmarkFileVolume(b *testing.B) {
 				if err := os.WriteFile(path, make([]byte, size), 0o600); err != nil {
 					b.Fatal(err)
 				}
-				var v *fileVolume
-				var err error
-				if mode == "direct" {
-					v, err = openFileVolume(path)
-				} else {
-					v, err = openBuffered(path, size)
-				}
+				v, err := openFileVolume(path)
 				if err != nil {
 					b.Fatal(err)
+				}
+				if mode == "cached" {
+					// The same file through the page cache.
+					v.close()
+					f, err := os.OpenFile(path, os.O_RDWR, 0)
+					if err != nil {
+						b.Fatal(err)
+					}
+					v = &fileVolume{f: f, size: size, align: 1, memAlign: 1}
 				}
 				defer v.close()
 				if mode == "direct" && !v.direct {

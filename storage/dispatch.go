@@ -218,12 +218,11 @@ type disk struct {
 	queued, inflight int
 	cur              diskPeriod
 	removed          bool // the disk left this gateway and was released
-	// conns counts the connections that opened the disk; leaving: its VM
-	// left the host, and the disk is served to those connections only
-	// until the last one ends (then idle is closed).
-	conns   int
-	leaving bool
-	idle    chan struct{}
+	// conns counts the connections that opened the disk. idle is set
+	// when the disk's VM left the host: the disk is then served to those
+	// connections only, and idle is closed when the last one ends.
+	conns int
+	idle  chan struct{}
 	// Durability: ackSeq counts the writes acknowledged without FUA,
 	// coveredSeq the first of them that a successful FLUSH covers. A
 	// datastore connection replaced while ackSeq > coveredSeq may have
@@ -265,11 +264,11 @@ func (d *disk) connectionReplaced() {
 
 // SizeBytes implements nbd.Backend.
 // Attach implements nbd.Attacher: a connection opened the disk; refused
-// once the disk is leaving.
+// once the disk is leaving (idle set).
 func (d *disk) Attach() bool {
 	d.gate.mu.Lock()
 	defer d.gate.mu.Unlock()
-	if d.leaving {
+	if d.idle != nil {
 		return false
 	}
 	d.conns++
@@ -281,7 +280,7 @@ func (d *disk) Detach() {
 	d.gate.mu.Lock()
 	defer d.gate.mu.Unlock()
 	d.conns--
-	if d.conns == 0 && d.leaving {
+	if d.conns == 0 && d.idle != nil {
 		close(d.idle)
 	}
 }

@@ -66,15 +66,14 @@ type Gateway struct {
 	exports *exportSet
 	srv     *nbd.Server
 
-	polMu    sync.Mutex // serialises SetPolicy
-	mu       sync.Mutex
-	stopping bool // Close began: leaving disks are released at once
-	pol      *policy.Policy
-	status   Status
-	listen   string
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	once     sync.Once
+	polMu  sync.Mutex // serialises SetPolicy
+	mu     sync.Mutex
+	pol    *policy.Policy
+	status Status
+	listen string
+	stop   chan struct{} // closed (under mu) when Close begins
+	wg     sync.WaitGroup
+	once   sync.Once
 
 	closeOnce sync.Once
 	closeErr  error
@@ -426,7 +425,6 @@ func (g *Gateway) removeDisk(d *disk) {
 	g.exports.mu.Unlock()
 	gt := d.gate
 	gt.mu.Lock()
-	d.leaving = true
 	d.idle = make(chan struct{})
 	conns := d.conns
 	if conns == 0 {
@@ -434,7 +432,12 @@ func (g *Gateway) removeDisk(d *disk) {
 	}
 	gt.mu.Unlock()
 	g.mu.Lock()
-	if conns == 0 || g.stopping {
+	select {
+	case <-g.stop:
+		conns = 0 // Close began: released at once
+	default:
+	}
+	if conns == 0 {
 		g.mu.Unlock()
 		g.release(d)
 		return
@@ -531,9 +534,8 @@ var closeGrace = 10 * time.Second
 func (g *Gateway) Close() error {
 	g.closeOnce.Do(func() {
 		g.mu.Lock()
-		g.stopping = true
-		g.mu.Unlock()
 		close(g.stop)
+		g.mu.Unlock()
 		// Connections go first: clients see a closed connection (and
 		// reconnect), not errors; requests already taken finish upstream.
 		srvClosed := make(chan error, 1)

@@ -237,9 +237,13 @@ func chooseSlot(host string, cur int, slots []slotRead, nowNs int64) (slot, scan
 
 // alignedBuf is a zeroed buffer of n bytes aligned to 4096 in memory, as
 // O_DIRECT needs.
-func alignedBuf(n int) []byte {
-	b := make([]byte, n+4096)
-	off := int(-uintptr(unsafe.Pointer(&b[0])) & 4095)
+func alignedBuf(n int) []byte { return alignedTo(n, 4096) }
+
+// alignedTo is a zeroed buffer of n bytes aligned to align (a power of
+// two) in memory.
+func alignedTo(n, align int) []byte {
+	b := make([]byte, n+align)
+	off := int(-uintptr(unsafe.Pointer(&b[0])) & uintptr(align-1))
 	return b[off : off+n : off+n]
 }
 
