@@ -97,7 +97,7 @@ func TestGuestStorageCrash(t *testing.T) {
 		busy := l.waitDiskIOs(t, "h1", "vm1/d0", t0, 1500, 60*time.Second)
 		livelab.KillPID(t, ds.PID)
 		killed := time.Now()
-		ds = l.restartDatastore(ds)
+		ds = livelab.RestartDatastore(t, ds)
 		t.Logf("fio had done ≥ 1500 I/Os at the gateway %v after its start; datastore killed (SIGKILL) and listening again %v later",
 			busy.Sub(t0).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 		r := l.waitFio(ctx, "vm1", pid)

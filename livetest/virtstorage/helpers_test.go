@@ -196,12 +196,6 @@ func (l *guestLab) restartGateway(pr lab.Process, socket string, ds *lab.Process
 	}
 }
 
-// restartDatastore starts the recorded nbdkit pr again (livelab.RestartDatastore).
-func (l *guestLab) restartDatastore(pr lab.Process) lab.Process {
-	l.t.Helper()
-	return livelab.RestartDatastore(l.t, pr)
-}
-
 // gatewayStatus reads host's gateway status file (written every period).
 func (l *guestLab) gatewayStatus(host string) (storage.Status, error) {
 	return storage.ReadStatusFile(filepath.Join(lab.DefaultStateDir, "gateway-"+l.p.Cluster+"-"+host+".json"))
