@@ -199,6 +199,12 @@ func (g *datastoreGate) issue(o *op) error {
 		g.period.ios++
 		g.period.normLatNs += parda.DefaultSizeModel.Normalize(devNs, float64(len(o.buf)))
 		d.record(len(o.buf), end.Sub(o.enqueue))
+		switch o.kind {
+		case nbd.CmdRead:
+			d.reads++
+		case nbd.CmdWrite:
+			d.writes++
+		}
 	}
 	started := g.dispatchLocked(nil)
 	g.mu.Unlock()
@@ -217,7 +223,8 @@ type disk struct {
 	// guarded by gate.mu
 	queued, inflight int
 	cur              diskPeriod
-	removed          bool // the disk left this gateway and was released
+	reads, writes    uint64 // completed successfully since the disk was opened
+	removed          bool   // the disk left this gateway and was released
 	// conns counts the connections that opened the disk. idle is set
 	// when the disk's VM left the host: the disk is then served to those
 	// connections only, and idle is closed when the last one ends.

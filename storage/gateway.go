@@ -200,6 +200,17 @@ func newGate(clk Clock, ds policy.Datastore, loc string, pollNs int64) (*datasto
 		return nil, fmt.Errorf("gateway: datastore %s: %w", ds.Name, err)
 	}
 	g.stats = stats
+	if v, ok := stats.(*nbdVolume); ok {
+		// The control loop reads and writes the stats volume once a
+		// period: a datastore that does not answer (after one new
+		// connection) makes a period without the datastore-wide view,
+		// logged, and the next period tries again. Retrying for the
+		// disks' retry window instead would stall the loop, and the
+		// host's status with it, for the whole outage. A disk's
+		// reconnection reads the identity here once the datastore
+		// answered it.
+		v.up.retryWindow = 0
+	}
 	if stats.sizeBytes() < statsHeaderBytes+StatsSlotBytes {
 		stats.close()
 		return nil, fmt.Errorf("gateway: datastore %s: stats volume %s has %d bytes, want %d", ds.Name, StatsVolume, stats.sizeBytes(), StatsVolumeBytes)
@@ -755,7 +766,8 @@ func (g *Gateway) buildStatus(now time.Time, elapsed time.Duration, res []period
 		}
 		for id, d := range gt.disks {
 			s := DiskStatus{Disk: d.v.Export(), Datastore: gt.name, Volume: d.v.Name(), Shares: d.policy.Shares,
-				ReservationIOPS: int64(d.policy.ReservationIOPS), Outstanding: d.queued + d.inflight}
+				ReservationIOPS: int64(d.policy.ReservationIOPS), Outstanding: d.queued + d.inflight,
+				ReadsTotal: d.reads, WritesTotal: d.writes}
 			if d.policy.LimitIOPS != policy.UnlimitedIOPS {
 				s.LimitIOPS = int64(d.policy.LimitIOPS)
 			}

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"math"
+	"net"
 	"testing"
 	"time"
 
@@ -85,6 +86,17 @@ func TestControlLoopFakeClock(t *testing.T) {
 		if st.TimeUnixNs != end.UnixNano() || st.PeriodS != 1 || d.HostsSeen != 2 || math.Abs(d.Window-want) > 1e-9 {
 			t.Errorf("period %d: status time %d period %vs hosts %d window %v; want %d, 1s, 2, %v", period, st.TimeUnixNs, st.PeriodS, d.HostsSeen, d.Window, end.UnixNano(), want)
 		}
+		// The totals count since the disk was opened: period 2 still
+		// shows period 1's reads.
+		var reads, writes uint64 = 1 << 63, 1 << 63
+		for _, dk := range st.Disks {
+			if dk.Disk == "vm1/disk0" {
+				reads, writes = dk.ReadsTotal, dk.WritesTotal
+			}
+		}
+		if reads != 3 || writes != 0 {
+			t.Errorf("period %d: vm1/disk0 totals %d reads, %d writes; want 3, 0", period, reads, writes)
+		}
 		got, ok := vols.slotOf("h1")
 		if !ok || got.PeriodEndNs != end.UnixNano() || got.PeriodNs != 1e9 || got.IOs != h1IOs || got.Window != window {
 			t.Errorf("period %d: h1's record %+v (ok %v), want end %d, 1 s, %d I/Os, window %v", period, got, ok, end.UnixNano(), h1IOs, window)
@@ -93,5 +105,42 @@ func TestControlLoopFakeClock(t *testing.T) {
 	}
 	if g.Status().Datastores[0].Window != window {
 		t.Errorf("Status() window %v, want %v", g.Status().Datastores[0].Window, window)
+	}
+}
+
+// While the datastore does not answer, the control loop goes on: every
+// period ends on time, with the disks' counters, instead of waiting for
+// the stats volume for the disks' retry window.
+func TestControlLoopDatastoreDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p := parsePolicy(t, twoHostPolicy)
+	vols := newMemVolumes(p)
+	ex := nbd.MapExports{}
+	for n, v := range vols {
+		ex[n] = v
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &nbd.Server{Exports: ex}
+	go srv.Serve(l)
+	clk := newFakeClock(time.Unix(1000, 0))
+	periods := make(chan Status, 1)
+	serveGateway(t, p, l.Addr().String(), Options{Clock: clk, OnPeriod: func(s Status) { periods <- s }})
+	clk.waitTickers(1)
+	srv.Close() // the datastore goes away
+	for period := 1; period <= 3; period++ {
+		clk.Advance(time.Second)
+		select {
+		case st := <-periods:
+			if want := clk.Now().UnixNano(); st.TimeUnixNs != want {
+				t.Errorf("period %d: status of %d, want %d", period, st.TimeUnixNs, want)
+			}
+		case <-ctx.Done():
+			clk.Advance(time.Minute) // past any retry, so that the gateway can close
+			t.Fatalf("period %d did not end while the datastore was down: the control loop waits for the stats volume", period)
+		}
 	}
 }

@@ -118,6 +118,11 @@ type DiskStatus struct {
 	LatencyMeanMs   float64 `json:"latency_mean_ms"`
 	LatencyP99Ms    float64 `json:"latency_p99_ms"`
 	Outstanding     int     `json:"outstanding"`
+	// ReadsTotal and WritesTotal count the reads and writes this gateway
+	// completed successfully for the disk since it started serving it
+	// (acknowledged to the VM or about to be), up to the status's time.
+	ReadsTotal  uint64 `json:"reads_total"`
+	WritesTotal uint64 `json:"writes_total"`
 	// Error, when set, is why the disk's FLUSHes fail: acknowledged writes
 	// may have been lost.
 	Error string `json:"error,omitempty"`

@@ -87,12 +87,13 @@ func (u *upstream) get() (*nbd.Client, error) {
 }
 
 // do runs fn on a live client; connection failures are retried on a new
-// connection until retryWindow has passed. Error replies from the datastore
-// are returned as they are.
+// connection: at once the first time (the old connection may just have
+// died: a restarted datastore), then with back-off until retryWindow has
+// passed. Error replies from the datastore are returned as they are.
 func (u *upstream) do(fn func(c *nbd.Client) error) error {
 	deadline := u.clk.Now().Add(u.retryWindow)
 	backoff := 20 * time.Millisecond
-	for {
+	for attempt := 0; ; attempt++ {
 		c, err := u.get()
 		if err == nil {
 			err = fn(c)
@@ -108,7 +109,10 @@ func (u *upstream) do(fn func(c *nbd.Client) error) error {
 		if errors.As(err, &fe) {
 			return err
 		}
-		if u.clk.Now().After(deadline) {
+		if attempt == 0 {
+			continue
+		}
+		if !u.clk.Now().Before(deadline) {
 			return err
 		}
 		sleep(u.clk, backoff) // reconnect back-off
