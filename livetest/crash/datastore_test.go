@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/livetest/livelab"
 	"sluice/policy"
 	"sluice/storage"
 )
@@ -26,8 +27,9 @@ vms:
 // TestDatastoreRestartMidWrite: a gateway (the sluice binary) serves vm1's
 // disk from a datastore that keeps its data across a restart, as an array
 // does (nbdkit's file plugin serving a directory of volumes). fio writes 48 MiB with verify headers through
-// the gateway; in the middle the datastore is killed with SIGKILL, stays
-// down for a second and is started again. The gateway reconnects and
+// the gateway; once fio reports minAcked writes done the datastore is killed
+// with SIGKILL, stays down until the gateway's status shows the outage and
+// is started again. The gateway reconnects and
 // retries, so fio should see only latency; either way every block whose
 // write fio saw succeed must verify afterwards (fio's own verify pass, or,
 // when fio saw an error, a verify of what its state says it wrote).
@@ -50,6 +52,7 @@ func TestDatastoreRestartMidWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	dsSock, gwSock := filepath.Join(dir, "ds1.sock"), filepath.Join(dir, "gw.sock")
+	statusFile := filepath.Join(dir, "gateway.json")
 	nbdkit := func() *daemon {
 		_ = os.Remove(dsSock) // a killed nbdkit leaves its socket
 		d := startDaemon(t, "", filepath.Join(dir, "nbdkit.log"), "nbdkit", "-f", "-U", dsSock, "-t", "8",
@@ -60,29 +63,25 @@ func TestDatastoreRestartMidWrite(t *testing.T) {
 	ds := nbdkit()
 	startDaemon(t, "", filepath.Join(dir, "gateway.log"), sluiceBin, "gateway", "--host", "h1", "--policy", file,
 		"--datastore", "ds1=nbd+unix:///?socket="+dsSock, "--listen", "unix:"+gwSock, "--period", "500ms",
-		"--status-file", filepath.Join(dir, "gateway.json"))
+		"--status-file", statusFile)
 	waitSocket(t, gwSock, 10*time.Second)
 	uri := "nbd+unix:///vm1/d0?socket=" + gwSock
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	job := []string{"uri=" + uri, "rw=randwrite", "bs=4k", "iodepth=8", "size=48M", "verify=crc32c", "randrepeat=1"}
-	during := make(chan fioRun, 1)
-	go func() {
-		during <- runFio(ctx, dir, "", withAckLog(append(job, "do_verify=1", "verify_state_save=1"))...)
-	}()
-	time.Sleep(1500 * time.Millisecond) // the restart's place in the write schedule
-	select {
-	case r := <-during:
-		t.Fatalf("fio ended before the datastore was killed (%v): nothing tested; make it longer", r.Err)
-	default:
-	}
+	during := startFio(ctx, dir, "", withAckLog(append(job, "do_verify=1", "verify_state_save=1"))...)
+	at := during.waitWrites(t, minAcked)
 	ds.kill()
 	killed := time.Now()
-	time.Sleep(time.Second) // the datastore is down for a second
+	// The datastore stays down until the gateway's status shows the
+	// outage: a period that began after the kill, in which no write can
+	// complete and fio's wait in the gateway, which retries.
+	down := livelab.WaitDisk(t, statusFile, "vm1/d0", killed, livelab.AnyDisk)
 	nbdkit()
-	t.Logf("datastore killed (SIGKILL) and serving again after %s", time.Since(killed).Round(time.Millisecond))
-	w := <-during
+	t.Logf("datastore killed (SIGKILL) after fio reported %d of its %d writes completed (%d issued); during the outage the gateway had completed %d writes and %d requests waited; serving again after %s",
+		at.Write.KiB/4, 48<<20/4096, at.Write.IOs, down.WritesTotal, down.Outstanding, time.Since(killed).Round(time.Millisecond))
+	w := during.wait()
 	t.Logf("fio: %d writes (%d acknowledged), %d verification reads, %d writes reported failed (%v, job error %d)", w.WriteIOs, len(w.Acked), w.ReadIOs, len(w.FailedWrites), w.Err, w.JobError)
 	if gl, err := os.ReadFile(filepath.Join(dir, "gateway.log")); err == nil {
 		t.Logf("gateway log:\n%s", tailOf(string(gl)))

@@ -29,10 +29,14 @@ vms:
   - {name: vm1, host: h1, nics: [{name: nic0}], disks: [{name: d0, datastore: ds1, size: 64MiB}]}
 `
 
+// minAcked is how many writes fio must report done before a kill: the
+// kill comes by fio's progress, not by the clock.
+const minAcked = 1500
+
 // TestGatewayKilledMidWrite: in a lab from `sluice lab up`, fio in vm1
 // writes 16 MiB with verify headers and finishes (flushed); a second fio
-// writes 32 MiB more, and the host's gateway is killed with SIGKILL in the
-// middle of it. fio sees its writes fail. A new gateway is started with
+// writes 32 MiB more, and the host's gateway is killed with SIGKILL once
+// fio reports minAcked of its 8192 writes done. fio sees its writes fail. A new gateway is started with
 // the same command line; fio then verifies through it the first 16 MiB
 // entirely and the second part as far as it had written (its verify
 // state). A wrong block is allowed only where fio's write was not
@@ -119,19 +123,15 @@ func TestGatewayKilledMidWrite(t *testing.T) {
 		t.Fatalf("fio writing the first 16 MiB: %v (job error %d): %s", r.Err, r.JobError, tailOf(r.Stderr))
 	}
 
-	// The second writer runs while the gateway is killed.
-	during := make(chan fioRun, 1)
-	go func() { during <- runFio(ctx, dirB, vmNS, withAckLog(write("16M", "32M"))...) }()
-	time.Sleep(1500 * time.Millisecond) // the kill's place in the write schedule
-	select {
-	case r := <-during:
-		t.Fatalf("the second writer ended before the kill (%v): nothing tested; make it longer", r.Err)
-	default:
-	}
+	// The second writer runs while the gateway is killed: once fio
+	// reports minAcked of its 8192 writes done.
+	during := startFio(ctx, dirB, vmNS, withAckLog(write("16M", "32M"))...)
+	at := during.waitWrites(t, minAcked)
 	killed := time.Now()
 	livelab.KillPID(t, gw.PID)
-	w := <-during
-	t.Logf("fio writing during the kill: %d writes done, %d acknowledged, %d reported failed (%v, job error %d)", w.WriteIOs, len(w.Acked), len(w.FailedWrites), w.Err, w.JobError)
+	w := during.wait()
+	t.Logf("fio writing during the kill: %d writes completed and %d issued at the kill (fio's report), %d in all, %d acknowledged, %d reported failed (%v, job error %d)",
+		at.Write.KiB/4, at.Write.IOs, w.WriteIOs, len(w.Acked), len(w.FailedWrites), w.Err, w.JobError)
 	if w.Acked == nil {
 		t.Fatalf("fio's completion log of the interrupted writer: %v", w.Err)
 	}

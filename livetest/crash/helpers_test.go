@@ -16,10 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -127,15 +124,22 @@ type fioRun struct {
 	Stderr    string
 }
 
-var (
-	failedWriteRE = regexp.MustCompile(`io_u error on file .*: write offset=(\d+)`)
-	badBlockRE    = regexp.MustCompile(`verify: .* at file \S+ offset (\d+)`)
-)
-
 // runFio runs one fio job (options as key=value, ioengine nbd) in dir (its
 // verify state files live there) inside namespace ns ("" for this one).
 func runFio(ctx context.Context, dir, ns string, opts ...string) fioRun {
-	args := []string{"fio", "--name=crash", "--ioengine=nbd", "--output-format=json"}
+	return startFio(ctx, dir, ns, opts...).wait()
+}
+
+// fioProc is a running fio job: its progress as fio reports it, every
+// livelab.FioStatusInterval, and its outcome.
+type fioProc struct {
+	*livelab.FioStream
+	result chan fioRun
+}
+
+// startFio starts runFio's job and returns at once.
+func startFio(ctx context.Context, dir, ns string, opts ...string) *fioProc {
+	args := []string{"fio", "--name=crash", "--ioengine=nbd", "--output-format=json", "--status-interval=" + livelab.FioStatusInterval}
 	for _, o := range opts {
 		args = append(args, "--"+o)
 	}
@@ -144,30 +148,53 @@ func runFio(ctx context.Context, dir, ns string, opts ...string) fioRun {
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Dir = dir
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	r := fioRun{Err: cmd.Run(), Stderr: errb.String(), FailedWrites: map[int64]bool{}}
-	if slices.Contains(opts, ackLog) {
-		var err error
-		if r.Acked, err = ackedWrites(filepath.Join(dir, ackLogName+"_clat.1.log")); err != nil && r.Err == nil {
-			r.Err = err
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	p := &fioProc{result: make(chan fioRun, 1)}
+	out, err := cmd.StdoutPipe()
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
+		p.FioStream = livelab.NewFioStream(strings.NewReader(""))
+		p.result <- fioRun{Err: err}
+		return p
+	}
+	p.FioStream = livelab.NewFioStream(out)
+	go func() {
+		final := p.Final() // fio's output ended
+		r := fioRun{Err: cmd.Wait(), Stderr: errb.String()}
+		if slices.Contains(opts, ackLog) {
+			var err error
+			if r.Acked, err = ackedWrites(filepath.Join(dir, ackLogName+"_clat.1.log")); err != nil && r.Err == nil {
+				r.Err = err
+			}
 		}
+		r.FailedWrites, r.BadBlocks = livelab.FailedWrites(r.Stderr), livelab.BadBlocks(r.Stderr)
+		if j, err := livelab.ParseFioJob(final); err == nil {
+			r.JobError, r.WriteIOs, r.ReadIOs = j.Error, j.Write.IOs, j.Read.IOs
+		} else if r.Err == nil {
+			r.Err = fmt.Errorf("fio's final report: %v", err)
+		}
+		p.result <- r
+	}()
+	return p
+}
+
+// wait waits for fio to end and returns its outcome.
+func (p *fioProc) wait() fioRun { return <-p.result }
+
+// waitWrites waits until fio reports at least n of its 4 KiB writes
+// completed and returns the report; it fails the test, with fio's
+// outcome, when fio ended first.
+func (p *fioProc) waitWrites(t *testing.T, n int64) livelab.FioJob {
+	t.Helper()
+	j, ok := p.Wait(func(j livelab.FioJob) bool { return j.Write.KiB >= 4*n })
+	if !ok {
+		r := p.wait()
+		t.Fatalf("fio ended after %d writes, before the %d the test waits for (%v, job error %d): %s", r.WriteIOs, n, r.Err, r.JobError, tailOf(r.Stderr))
 	}
-	for _, m := range failedWriteRE.FindAllStringSubmatch(r.Stderr, -1) {
-		off, _ := strconv.ParseInt(m[1], 10, 64)
-		r.FailedWrites[off] = true
-	}
-	for _, m := range badBlockRE.FindAllStringSubmatch(r.Stderr, -1) {
-		off, _ := strconv.ParseInt(m[1], 10, 64)
-		r.BadBlocks = append(r.BadBlocks, off)
-	}
-	sort.Slice(r.BadBlocks, func(i, j int) bool { return r.BadBlocks[i] < r.BadBlocks[j] })
-	if j, err := livelab.ParseFioJob(out.Bytes()); err == nil {
-		r.JobError, r.WriteIOs, r.ReadIOs = j.Error, j.Write.IOs, j.Read.IOs
-	} else if r.Err == nil {
-		r.Err = fmt.Errorf("%v: %s", err, tailOf(out.String()))
-	}
-	return r
+	return j
 }
 
 // ackLog makes fio log every completed I/O with its offset (write_lat_log

@@ -198,7 +198,12 @@ func (l *guestLab) restartGateway(pr lab.Process, socket string, ds *lab.Process
 
 // gatewayStatus reads host's gateway status file (written every period).
 func (l *guestLab) gatewayStatus(host string) (storage.Status, error) {
-	return storage.ReadStatusFile(filepath.Join(lab.DefaultStateDir, "gateway-"+l.p.Cluster+"-"+host+".json"))
+	return storage.ReadStatusFile(l.statusFile(host))
+}
+
+// statusFile is host's gateway status file.
+func (l *guestLab) statusFile(host string) string {
+	return filepath.Join(lab.DefaultStateDir, "gateway-"+l.p.Cluster+"-"+host+".json")
 }
 
 // fioResult is what the tests read from fio's JSON report: the first job,
