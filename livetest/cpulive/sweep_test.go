@@ -25,22 +25,32 @@ import (
 const sweepCluster = "cpusw"
 
 // sweepPolicy is seed 003's test bed in the lab: a sending QEMU guest (tx,
-// 1 vCPU) and a receiving namespace VM (rx) on one host, the host's CPU
-// as this machine's (2 cores at 2600 MHz, /proc/cpuinfo). The traffic
-// stays on the host's bridge, as the seed's stays on one port group.
+// 1 vCPU) and a receiving namespace VM (rx) on one host whose CPU is this
+// machine's (2 cores at the clock /proc/cpuinfo gives: %d MHz). The
+// traffic stays on the host's bridge, as the seed's stays on one port
+// group.
 const sweepPolicy = `cluster: ` + sweepCluster + `
 hosts:
   - name: h1
-    cpu: {cores: 2, mhz: 2600}
+    cpu: {cores: 2, mhz: %d}
     uplinks: [{name: up0, speed: 10Gbps}]
 vms:
   - {name: tx, host: h1, cpu: {vcpus: 1}, lab: {kind: qemu}, nics: [{name: nic0}]}
   - {name: rx, host: h1, cpu: {vcpus: 1}, nics: [{name: nic0}]}
 `
 
-// sweepLimitsMHz are the sender's CPU limits, after an unlimited point:
-// 100% of a core down to 15% (390 of 2600 MHz), 9 points in all.
-var sweepLimitsMHz = []int{2600, 2210, 1820, 1430, 1170, 910, 650, 520, 390}
+// sweepPcts are the sender's CPU limits in % of one of this machine's
+// cores, after an unlimited point: 100% down to 15%, 9 points in all.
+var sweepPcts = []int{100, 85, 70, 55, 45, 35, 25, 20, 15}
+
+// sweepLimitsMHz are sweepPcts in MHz of a core of coreMHz.
+func sweepLimitsMHz(coreMHz int) []int {
+	var out []int
+	for _, p := range sweepPcts {
+		out = append(out, (p*coreMHz+50)/100)
+	}
+	return out
+}
 
 // Per point: once the agent set the limit, sweepWarmS seconds for the
 // flow to settle, then sweepMeasureS seconds counted.
@@ -58,33 +68,45 @@ const sweepOut = "out/live/cpu-limit-sweep"
 // (the client runs in the guest through its guest agent, 4 streams, one
 // flow for the whole sweep) to a namespace VM on the same host while the
 // agent (sluice agent --cpu, run in this process on the lab's inventory)
-// sets the guest's CPU limit from the policy: unlimited, then
-// sweepLimitsMHz. The guest's whole QEMU process is in its lab cgroup
+// sets the guest's CPU limit from the policy: unlimited, then sweepPcts
+// of a core. The guest's whole QEMU process is in its lab cgroup
 // (lab.VMCgroup), so the limit is the cfs quota of everything the guest
 // costs the host. The rate is what the receiver's sockets received over
 // the counted seconds, timed by the host (a throttled TCG guest's own
-// clock falls behind: iperf3's 5 s took 27 s at 15%). It asserts:
+// clock falls behind: iperf3's 5 s took 27 s at 15%). Everything is
+// judged against what this run measured on this machine, never against a
+// figure from another one. It asserts:
 //
+//   - the limit held at each point: the guest used at most its allocation
+//     (limitSlack);
+//   - the limits bound: at least minCPUBound of the eight limited points
+//     sent less than CPUBoundFraction of the unlimited rate (a limit the
+//     guest sends as much under as without one does not bind: something
+//     else held the flow, and the point says nothing of the cost of
+//     sending);
 //   - throughput against allocation is a straight line, R² ≥ 0.95 (the
 //     allocation of the unlimited point is what the guest used);
+//   - the line through the CPU-bound points extends to the unlimited
+//     point: at the CPU the unlimited guest used, it predicts its rate
+//     within 15% (seed 003: throughput scales with CPU up to the
+//     unlimited rate);
 //   - the ready-time analog (run-queue wait of the QEMU threads,
 //     /proc/TID/schedstat) rises as the limit falls: Spearman's rank
 //     correlation between the limit and the ready % is ≤ −0.9 over the
 //     limited points, and the ready % at 15% is at least 50 points above
 //     the unlimited point's;
-//   - the simulator's model calibrated once to this machine
-//     (calibrationScenario) predicts the slope of the CPU-bound points
-//     within 15%: the limited points that send less than CPUBoundFraction
-//     of the unlimited rate (a limit the guest sends as much under as
-//     without one does not bind: something else held the flow, and the
-//     point says nothing of the cost of sending); at least minCPUBound of
-//     the nine must be, or the limits did not hold the guest;
+//   - the simulator with its CPU model calibrated to this run (the
+//     figures of the line and the unlimited point, set once: the scenario
+//     out/live/cpu-limit-sweep-lab.yaml, which scripts/calibrate-cpu.sh
+//     makes the simulator's calibration) gives the slope of this run
+//     within 15%.
 //
-// and writes the points, a plot beside the seed's and a report section
-// to out/live/cpu-limit-sweep.*.
+// It writes the points, a plot beside the seed's and a report section to
+// out/live/cpu-limit-sweep.*.
 func TestSeed003Live(t *testing.T) {
 	tree := requireSweep(t)
-	p, err := policy.Parse("sweep.yaml", []byte(sweepPolicy))
+	coreMHz := machineCoreMHz(t)
+	p, err := policy.Parse("sweep.yaml", []byte(fmt.Sprintf(sweepPolicy, coreMHz)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +125,7 @@ func TestSeed003Live(t *testing.T) {
 	if _, err := lab.Up(p, lab.Options{StateDir: dir, GuestTTL: 5 * time.Minute}); err != nil {
 		t.Fatalf("lab up: %v", err)
 	}
-	t.Logf("lab up in %v", time.Since(t0).Round(100*time.Millisecond))
+	t.Logf("lab up in %v; a core of this machine: %d MHz", time.Since(t0).Round(100*time.Millisecond), coreMHz)
 	txGroup, rxGroup := lab.VMCgroup(pl, "tx"), lab.VMCgroup(pl, "rx")
 	if pids, err := tree.Procs(txGroup); err != nil || len(pids) != 1 {
 		t.Fatalf("cgroup %s holds %v (%v), want the guest's QEMU process", txGroup, pids, err)
@@ -115,20 +137,49 @@ func TestSeed003Live(t *testing.T) {
 	f := startFlow(t, tree, pl, rxGroup)
 	var pts []sim.SweepPoint
 	var others []float64
-	for _, lim := range append([]int{0}, sweepLimitsMHz...) {
+	for _, lim := range append([]int{0}, sweepLimitsMHz(coreMHz)...) {
 		policies <- withTxLimit(p, lim)
-		waitQuota(t, tree, txGroup, lim, sweepCoreMHz)
-		pt, o := f.measure(t, tree, txGroup, lim)
+		waitQuota(t, tree, txGroup, lim, coreMHz)
+		pt, o := f.measure(t, tree, txGroup, lim, coreMHz)
 		pts = append(pts, pt)
 		others = append(others, o)
 	}
 	f.stop(t)
+	busy := 0.0
+	for _, o := range others {
+		busy += o / float64(len(others))
+	}
+
+	for _, pt := range limited(pts) {
+		if pt.UsedPct > pt.AllocPct*(1+limitSlack) {
+			t.Errorf("limit %d MHz (%.0f%% of a core) did not hold: the guest used %.1f%% of a core", pt.LimitMHz, pt.AllocPct, pt.UsedPct)
+		}
+	}
+	bound := cpuBound(pts)
+	if len(bound) < minCPUBound {
+		t.Fatalf("only %d of %d limited points sent less than %.0f%% of the unlimited %.3f Gbps: the CPU limits did not hold the guest",
+			len(bound), len(pts)-1, 100*CPUBoundFraction, pts[0].Gbps)
+	}
+	if n := len(pts) - 1 - len(bound); n > 0 {
+		t.Logf("%d limited point(s) sent ≥ %.0f%% of the unlimited rate: the limit did not bind there, left out of the slope", n, 100*CPUBoundFraction)
+	}
 
 	slope, icpt, r2 := sim.FitSweep(pts)
 	t.Logf("fit over all points: %.4f Gbps per %% of a core, intercept %.3f Gbps, R² %.4f", slope, icpt, r2)
 	if !(r2 >= 0.95) {
 		t.Errorf("throughput against CPU allocation is not linear: R² %.4f < 0.95 (points above)", r2)
 	}
+	ls, lc, _ := sim.FitSweep(bound)
+	cal := calibrate(ls, lc, pts[0].UsedPct, coreMHz)
+	t.Logf("CPU-bound points: %.4f Gbps per %% of a core, intercept %.3f Gbps: %.0f MHz per Gbps above %.0f MHz; as the simulator's model: cyclesPerByte %.2f, overheadMHz %.0f, peakMHz %.0f",
+		ls, lc, cal.mhzPerGbps, cal.OverheadMHz, cal.CyclesPerByte, cal.OverheadMHz, cal.PeakMHz)
+	pred := ls*pts[0].UsedPct + lc
+	t.Logf("the line at the unlimited guest's %.1f%% of a core: %.3f Gbps, measured %.3f (%+.1f%%)", pts[0].UsedPct, pred, pts[0].Gbps, 100*(pred/pts[0].Gbps-1))
+	if math.Abs(pred/pts[0].Gbps-1) > 0.15 {
+		t.Errorf("throughput does not scale with CPU up to the unlimited rate: the line through the limited points gives %.3f Gbps at the %.1f%% of a core the unlimited guest used, which sent %.3f (%+.1f%%, want within 15%%); the rest of the machine used %.0f%% of a core on average",
+			pred, pts[0].UsedPct, pts[0].Gbps, 100*(pred/pts[0].Gbps-1), 100*busy)
+	}
+
 	var lim, rdy []float64
 	for _, pt := range pts[1:] {
 		lim = append(lim, float64(pt.LimitMHz))
@@ -144,50 +195,73 @@ func TestSeed003Live(t *testing.T) {
 		t.Errorf("ready time at 15%% is only %.1f points above unlimited (want ≥ 50)", rise)
 	}
 
-	// The simulator calibrated once to this machine predicts the slope
-	// of the limited points within 15%.
-	bound := cpuBound(pts)
-	if len(bound) < minCPUBound {
-		t.Fatalf("only %d of %d limited points sent less than %.0f%% of the unlimited %.3f Gbps: the CPU limits did not hold the guest",
-			len(bound), len(pts)-1, 100*CPUBoundFraction, pts[0].Gbps)
-	}
-	if n := len(pts) - 1 - len(bound); n > 0 {
-		t.Logf("%d limited point(s) sent ≥ %.0f%% of the unlimited rate: the limit did not bind there, left out of the slope", n, 100*CPUBoundFraction)
-	}
-	ls, lc, _ := sim.FitSweep(bound)
-	t.Logf("limited points: %.4f Gbps per %% of a core, intercept %.3f Gbps: %.0f MHz per Gbps above %.0f MHz; as the simulator's model (the calibration's figures when this run is the calibration run): cyclesPerByte %.2f, overheadMHz %.0f, peakMHz %.0f",
-		ls, lc, sweepCoreMHz/100/ls, -lc/ls*sweepCoreMHz/100, sweepCoreMHz/100/ls*8/1000, -lc/ls*sweepCoreMHz/100, pts[0].UsedPct*sweepCoreMHz/100)
+	// The simulator, its model calibrated once to this run, gives its
+	// slope.
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	simPts := simulateLab(t, root)
+	scen := filepath.Join(root, sweepOut+"-lab.yaml")
+	if err := writeCalibration(scen, cal, pts, coreMHz); err != nil {
+		t.Fatalf("calibration scenario: %v", err)
+	}
+	simPts := simulateLab(t, scen, coreMHz)
 	ss, _, _ := sim.FitSweep(cpuBound(simPts))
-	dev := ls/ss - 1
-	busy := 0.0
-	for _, o := range others {
-		busy += o / float64(len(others))
-	}
-	t.Logf("slope: live %.4f, simulator (%s) %.4f Gbps per %% of a core: %+.1f%%", ls, calibrationScenario, ss, 100*dev)
+	dev := ss/ls - 1
+	t.Logf("slope: live %.4f, the simulator calibrated to this run (%s) %.4f Gbps per %% of a core: %+.1f%%", ls, scen, ss, 100*dev)
 	if math.Abs(dev) > 0.15 {
-		t.Errorf("the simulator calibrated to this machine predicts %.4f Gbps per %% of a core, the guest gave %.4f (%+.1f%%, want within 15%%); meanwhile the rest of the machine used %.0f%% of a core on average (receiver included)",
-			ss, ls, 100*dev, 100*busy)
+		t.Errorf("the simulator, calibrated to this run, gives %.4f Gbps per %% of a core where the guest gave %.4f (%+.1f%%, want within 15%%)", ss, ls, 100*dev)
 	}
-	writeSweep(t, root, pts, simPts, r2, ls, ss, busy)
+	writeSweep(t, root, pts, simPts, r2, ls, ss, busy, coreMHz)
 }
 
-// sweepCoreMHz is this machine's core clock (/proc/cpuinfo), the unit of
-// the limits.
-const sweepCoreMHz = 2600
+// limitSlack is how far above its allocation a limited guest's measured
+// use may be: the cfs quota is exact per period, and the counted window
+// (sweepMeasureS) does not end on a period's boundary.
+const limitSlack = 0.05
 
-// calibrationScenario is the simulator's model of the lab's sweep, with
-// the CPU model calibrated once to this machine (docs/perf/cpu.md).
-const calibrationScenario = "scenarios/calibration/cpu-limit-sweep-lab.yaml"
-
-// simulateLab runs the calibration scenario and returns its points.
-func simulateLab(t *testing.T, root string) []sim.SweepPoint {
+// machineCoreMHz is this machine's core clock as /proc/cpuinfo gives it:
+// the unit of the limits (a limit is a share of a core).
+func machineCoreMHz(t *testing.T) int {
 	t.Helper()
-	sc, err := sim.LoadScenario(filepath.Join(root, calibrationScenario))
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && strings.TrimSpace(k) == "cpu MHz" {
+			if mhz, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && mhz >= 100 {
+				return int(math.Round(mhz))
+			}
+		}
+	}
+	t.Fatal("/proc/cpuinfo gives no cpu MHz: the limits need a core's clock")
+	return 0
+}
+
+// calibration is the simulator's CPU model (models.cpu) fitted to one run.
+type calibration struct {
+	CyclesPerByte, OverheadMHz, PeakMHz float64
+	mhzPerGbps                          float64
+}
+
+// calibrate turns the line of the CPU-bound points (slope Gbps per % of a
+// core, intercept Gbps) and the unlimited guest's use (% of a core) into
+// the simulator's model: MHz per Gbps above an overhead, and the clock of
+// an unlimited vCPU.
+func calibrate(slope, icpt, unlimitedPct float64, coreMHz int) calibration {
+	mhzPerPct := float64(coreMHz) / 100
+	c := calibration{mhzPerGbps: mhzPerPct / slope, OverheadMHz: -icpt / slope * mhzPerPct, PeakMHz: unlimitedPct * mhzPerPct}
+	c.CyclesPerByte = c.mhzPerGbps * 8 / 1000
+	c.OverheadMHz = max(c.OverheadMHz, 0)
+	return c
+}
+
+// simulateLab runs a calibration scenario and returns its points.
+func simulateLab(t *testing.T, file string, coreMHz int) []sim.SweepPoint {
+	t.Helper()
+	sc, err := sim.LoadScenario(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +269,7 @@ func simulateLab(t *testing.T, root string) []sim.SweepPoint {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pts, err := res.Sweep(sweepCoreMHz)
+	pts, err := res.Sweep(float64(coreMHz))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +462,7 @@ var bytesReceived = regexp.MustCompile(`bytes_received:(\d+)`)
 // measure measures the guest's cgroup and the flow over sweepMeasureS
 // after sweepWarmS at the current limit. It returns the point and what
 // the rest of the machine used (cores).
-func (f *flow) measure(t *testing.T, tree cpuctl.Tree, txGroup string, limitMHz int) (sim.SweepPoint, float64) {
+func (f *flow) measure(t *testing.T, tree cpuctl.Tree, txGroup string, limitMHz, coreMHz int) (sim.SweepPoint, float64) {
 	t.Helper()
 	sample := func() (cpuctl.Stats, cpuctl.Stats, cpuTimes, uint64, time.Time) {
 		s, err := tree.Stats(txGroup)
@@ -413,7 +487,7 @@ func (f *flow) measure(t *testing.T, tree cpuctl.Tree, txGroup string, limitMHz 
 	rxUsed := rs1.Rates(rs0, el.Nanoseconds()).UsedCores
 	steal := float64(b1.steal-b0.steal) / tick
 	pt := sim.SweepPoint{LimitMHz: limitMHz, Gbps: gbps, UsedPct: 100 * r.UsedCores, ReadyPct: r.ReadyPct, ThrottledPct: 100 * r.ThrottledFrac}
-	pt.AllocPct = 100 * float64(limitMHz) / sweepCoreMHz
+	pt.AllocPct = 100 * float64(limitMHz) / float64(coreMHz)
 	name := fmt.Sprintf("%d MHz (%.0f%%)", limitMHz, pt.AllocPct)
 	if limitMHz == 0 {
 		pt.AllocPct = pt.UsedPct
@@ -476,18 +550,88 @@ func spearman(x, y []float64) float64 {
 	return math.Copysign(math.Sqrt(r2), s)
 }
 
+// writeCalibration writes the simulator's scenario of the lab's sweep
+// with the CPU model cal fitted to this run (the points pts): the
+// simulator's calibration to this machine. Its expectations are the run's
+// rates (±15%). scripts/calibrate-cpu.sh copies it to
+// scenarios/calibration/cpu-limit-sweep-lab.yaml.
+func writeCalibration(path string, cal calibration, pts []sim.SweepPoint, coreMHz int) error {
+	host, _ := os.Hostname()
+	when := time.Now().UTC().Format("2006-01-02 15:04 UTC")
+	var b strings.Builder
+	fmt.Fprintf(&b, `name: cpu-limit-sweep-lab
+description: >
+  Seed 003's sweep as the lab runs it live (livetest/cpulive
+  TestSeed003Live): a QEMU TCG guest with 1 vCPU sends iperf3 (%d streams)
+  to a VM on the same host, a machine of 2 cores at %d MHz, while its CPU
+  limit steps from unlimited to 15%% of a core. The CPU model (cycles per
+  byte, overhead, peak clock) is calibrated to the live run on %s, %s,
+  written by the test and made the simulator's calibration by
+  scripts/calibrate-cpu.sh; the expectations are that run's rates.
+seed: 1
+duration: 6s
+sample: 1s
+scheduler: default
+policy:
+  cluster: cpulab
+  hosts:
+    - name: h1
+      cpu: {cores: 2, mhz: %d}
+      memory: 24GiB
+      uplinks: [{name: bridge, speed: 100Gbps}]
+  vms:
+    - {name: tx, host: h1, cpu: {vcpus: 1}, memory: 256MiB, nics: [{name: nic0}]}
+    - {name: rx, host: h1, cpu: {vcpus: 1}, memory: 256MiB, nics: [{name: nic0}]}
+models:
+  net: {baseRTT: 20us}
+  # %.0f MHz per Gbps above %.0f MHz; the unlimited guest used %.1f%% of a core.
+  cpu: {cyclesPerByte: %.2f, overheadMHz: %.0f, peakMHz: %.0f}
+workloads:
+  - {name: iperf, type: bulk, port: tx/nic0, streams: %d, window: 256KiB}
+runs:
+`, sweepStreams, coreMHz, host, when, coreMHz, cal.mhzPerGbps, cal.OverheadMHz, pts[0].UsedPct, cal.CyclesPerByte, cal.OverheadMHz, cal.PeakMHz, sweepStreams)
+	run := func(p sim.SweepPoint) string {
+		if p.LimitMHz == 0 {
+			return "unlimited"
+		}
+		return fmt.Sprintf("mhz%d", p.LimitMHz)
+	}
+	for _, p := range pts {
+		if p.LimitMHz == 0 {
+			b.WriteString("  - {name: unlimited}\n")
+			continue
+		}
+		fmt.Fprintf(&b, "  - {name: %s, events: [{at: 0s, set: tx, cpuLimit: %dMHz}]}\n", run(p), p.LimitMHz)
+	}
+	b.WriteString(`plots:
+  - {name: sweep, kind: expectations, title: "Seed 003 in the lab: throughput vs CPU limit, calibration run vs simulator", ylabel: Gbps, scale: 1e-9}
+expect:
+`)
+	for _, p := range pts {
+		name := "unlimited"
+		if p.LimitMHz > 0 {
+			name = fmt.Sprintf("limit %d MHz", p.LimitMHz)
+		}
+		fmt.Fprintf(&b, "  - {name: %q, run: %s, metric: rate, of: tx/nic0, from: 1s, to: 6s, value: %.3fGbps, tol: 15%%, seed: \"calibration run\"}\n", name, run(p), p.Gbps)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
 // writeSweep writes the points, the plot beside the seed's and a report
 // section under the module's out/live/ (scripts/reproduce.sh adds the
 // section to out/report.md when it is there).
-func writeSweep(t *testing.T, root string, pts, simPts []sim.SweepPoint, r2, liveSlope, simSlope, busy float64) {
+func writeSweep(t *testing.T, root string, pts, simPts []sim.SweepPoint, r2, liveSlope, simSlope, busy float64, coreMHz int) {
 	t.Helper()
 	host, _ := os.Hostname()
 	base := filepath.Join(root, sweepOut)
 	when := time.Now().UTC().Format("2006-01-02 15:04 UTC")
 	comments := []string{
-		fmt.Sprintf("seed 003 live: TestSeed003Live (livetest/cpulive) on %s, %s", host, when),
+		fmt.Sprintf("seed 003 live: TestSeed003Live (livetest/cpulive) on %s, %s, a core of %d MHz", host, when, coreMHz),
 		fmt.Sprintf("a QEMU TCG guest (1 vCPU) sends iperf3 -P %d (client in the guest, one flow) to a namespace VM on its host; the agent sets its cgroup's cfs quota; %d s per point after %d s; rate from the receiver's sockets", sweepStreams, sweepMeasureS, sweepWarmS),
-		fmt.Sprintf("R² %.4f over all points; limited points %.4f Gbps per %% of a core, the simulator calibrated to this machine %.4f", r2, liveSlope, simSlope),
+		fmt.Sprintf("R² %.4f over all points; CPU-bound points %.4f Gbps per %% of a core, the simulator calibrated to this run %.4f", r2, liveSlope, simSlope),
 	}
 	if err := sim.WriteSweepCSV(base+".csv", comments, pts); err != nil {
 		t.Errorf("write %s.csv: %v", base, err)
@@ -496,7 +640,7 @@ func writeSweep(t *testing.T, root string, pts, simPts []sim.SweepPoint, r2, liv
 	if err := sim.PlotSweeps(base, "Seed 003: throughput vs CPU allocation, seed and live",
 		sim.SweepCurve{Label: "seed 003 (ESX, 2.6 GHz, VMXNET3)", Points: sim.Seed003},
 		sim.SweepCurve{Label: "live: QEMU TCG guest, cfs quota set by the agent", Points: pts},
-		sim.SweepCurve{Label: "simulator calibrated to this machine", Points: simPts}); err != nil {
+		sim.SweepCurve{Label: "simulator calibrated to this run", Points: simPts}); err != nil {
 		t.Errorf("plot: %v", err)
 	}
 	simAt := map[int]float64{}
@@ -507,10 +651,10 @@ func writeSweep(t *testing.T, root string, pts, simPts []sim.SweepPoint, r2, liv
 	fmt.Fprintf(&b, "## cpu-limit-sweep, live: seed 003 on a real QEMU guest\n\n")
 	fmt.Fprintf(&b, "TestSeed003Live (livetest/cpulive) on %s, %s: a QEMU TCG guest (1 vCPU) under libvirt sends iperf3 (the client in the guest, %d streams, one flow for the whole sweep) to a namespace VM on the same host; "+
 		"the agent (`sluice agent --cpu`, in the test's process) sets the cfs quota of the guest's cgroup from the policy's `cpu.limitMHz`, "+
-		"stepped from unlimited to 15%% of a %d MHz core; %d s counted per point after %d s, the rate from the receiver's sockets (ss bytes_received) timed by the host. "+
-		"The simulator's column is scenarios/calibration/cpu-limit-sweep-lab.yaml, calibrated once to this machine (docs/perf/cpu.md). "+
+		"stepped from unlimited to 15%% of a %d MHz core (this machine's, /proc/cpuinfo); %d s counted per point after %d s, the rate from the receiver's sockets (ss bytes_received) timed by the host. "+
+		"The simulator's column is the simulator with its CPU model calibrated to this run (out/live/cpu-limit-sweep-lab.yaml; scripts/calibrate-cpu.sh makes it the simulator's calibration). "+
 		"Ready is the run-queue wait of the QEMU threads (/proc/TID/schedstat) per wall time, summed over threads as esxtop's %%RDY.\n\n",
-		host, when, sweepStreams, sweepCoreMHz, sweepMeasureS, sweepWarmS)
+		host, when, sweepStreams, coreMHz, sweepMeasureS, sweepWarmS)
 	b.WriteString("| CPU limit | allocation (% of a core) | live (Gbps) | simulator (Gbps) | CPU used (%) | ready (%) | throttled (%) |\n|---|---|---|---|---|---|---|\n")
 	for _, p := range pts {
 		l := fmt.Sprintf("%d MHz", p.LimitMHz)
@@ -521,13 +665,13 @@ func writeSweep(t *testing.T, root string, pts, simPts []sim.SweepPoint, r2, liv
 	}
 	ss, _, sr2 := sim.FitSweep(sim.Seed003)
 	verdict := "✅ within 15%"
-	if math.Abs(liveSlope/simSlope-1) > 0.15 {
+	if math.Abs(simSlope/liveSlope-1) > 0.15 {
 		verdict = "❌ not within 15%"
 	}
-	fmt.Fprintf(&b, "\nLinear: R² %.4f over all points (the seed's own points: %.4f). Slope of the limited points: live %.4f Gbps per %% of a core, "+
-		"the simulator %.4f (%+.1f%%: %s). Relative to the throughput at 100%% of a core, the seed loses %.2f%% per %% of a core taken away, the live guest %.2f%%. "+
+	fmt.Fprintf(&b, "\nLinear: R² %.4f over all points (the seed's own points: %.4f). Slope of the CPU-bound points: live %.4f Gbps per %% of a core, "+
+		"the simulator calibrated to this run %.4f (%+.1f%%: %s). Relative to the throughput at 100%% of a core, the seed loses %.2f%% per %% of a core taken away, the live guest %.2f%%. "+
 		"The rest of the machine (the receiver and other work) used %.0f%% of a core on average meanwhile.\n\n",
-		r2, sr2, liveSlope, simSlope, 100*(liveSlope/simSlope-1), verdict, 100*ss/19.2, 100*liveSlope/pts[1].Gbps, 100*busy)
+		r2, sr2, liveSlope, simSlope, 100*(simSlope/liveSlope-1), verdict, 100*ss/19.2, 100*liveSlope/pts[1].Gbps, 100*busy)
 	b.WriteString("![Seed 003: throughput vs CPU allocation, seed and live](live/cpu-limit-sweep.png)\n\n")
 	if err := os.WriteFile(base+".md", []byte(b.String()), 0o644); err != nil {
 		t.Errorf("write %s.md: %v", base, err)
