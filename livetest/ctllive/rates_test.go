@@ -13,10 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
-
 	"sluice/agent"
 	"sluice/lab"
 	"sluice/livetest/livelab"
@@ -40,162 +36,33 @@ func requireLive(t *testing.T) {
 // set per connection).
 const guestTCP = "cubic"
 
-// receiverWatch samples, every sampleEvery, how many payload bytes each
-// port's receiver in the fabric (the iperf3 server on the port's iperf3
-// port) has received (tcp_info's bytes_received of its established
-// sockets): the rate a VM gets as its receiver sees it, over any window,
-// while the flows go on. The kernel counts the bytes when they arrive, so
-// a receiving process the machine starves does not shift bytes between
-// windows (its window closing slows the sender, which the class watch
-// sees as an empty queue).
+// receiverWatch is livelab's watch of the receivers in the fabric (the
+// iperf3 servers on the ports' iperf3 ports: tcp_info's bytes_received,
+// counted by the kernel when the bytes arrive), by port name.
 type receiverWatch struct {
-	mu      sync.Mutex
-	at      []time.Time
-	span    []time.Duration // how long each sample's read took
-	bytes   []map[string]float64
-	readErr error
-	quit    chan struct{}
-	done    chan struct{}
+	*livelab.Receivers
+	port map[string]int
 }
-
-const sampleEvery = 50 * time.Millisecond
 
 func watchReceivers(t *testing.T, plan *lab.Plan, ports []string) *receiverWatch {
 	t.Helper()
-	ns, err := netns.GetFromName(plan.Fabric.Name)
-	if err != nil {
-		t.Fatalf("fabric namespace: %v", err)
-	}
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_INET_DIAG)
-	ns.Close()
-	if err != nil {
-		t.Fatalf("sock_diag in the fabric: %v", err)
-	}
-	iperf := map[uint16]string{}
+	w := &receiverWatch{Receivers: livelab.WatchReceivers(t, plan, livelab.ServerSide), port: map[string]int{}}
 	for _, p := range ports {
-		iperf[uint16(plan.NIC(p).IperfPort)] = p
+		w.port[p] = plan.NIC(p).IperfPort
 	}
-	w := &receiverWatch{quit: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		defer h.Close()
-		tick := time.NewTicker(sampleEvery)
-		defer tick.Stop()
-		for {
-			select {
-			case <-w.quit:
-				return
-			case <-tick.C:
-				before := time.Now()
-				m := map[string]float64{}
-				for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
-					socks, err := h.SocketDiagTCPInfo(fam)
-					if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-						w.mu.Lock()
-						w.readErr = err
-						w.mu.Unlock()
-						return
-					}
-					for _, s := range socks {
-						if s.InetDiagMsg == nil || s.TCPInfo == nil {
-							continue
-						}
-						if p, ok := iperf[s.InetDiagMsg.ID.SourcePort]; ok {
-							m[p] += float64(s.TCPInfo.Bytes_received)
-						}
-					}
-				}
-				// The counters were read between before and now: the
-				// sample's time is the middle.
-				span := time.Since(before)
-				w.mu.Lock()
-				w.at = append(w.at, before.Add(span/2))
-				w.span = append(w.span, span)
-				w.bytes = append(w.bytes, m)
-				w.mu.Unlock()
-			}
-		}
-	}()
-	t.Cleanup(w.stop)
 	return w
-}
-
-func (w *receiverWatch) stop() {
-	select {
-	case <-w.quit:
-	default:
-		close(w.quit)
-	}
-	<-w.done
 }
 
 // rate is port's received payload rate in bits/s over [a, b], from the
 // samples nearest to a and b (ok false when the samples do not cover the
-// window or a sample is missing).
+// window or a flow restarted).
 func (w *receiverWatch) rate(port string, a, b time.Time) (float64, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	i := sort.Search(len(w.at), func(i int) bool { return !w.at[i].Before(a) })
-	j := sort.Search(len(w.at), func(i int) bool { return !w.at[i].Before(b) })
-	if j == len(w.at) {
-		j--
-	}
-	if i >= len(w.at) || j <= i || w.at[j].Sub(w.at[i]) < (b.Sub(a))/2 {
-		return 0, false
-	}
-	d := w.bytes[j][port] - w.bytes[i][port]
-	if d < 0 { // a flow restarted: no verdict on this window
-		return 0, false
-	}
-	return 8 * d / w.at[j].Sub(w.at[i]).Seconds(), true
+	return w.Rate(w.port[port], a, b)
 }
 
-// Bounds of a sample that times a judged second: read within maxSpan,
-// and at most maxOff from the second's boundary.
-const maxSpan, maxOff = 10 * time.Millisecond, 30 * time.Millisecond
+func (w *receiverWatch) err() error { return w.Err() }
 
-// exactRate is rate over [a, b] when both ends are timed precisely: the
-// samples nearest to a and b were each read within maxSpan and lie within
-// maxOff of a and b (a machine that delays the watch's reads makes the
-// window's length uncertain: seen as 988 Mbps on a link that carries at
-// most 956).
-func (w *receiverWatch) exactRate(port string, a, b time.Time) (float64, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	near := func(t time.Time) int {
-		k := sort.Search(len(w.at), func(i int) bool { return !w.at[i].Before(t) })
-		if k == len(w.at) || (k > 0 && t.Sub(w.at[k-1]) < w.at[k].Sub(t)) {
-			k--
-		}
-		return k
-	}
-	if len(w.at) == 0 {
-		return 0, false
-	}
-	i, j := near(a), near(b)
-	for _, k := range []int{i, j} {
-		if k < 0 || w.span[k] > maxSpan {
-			return 0, false
-		}
-	}
-	if d := w.at[i].Sub(a); d > maxOff || d < -maxOff {
-		return 0, false
-	}
-	if d := w.at[j].Sub(b); d > maxOff || d < -maxOff {
-		return 0, false
-	}
-	d := w.bytes[j][port] - w.bytes[i][port]
-	if j <= i || d < 0 {
-		return 0, false
-	}
-	return 8 * d / w.at[j].Sub(w.at[i]).Seconds(), true
-}
-
-func (w *receiverWatch) err() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.readErr
-}
+func (w *receiverWatch) stop() { _ = w.Stop() }
 
 // startFlows runs one iperf3 client per port (one stream, CUBIC) from
 // the port's VM to its server in the fabric for durS seconds; the
@@ -233,7 +100,7 @@ func startFlows(t *testing.T, plan *lab.Plan, ports []string, durS int) (stop, w
 // scheduler, not a CPU-starved sender, set the rates) and the host's flows together
 // carried ≥ 97% of the usable rate (the machine let HTB fill the link):
 // livetest/netlive's rules (queues_test.go); and the receiver samples at
-// its ends were timed precisely (exactRate).
+// its ends were timed precisely (livelab.Receivers.Window).
 const minCarried = livelab.MinCarried
 
 // hostWatch is a class watch of one host's ports (livelab.Watch) with
@@ -252,9 +119,8 @@ func watchHost(t *testing.T, p *policy.Policy, host string, ports []string) *hos
 	if err != nil {
 		t.Fatal(err)
 	}
-	hw := &hostWatch{p: p, host: host, ports: ports, start: time.Now()}
-	hw.stop = livelab.Watch(t, plan, p, host, ports, livelab.ServerSide)
-	return hw
+	w := livelab.Watch(t, plan, p, host, ports)
+	return &hostWatch{p: p, host: host, ports: ports, start: w.Start(), stop: w.Stop}
 }
 
 // judgedSecond is one judged second of a host watch with each port's rate.
@@ -276,11 +142,22 @@ func (hw *hostWatch) judge(secs []livelab.Second, rw *receiverWatch, from time.T
 			continue
 		}
 		rates := map[string]float64{}
-		sum, ok, timed := 0.0, livelab.Backlogged(secs, i, hw.ports), true
+		tw := rw.Window(a, a.Add(time.Second))
+		timed, sum := tw.OK(), 0.0
+		ok := livelab.Backlogged(secs, i, hw.ports) && timed
+		if timed && tw.From.Before(a) {
+			ok = ok && livelab.Backlogged(secs, i-1, hw.ports)
+		}
+		if timed && tw.To.After(a.Add(time.Second)) {
+			ok = ok && livelab.Backlogged(secs, i+1, hw.ports)
+		}
 		for _, p := range hw.ports {
-			r, got := rw.exactRate(p, a, a.Add(time.Second))
-			timed = timed && got
-			ok = ok && got
+			r := 0.0
+			if timed {
+				r = rw.Between(rw.port[p], tw)
+			} else {
+				r, _ = rw.rate(p, a, a.Add(time.Second))
+			}
 			rates[p] = r
 			sum += r
 		}
@@ -292,7 +169,7 @@ func (hw *hostWatch) judge(secs []livelab.Second, rw *receiverWatch, from time.T
 		}
 		mark := strings.Join(parts, "/")
 		if !timed {
-			mark = "untimed" // the receiver samples at its ends were late
+			mark = "untimed" // the receiver samples at its ends were late or slow
 		}
 		if !ok {
 			mark = "(" + mark + ")"
@@ -338,6 +215,7 @@ func measureUsable(t *testing.T, p *policy.Policy, host string, ports []string) 
 	_, stopAgent := livelab.RunAgent(t, plan, p, host, false)
 	defer stopAgent()
 	maxBps := policyMaxPayload(p, host)
+	m0 := livelab.SampleMachine()
 	for try := 1; try <= 3; try++ {
 		rw := watchReceivers(t, plan, ports)
 		hw := watchHost(t, p, host, ports)
@@ -365,9 +243,9 @@ func measureUsable(t *testing.T, p *policy.Policy, host string, ports []string) 
 				host, strings.Join(ports, ", "), u/1e6, strings.Join(all, " "))
 			return u
 		}
-		t.Logf("usable-rate run %d: only %d judged seconds (%s); measuring again", try, len(sums), strings.Join(all, " "))
+		t.Logf("usable-rate run %d: only %d judged seconds (%s); %s; measuring again", try, len(sums), strings.Join(all, " "), rw.Reads(t0, time.Now()))
 	}
-	t.Fatal("three usable-rate runs in a row without 3 judged seconds: the machine could not drive the lab")
+	t.Fatalf("three usable-rate runs in a row without 3 judged seconds: the machine could not drive the lab (%s)", livelab.SampleMachine().Since(m0))
 	return 0
 }
 

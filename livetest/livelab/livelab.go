@@ -10,7 +10,7 @@ package livelab
 
 import (
 	"context"
-	"errors"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -124,9 +124,6 @@ func Entitlements(p *policy.Policy, host string, usable float64, active ...strin
 type Second struct {
 	Samples int
 	Busy    map[string]int // per port: samples in which its class had packets waiting
-	// Unread is, per port, how many bytes its receiver in the fabric had
-	// received and not yet read at the second's first sample.
-	Unread map[string]uint32
 }
 
 // MinBacklogged is the share of a second's samples in which a class must
@@ -139,7 +136,7 @@ const MinBacklogged = 0.95
 // not reach, or in which it got fewer than half its samples (the machine
 // stood still), is not.
 func Backlogged(secs []Second, b int, ports []string) bool {
-	if b >= len(secs) || secs[b].Samples < int(time.Second/SampleEvery)/2 {
+	if b < 0 || b >= len(secs) || secs[b].Samples < int(time.Second/SampleEvery)/2 {
 		return false
 	}
 	for _, p := range ports {
@@ -165,12 +162,23 @@ const (
 // tcpEstablished is TCP_ESTABLISHED in sock_diag's state field.
 const tcpEstablished = 1
 
-// Watch samples, every SampleEvery until the returned function is
-// called, whether the HTB class of each port on host's first uplink has
-// packets waiting, and once a second how many bytes each port's receiver
-// (the socket on the port's iperf3 port in the fabric, found as recv
-// says) has not read.
-func Watch(t testing.TB, plan *lab.Plan, p *policy.Policy, host string, ports []string, recv Receiver) func() []Second {
+// ClassWatch samples, every SampleEvery until stopped, whether the HTB
+// class of each of a host's ports has packets waiting.
+type ClassWatch struct {
+	t       testing.TB
+	start   time.Time
+	mu      sync.Mutex
+	secs    []Second
+	sent    []classSample // what each port's class had sent, per sample
+	readErr error
+	quit    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+// Watch starts a ClassWatch of the ports of host's first uplink; cleanup
+// stops it.
+func Watch(t testing.TB, plan *lab.Plan, p *policy.Policy, host string, ports []string) *ClassWatch {
 	t.Helper()
 	inv, err := plan.Inventory(host)
 	if err != nil {
@@ -195,74 +203,80 @@ func Watch(t testing.TB, plan *lab.Plan, p *policy.Policy, host string, ports []
 	if err != nil {
 		t.Fatal(err)
 	}
-	fabric := fabricDiag(t, plan)
-	iperf := map[uint16]string{}
-	for _, port := range ports {
-		iperf[uint16(plan.NIC(port).IperfPort)] = port
-	}
-	var secs []Second
-	var readErr error
-	quit, done := make(chan struct{}), make(chan struct{})
-	start := time.Now()
+	w := &ClassWatch{t: t, start: time.Now(), quit: make(chan struct{}), done: make(chan struct{})}
 	go func() {
-		defer close(done)
+		defer close(w.done)
 		defer k.Close()
-		defer fabric.Close()
 		tick := time.NewTicker(SampleEvery)
 		defer tick.Stop()
 		for {
 			select {
-			case <-quit:
+			case <-w.quit:
 				return
 			case now := <-tick.C:
 				cs, err := k.Classes(trees[0].Dev)
+				w.mu.Lock()
 				if err != nil {
-					readErr = err
+					w.readErr = err
+					w.mu.Unlock()
 					return
 				}
-				for b := int(now.Sub(start) / time.Second); len(secs) <= b; {
-					secs = append(secs, Second{Busy: map[string]int{}})
+				for b := int(now.Sub(w.start) / time.Second); len(w.secs) <= b; {
+					w.secs = append(w.secs, Second{Busy: map[string]int{}})
 				}
-				sec := &secs[len(secs)-1]
+				sec := &w.secs[len(w.secs)-1]
 				sec.Samples++
+				cur := classSample{at: now, bytes: map[string]uint64{}}
 				for _, c := range cs {
-					if port, ok := ids[c.ID]; ok && c.Queued > 0 {
+					port, ok := ids[c.ID]
+					if !ok {
+						continue
+					}
+					if c.Queued > 0 {
 						sec.Busy[port]++
 					}
+					cur.bytes[port] = c.Bytes
 				}
-				if sec.Samples > 1 {
-					continue // the receivers are read once a second, at its start
-				}
-				sec.Unread = map[string]uint32{}
-				for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
-					socks, err := fabric.SocketDiagTCP(fam)
-					if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-						readErr = err
-						return
-					}
-					for _, sk := range socks {
-						key := sk.ID.SourcePort
-						if recv == ClientSide {
-							key = sk.ID.DestinationPort
-						}
-						if port, ok := iperf[key]; ok && sk.State == tcpEstablished {
-							sec.Unread[port] += sk.RQueue
-						}
-					}
-				}
+				w.sent = append(w.sent, cur)
+				w.mu.Unlock()
 			}
 		}
 	}()
-	var once sync.Once
-	stop := func() []Second {
-		once.Do(func() { close(quit); <-done })
-		if readErr != nil {
-			t.Fatalf("watch: %v", readErr)
-		}
-		return secs
+	t.Cleanup(func() { w.Stop() })
+	return w
+}
+
+// classSample is what each port's class had sent (bytes) at one sample.
+type classSample struct {
+	at    time.Time
+	bytes map[string]uint64
+}
+
+// Sent is how many bytes port's class sent between the samples nearest
+// to a and b (false when the watch has no samples there).
+func (w *ClassWatch) Sent(port string, a, b time.Time) (float64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i := sort.Search(len(w.sent), func(i int) bool { return !w.sent[i].at.Before(a) })
+	j := sort.Search(len(w.sent), func(i int) bool { return !w.sent[i].at.Before(b) })
+	if i >= len(w.sent) || j >= len(w.sent) || j <= i {
+		return 0, false
 	}
-	t.Cleanup(func() { stop() })
-	return stop
+	return float64(w.sent[j].bytes[port]) - float64(w.sent[i].bytes[port]), true
+}
+
+// Start is when the watch's second 0 began.
+func (w *ClassWatch) Start() time.Time { return w.start }
+
+// Stop ends the watch (idempotent) and returns its seconds.
+func (w *ClassWatch) Stop() []Second {
+	w.once.Do(func() { close(w.quit); <-w.done })
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.readErr != nil {
+		w.t.Fatalf("watch: %v", w.readErr)
+	}
+	return w.secs
 }
 
 // fabricDiag opens a sock_diag netlink handle in the lab's fabric

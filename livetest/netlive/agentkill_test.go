@@ -19,8 +19,9 @@ import (
 
 // TestAgentKilledLive: in a lab from `sluice lab up`, the agent binary
 // (`sluice agent --host h1 --policy F`, dynamic) enforces Fig. 2 step a
-// while three VMs send; it is killed with SIGKILL at ~8 s and a new one
-// started at ~11 s. While no agent runs, its classes stay and enforce the
+// while three VMs send; once the flows are steady (the agent converged)
+// and three seconds more have passed, it is killed with SIGKILL, and a new
+// one started three seconds later. While no agent runs, its classes stay and enforce the
 // last rates; the new agent's first step leaves every class in place (no
 // class made again: byte counters keep counting) at the rate and ceiling
 // it found; and the rates are within 5% of alloc's entitlements (medians
@@ -100,25 +101,41 @@ func TestAgentKilledLive(t *testing.T) {
 		return m
 	}
 
-	const durS, killAtS, restartAtS = convergeS + 14, convergeS + 4, convergeS + 7
+	// The kill comes by progress: once the flows are steady (waitSteady:
+	// the agent converged) and phaseS judged-length seconds more have
+	// passed; the new agent phaseS seconds after the kill. durS leaves
+	// room for a slow convergence: steadyWithin, then the phases.
+	const phaseS, steadyWithin = 4, 10 * time.Second
+	const durS = int(steadyWithin/time.Second) + 2*phaseS + 8
 	var before, after map[agent.Handle]agent.ClassState
 	var firstStep time.Duration
-	var restartedS float64
+	var steadyS, killedS, restartedS float64
+	var steadyErr error
+	// Interval i is second i of the run: sec(s) is the first that begins
+	// at or after s seconds, upTo(s) the first that does not end by s.
+	sec := func(s float64) int { return int(math.Ceil(s)) }
+	upTo := func(s float64) int { return int(math.Floor(s)) }
 	res := l.judged("h1", ports, usable, func(short []bool) bool {
-		return countJudged(short[:min(killAtS, len(short))], convergeS) >= 1 &&
-			countJudged(short[:min(restartAtS, len(short))], killAtS+1) >= 1 &&
-			countJudged(short, restartAtS+2) >= 3
-	}, func() []result {
+		return steadyErr == nil &&
+			countJudged(short[:max(0, min(upTo(killedS), len(short)))], sec(steadyS)) >= 1 &&
+			countJudged(short[:max(0, min(upTo(restartedS), len(short)))], sec(killedS)) >= 1 &&
+			countJudged(short, sec(restartedS)+1) >= 3
+	}, func(t0 time.Time) []result {
 		a, killA, _ := startAgent()
 		defer killA() // a run measured again starts from no agent
 		results := make(chan []result, 1)
-		t0 := time.Now()
 		go func() {
 			results <- l.runFlows(durS, l.nicFlow(ports[0], 1), l.nicFlow(ports[1], 1), l.nicFlow(ports[2], 1))
 		}()
-		time.Sleep(killAtS * time.Second) // the kill's place in the traffic schedule
+		var steady time.Time
+		if steady, steadyErr = l.waitSteady("h1", ports, steadyWithin); steadyErr != nil {
+			return <-results
+		}
+		steadyS = steady.Sub(t0).Seconds()
+		time.Sleep(time.Until(steady.Add(phaseS * time.Second))) // the seconds judged before the kill
 		_ = a.Process.Signal(syscall.SIGKILL)
-		time.Sleep((restartAtS - killAtS) * time.Second)
+		killedS = time.Since(t0).Seconds()
+		time.Sleep(phaseS * time.Second) // the seconds judged without an agent
 		before = classes()
 		restartedS = time.Since(t0).Seconds()
 		_, killB, step := startAgent()
@@ -127,6 +144,9 @@ func TestAgentKilledLive(t *testing.T) {
 		after = classes()
 		return <-results
 	})
+	if steadyErr != nil {
+		t.Fatalf("the agent did not bring the flows to steady rates: %v", steadyErr)
+	}
 	t.Logf("the new agent's first step took %s (start to statistics written) at %.1f s of the run", firstStep.Round(time.Millisecond), restartedS)
 	if firstStep > time.Second {
 		t.Errorf("the new agent needed %s for its first step, want ≤ 1 s", firstStep.Round(time.Millisecond))
@@ -143,9 +163,9 @@ func TestAgentKilledLive(t *testing.T) {
 				id, mbps(float64(b.RateBps)), mbps(float64(a.RateBps)), mbps(float64(b.CeilBps)), mbps(float64(a.CeilBps)))
 		}
 	}
-	from := int(math.Ceil(restartedS)) + 1 // 1 s after the restart
+	from := sec(restartedS) + 1 // 1 s after the restart
 	for _, r := range res {
-		t.Logf("%s per second (killed at ~%d s, restarted at %.1f s): %s; entitled %s Mbps", r.Name, killAtS, restartedS, r.series(), mbps(want[r.Name]))
+		t.Logf("%s per second (steady at %.1f s, killed at %.1f s, restarted at %.1f s): %s; entitled %s Mbps", r.Name, steadyS, killedS, restartedS, r.series(), mbps(want[r.Name]))
 		part := func(lo, hi int) []float64 {
 			var v []float64
 			for i := lo; i < hi && i < len(r.Intervals); i++ {
@@ -158,7 +178,7 @@ func TestAgentKilledLive(t *testing.T) {
 		for _, ph := range []struct {
 			name   string
 			lo, hi int
-		}{{"before the kill", convergeS, killAtS}, {"without an agent", killAtS + 1, restartAtS}, {"from 1 s after the restart", from, len(r.Intervals)}} {
+		}{{"before the kill", sec(steadyS), upTo(killedS)}, {"without an agent", sec(killedS), upTo(restartedS)}, {"from 1 s after the restart", from, len(r.Intervals)}} {
 			v := part(ph.lo, ph.hi)
 			if len(v) == 0 {
 				continue

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"sluice/agent"
 )
@@ -60,7 +61,7 @@ func TestExp1(t *testing.T) {
 	}
 	// Every flow asks for more than it gets, so together they fill the link.
 	full := agent.MaxPayloadBps(l.p.Host("h1").Uplinks[0].Speed)
-	res := l.judged("h1", vms, full, judgedAtLeast((durS-warmupS)/2, warmupS), func() []result { return l.runFlows(durS, fl...) })
+	res := l.judged("h1", vms, full, judgedAtLeast((durS-warmupS)/2, warmupS), func(time.Time) []result { return l.runFlows(durS, fl...) })
 	minVM, minVM1 := 1e18, 1e18
 	for _, r := range res {
 		t.Logf("%-10s mean %6s Mbps, per second: %s", r.Name, mbps(r.mean(0, 0)), r.series())

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"sluice/agent"
+	"sluice/entitle"
 	"sluice/lab"
 	"sluice/livetest/livelab"
 	"sluice/policy"
@@ -121,7 +122,7 @@ func (l *liveLab) measureUsable(host string, ports ...string) float64 {
 	}
 	const durS, fromS = 10, 3
 	maxBps := agent.MaxPayloadBps(l.p.Host(host).Uplinks[0].Speed)
-	res := l.judged(host, ports, maxBps, judgedAtLeast(3, fromS), func() []result { return l.runFlows(durS, fl...) })
+	res := l.judged(host, ports, maxBps, judgedAtLeast(3, fromS), func(time.Time) []result { return l.runFlows(durS, fl...) })
 	sums := judgedSums(res, fromS)
 	sort.Float64s(sums)
 	u := sums[len(sums)*3/4]
@@ -181,12 +182,13 @@ type flow struct {
 // result is the receiver's per-second rates of one flow, in bits/s.
 type result struct {
 	Name      string
+	Port      int       // the iperf3 port of its server
 	StartS    int       // the flow's delay: its first interval is this second of the run
-	Intervals []float64 // receiver side, one per second
+	Intervals []float64 // receiver side, one per second (judged: what the receiver's socket received in that second of the run)
 	// Short marks the seconds that judged did not judge (a sender left its
-	// class's queue empty, a receiver fell behind, or the link was not
-	// full; nil when nobody watched): those seconds say nothing about the
-	// scheduler and the medians skip them.
+	// class's queue empty, the second's ends were not timed, or the link
+	// was not full; nil when nobody watched): those seconds say nothing
+	// about the scheduler and the medians skip them.
 	Short []bool
 }
 
@@ -267,7 +269,7 @@ func (l *liveLab) runFlows(durS int, flows ...flow) []result {
 				errs[i] = fmt.Errorf("%s: %v", f.Name, err)
 				return
 			}
-			r.Name, r.StartS = f.Name, f.DelayS
+			r.Name, r.Port, r.StartS = f.Name, f.Port, f.DelayS
 			out[i] = r
 		}()
 	}
@@ -419,16 +421,108 @@ func (r result) series() string {
 // ramps up and dynamic enforcement converges (its demand window is 1 s).
 const warmupS = 4
 
-// convergeS is when a dynamic agent that started with the flows has
-// reached the entitlements in every run seen: its start-up convergence, a
-// known limit measured in docs/perf/network.md, took up to 8 s (vm3 at
-// 23 20 19 46 62 98 79 80 Mbps against 80 in a clean-clone run on
-// 2026-11-24). Tests of something else (a restart, a kill) schedule it
-// after this, so that they judge that and not the start-up.
-const convergeS = 8
-
 // median of the judged intervals from second `from` on: robust to a
 // second that the shared machine disturbed although every sender kept up.
 func (r result) median(from int) float64 {
 	return median(r.judgedFrom(from))
+}
+
+// steadyTol is how close each port's rate must be over two consecutive
+// seconds for the flows to be steady (waitSteady).
+const steadyTol = 0.05
+
+// waitSteady reads, every 100 ms, the bytes that each port's HTB class on
+// host's first uplink has sent, and returns when the last two whole
+// seconds each port sent within steadyTol of the same rate (the flows and
+// the agent converged: the scheduler's output, not a schedule of seconds
+// fixed in advance). After `within` it returns an error that says what the
+// classes did and what the machine did meanwhile.
+func (l *liveLab) waitSteady(host string, ports []string, within time.Duration) (time.Time, error) {
+	l.t.Helper()
+	dev, err := l.uplinkDev(host)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	inv, err := l.plan.Inventory(host)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	trees, err := agent.Build(entitle.Derive(l.p, entitle.Live{}).HostUplinks(host), inv)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	ids := map[agent.Handle]string{}
+	for _, n := range trees[0].Nodes {
+		for _, p := range ports {
+			if n.Name == p {
+				ids[n.ID] = p
+			}
+		}
+	}
+	k, err := agent.NewNetlinkKernel(l.plan.Host(host).Name)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	defer k.Close()
+	type sample struct {
+		at    time.Time
+		bytes map[string]float64
+	}
+	var samples []sample
+	start := livelab.SampleMachine()
+	// rate is each port's rate over the second that ends at sample j.
+	rate := func(j int) (map[string]float64, bool) {
+		i := j
+		for i > 0 && samples[j].at.Sub(samples[i].at) < time.Second {
+			i--
+		}
+		el := samples[j].at.Sub(samples[i].at).Seconds()
+		if el < 0.9 || el > 1.5 {
+			return nil, false
+		}
+		out := map[string]float64{}
+		for _, p := range ports {
+			out[p] = 8 * (samples[j].bytes[p] - samples[i].bytes[p]) / el
+		}
+		return out, true
+	}
+	last := ""
+	deadline := time.Now().Add(within)
+	for {
+		cs, err := k.Classes(dev)
+		if err != nil {
+			l.t.Fatal(err)
+		}
+		s := sample{at: time.Now(), bytes: map[string]float64{}}
+		for _, c := range cs {
+			if p, ok := ids[c.ID]; ok {
+				s.bytes[p] = float64(c.Bytes)
+			}
+		}
+		samples = append(samples, s)
+		j := len(samples) - 1
+		// The second before the last one ends where the last one begins.
+		if now, ok := rate(j); ok {
+			k := j
+			for k > 0 && samples[j].at.Sub(samples[k].at) < time.Second {
+				k--
+			}
+			if before, ok := rate(k); ok {
+				steady := true
+				var parts []string
+				for _, p := range ports {
+					steady = steady && now[p] > 0 && math.Abs(now[p]-before[p]) <= steadyTol*now[p]
+					parts = append(parts, fmt.Sprintf("%s %s → %s", p, mbps(before[p]), mbps(now[p])))
+				}
+				if steady {
+					return s.at, nil
+				}
+				last = strings.Join(parts, ", ") + " Mbps"
+			}
+		}
+		if s.at.After(deadline) {
+			return time.Time{}, fmt.Errorf("the flows were not steady (two seconds within %.0f%%) within %v: last %s; %s", 100*steadyTol, within, last, livelab.SampleMachine().Since(start))
+		}
+		time.Sleep(100 * time.Millisecond) // sampling the classes' counters
+	}
 }

@@ -8,32 +8,51 @@ import (
 )
 
 // TestAgentRestartLive: the agent is stopped and a new one started while
-// three VMs send; the new agent keeps the rates it finds, so no VM's
-// per-second rate moves by more than 10% from its median around the restart.
+// three VMs send, once the flows are steady (waitSteady: the agent
+// converged) and two seconds more have passed; the new agent keeps the
+// rates it finds, so no VM's per-second rate moves by more than 10% from
+// its median around the restart.
 func TestAgentRestartLive(t *testing.T) {
 	l := upLab(t, strings.ReplaceAll(fig2Policy, "cluster: nf2", "cluster: nrs"))
-	const durS, restartAtS = convergeS + 6, convergeS + 2
+	const steadyWithin, beforeS, afterS = 10 * time.Second, 2, 4
+	const durS = int(steadyWithin/time.Second) + beforeS + afterS + 2
 	ports := []string{"vm1/nic0", "vm2/nic0", "vm3/nic0"}
-	// The seconds around the restart must all be judged.
+	var steadyS, restartS float64
+	var steadyErr error
+	// The seconds around the restart (the one before it, the one it
+	// falls in and the two after) must all be judged.
+	first := func() int { return int(math.Floor(restartS)) - 1 }
 	around := func(short []bool) bool {
-		return len(short) > restartAtS+2 && countJudged(short[restartAtS-1:restartAtS+3], 0) == 4 && countJudged(short, convergeS) >= 4
+		i := first()
+		return steadyErr == nil && i >= 0 && len(short) > i+3 && countJudged(short[i:i+4], 0) == 4 && countJudged(short, int(math.Ceil(steadyS))) >= 4
 	}
-	res := l.judged("h1", ports, 0, around, func() []result {
+	res := l.judged("h1", ports, 0, around, func(t0 time.Time) []result {
 		_, stop := l.runAgent(nil, "h1", true)
 		results := make(chan []result, 1)
 		go func() {
 			results <- l.runFlows(durS, l.nicFlow(ports[0], 1), l.nicFlow(ports[1], 1), l.nicFlow(ports[2], 1))
 		}()
-		time.Sleep(restartAtS * time.Second) // the restart's place in the traffic schedule
+		steady, err := l.waitSteady("h1", ports, steadyWithin)
+		if steadyErr = err; err != nil {
+			stop()
+			return <-results
+		}
+		steadyS = steady.Sub(t0).Seconds()
+		time.Sleep(time.Until(steady.Add(beforeS * time.Second))) // the seconds judged before the restart
 		stop()
+		restartS = time.Since(t0).Seconds()
 		_, stop = l.runAgent(nil, "h1", true)
 		defer stop()
 		return <-results
 	})
+	if steadyErr != nil {
+		t.Fatalf("the agent did not bring the flows to steady rates: %v", steadyErr)
+	}
+	from := int(math.Ceil(steadyS))
 	for _, r := range res {
-		med := r.median(convergeS)
-		t.Logf("%s per second (agent restarted at ~%d s): %s; median %s Mbps", r.Name, restartAtS, r.series(), mbps(med))
-		for i := restartAtS - 1; i < len(r.Intervals) && i <= restartAtS+2; i++ {
+		med := r.median(from)
+		t.Logf("%s per second (steady at %.1f s, agent restarted at %.1f s): %s; median %s Mbps", r.Name, steadyS, restartS, r.series(), mbps(med))
+		for i := first(); i < len(r.Intervals) && i <= first()+3; i++ {
 			if e := relErr(r.Intervals[i], med); math.Abs(e) > 0.10 {
 				t.Errorf("%s second %d: %s Mbps, %+.0f%% from its median %s around the restart", r.Name, i, mbps(r.Intervals[i]), 100*e, mbps(med))
 			}

@@ -389,20 +389,19 @@ func tailOf(s string) string {
 	return s
 }
 
-// The judgement of seconds is livetest/netlive's (queues_test.go), kept
-// small here: a second counts when every port's HTB class had packets
-// waiting in ≥ MinBacklogged of the 20-ms samples of it and of the next
-// second (an iperf3 interval overlaps both), no receiver moved more than
-// MaxShift of its bytes into the next second (unread bytes on its socket),
-// and the flows together carried ≥ MinCarried of the usable rate. A run
-// with fewer than half its seconds after warm-up judged is measured again,
-// up to maxTries times: the machine (2 vCPUs shared by three TCG guests,
+// The judgement of seconds is livetest/netlive's (livelab.Judge): a
+// second counts when every port's HTB class had packets waiting in ≥
+// MinBacklogged of the 20-ms samples of each second its measured window
+// touches, both ends of the window were timed (the receivers' kernel
+// counters, read within livelab.MaxSpan), and the flows together carried ≥
+// MinCarried of the usable rate. A run with fewer than half its seconds
+// after warm-up judged is measured again, up to maxTries times, with the
+// machine's evidence: the machine (2 vCPUs shared by three TCG guests,
 // the agent and the receivers) was short of CPU. Seconds with every class
 // backlogged and the link thin are the scheduler's: under
 // livelab.MinWorkConserved of them full, the test fails at once.
 const (
 	MinBacklogged    = livelab.MinBacklogged
-	MaxShift         = 0.10
 	MinCarried       = livelab.MinCarried
 	queueSampleEvery = livelab.SampleEvery
 	maxTries         = 3
@@ -416,78 +415,50 @@ const (
 
 type second = livelab.Second
 
-// watch samples the ports' classes on h1's uplink and their receivers in
-// the fabric (the clients of the guests' iperf3 servers) until the
-// returned function is called.
-func (l *guestLab) watch(ports []string) func() []second {
-	l.t.Helper()
-	return livelab.Watch(l.t, l.plan, l.p, "h1", ports, livelab.ClientSide)
-}
-
 // judged runs a saturating measurement of durS seconds and marks its
 // unjudged seconds (see above); it measures again when fewer than half the
-// seconds after warm-up count.
+// seconds after warm-up count. The rates are what the receivers in the
+// fabric (the clients of the guests' iperf3 servers) received in each
+// second of the run.
 func (l *guestLab) judged(ports []string, usable float64, durS, fromS int, run func() []result) []result {
 	t := l.t
 	t.Helper()
 	for try := 1; ; try++ {
-		stop := l.watch(ports)
+		m0 := livelab.SampleMachine()
+		cw := livelab.Watch(t, l.plan, l.p, "h1", ports)
+		rw := livelab.WatchReceivers(t, l.plan, livelab.ClientSide)
 		res := run()
-		secs := stop()
-		n := 0
-		for _, r := range res {
-			n = max(n, len(r.Intervals))
+		secs := cw.Stop()
+		if err := rw.Stop(); err != nil {
+			t.Fatalf("receivers: %v", err)
 		}
-		short := make([]bool, n)
-		backlogged, sums := make([]bool, n), make([]float64, n)
-		starved, lag, thin, judged := 0, 0, 0, 0
-		for i := range short {
-			sum, behind := 0.0, false
-			for _, r := range res {
-				if i < len(r.Intervals) {
-					sum += r.Intervals[i]
-					for b := i; b <= i+1 && b+1 < len(secs); b++ {
-						d := math.Abs(float64(secs[b+1].Unread[r.Name]) - float64(secs[b].Unread[r.Name]))
-						behind = behind || d > MaxShift*r.Intervals[i]/8
-					}
-				}
-			}
-			full := livelab.Backlogged(secs, i, ports) && livelab.Backlogged(secs, i+1, ports)
-			backlogged[i], sums[i] = full && !behind, sum
-			switch {
-			case !full:
-				// (The last interval ends with the flows: it counts only
-				// if the watch saw the classes backlogged after it.)
-				short[i] = true
-				starved++
-			case behind:
-				short[i] = true
-				lag++
-			case sum < MinCarried*usable:
-				short[i] = true
-				thin++
-			}
-			if !short[i] && i >= fromS {
+		var flows []livelab.Flow
+		for _, r := range res {
+			flows = append(flows, livelab.Flow{Name: r.Name, Port: l.plan.NIC(r.Name).IperfPort, N: len(r.Intervals)})
+		}
+		j := livelab.Judge(cw, rw, flows, ports, usable, livelab.SampleMachine().Since(m0))
+		judged := 0
+		for i := fromS; i < len(j.Short); i++ {
+			if !j.Short[i] {
 				judged++
 			}
 		}
 		for i := range res {
-			res[i].Short = short
+			res[i].Intervals, res[i].Short = j.Rates[res[i].Name], j.Short
 		}
 		var b strings.Builder
 		for _, r := range res {
 			busy, all := 0, 0
-			for _, sec := range secs[:min(n, len(secs))] {
+			for _, sec := range secs[:min(len(j.Short), len(secs))] {
 				busy += sec.Busy[r.Name]
 				all += sec.Samples
 			}
 			fmt.Fprintf(&b, "\n  %s per second: %s (packets waiting in %.0f%% of the samples)", r.Name, r.series(), 100*float64(busy)/float64(max(all, 1)))
 		}
-		why := fmt.Sprintf("%d of %d seconds judged after %d s warm-up; not judged (of all %d): %d with a class not backlogged, %d with a receiver behind, %d with the link under %.0f%% of %s Mbps",
-			judged, n-fromS, fromS, n, starved, lag, thin, 100*MinCarried, mbps(usable))
+		why := fmt.Sprintf("%d of %d seconds judged after %d s warm-up; %s", judged, len(j.Short)-fromS, fromS, j.Summary())
 		// Backlogged classes that leave the link idle are the scheduler's
 		// fault, not the machine's: they fail at once, not measured again.
-		if v := livelab.Conserved(backlogged, sums, usable).Verdict(usable); v != "" {
+		if v := j.Conservation.Verdict(usable); v != "" {
 			t.Fatalf("%s; %s:%s", v, why, b.String())
 		}
 		if judged >= (durS-fromS+1)/2 {

@@ -1,0 +1,127 @@
+package livelab
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// fakeReceivers is a Receivers with made-up samples: one every 50 ms from
+// t0, port 5201 receiving rate bits/s, reads taking span except where
+// slow says otherwise.
+func fakeReceivers(t0 time.Time, secs int, rate float64, span time.Duration, slow map[int]time.Duration) *Receivers {
+	w := &Receivers{}
+	n := secs * int(time.Second/ReceiverEvery)
+	for k := 0; k <= n; k++ {
+		at := t0.Add(time.Duration(k) * ReceiverEvery)
+		sp := span
+		if d, ok := slow[k]; ok {
+			sp = d
+		}
+		w.at = append(w.at, at)
+		w.span = append(w.span, sp)
+		w.bytes = append(w.bytes, map[int]float64{5201: rate / 8 * at.Sub(t0).Seconds()})
+	}
+	return w
+}
+
+// fakeClassWatch is a stopped ClassWatch with made-up seconds whose port
+// "a" sent rate bits/s throughout, except in [stopFrom, stopTo).
+func fakeClassWatch(t *testing.T, t0 time.Time, secs []Second, rate float64, stopFrom, stopTo time.Duration) *ClassWatch {
+	w := &ClassWatch{t: t, start: t0, secs: secs, quit: make(chan struct{}), done: make(chan struct{})}
+	close(w.done)
+	sent := 0.0
+	for k := 0; k <= len(secs)*int(time.Second/SampleEvery); k++ {
+		d := time.Duration(k) * SampleEvery
+		if k > 0 && (d <= stopFrom || d > stopTo) {
+			sent += rate / 8 * SampleEvery.Seconds()
+		}
+		w.sent = append(w.sent, classSample{at: t0.Add(d), bytes: map[string]uint64{"a": uint64(sent)}})
+	}
+	return w
+}
+
+func fullSecond(busy int) Second {
+	n := int(time.Second / SampleEvery)
+	return Second{Samples: n, Busy: map[string]int{"a": busy}}
+}
+
+// Judge on made-up seconds: one not backlogged, one whose receiver reads
+// near an end were all slow (untimed), one thin; the rates are the
+// receiver's, from its timed samples.
+func TestJudge(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	full := int(time.Second / SampleEvery)
+	secs := []Second{fullSecond(full), fullSecond(full * 9 / 10), fullSecond(full), fullSecond(full), fullSecond(full), fullSecond(full)}
+	// Every read within MaxOff (100 ms: samples 58..62) of second 3's
+	// end took 30 ms.
+	slow := map[int]time.Duration{}
+	for k := 58; k <= 62; k++ {
+		slow[k] = 30 * time.Millisecond
+	}
+	rw := fakeReceivers(t0, 6, 900e6, time.Millisecond, slow)
+	cw := fakeClassWatch(t, t0, secs, 900e6, 0, 0)
+	j := Judge(cw, rw, []Flow{{Name: "a", Port: 5201, N: 5}}, []string{"a"}, 1000e6, Load{})
+	// Second 0 is judged but thin (900 of a usable 1000 Mbps); 1 is not
+	// backlogged; 2 and 3 end or begin at the slow reads; 4 is thin.
+	if got, want := fmt.Sprint(j.Short), "[true true true true true]"; got != want {
+		t.Errorf("short %s, want %s", got, want)
+	}
+	if j.Starved != 1 || j.Untimed != 2 || j.Thin != 2 {
+		t.Errorf("starved %d untimed %d thin %d, want 1 2 2", j.Starved, j.Untimed, j.Thin)
+	}
+	if c := j.Conservation; c.Backlogged != 1 || c.Full != 0 {
+		t.Errorf("conservation %+v: want second 4 backlogged and thin (second 0 is the flows' start)", c)
+	}
+	for i, r := range j.Rates["a"] {
+		if r < 899e6 || r > 901e6 {
+			t.Errorf("second %d: %.0f bits/s, want 900e6", i, r)
+		}
+	}
+	// With a usable rate of 900 Mbps the link was full: every backlogged
+	// and timed second is judged.
+	j = Judge(cw, rw, []Flow{{Name: "a", Port: 5201, N: 5}}, []string{"a"}, 900e6, Load{})
+	if got, want := fmt.Sprint(j.Short), "[false true true true false]"; got != want {
+		t.Errorf("usable 900 Mbps: short %s, want %s", got, want)
+	}
+}
+
+// Window picks, near each end, the fastest read, so that one slow read
+// does not set the second aside.
+func TestWindowFastestRead(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	rw := fakeReceivers(t0, 2, 100e6, time.Millisecond, map[int]time.Duration{20: 40 * time.Millisecond})
+	tw := rw.Window(t0, t0.Add(time.Second))
+	if !tw.OK() || !tw.To.Equal(t0.Add(time.Second-ReceiverEvery)) && !tw.To.Equal(t0.Add(time.Second+ReceiverEvery)) {
+		t.Errorf("window %+v: want timed, ending at a neighbour of the slow read at 1 s", tw)
+	}
+	if r := rw.Between(5201, tw); r < 99.9e6 || r > 100.1e6 {
+		t.Errorf("rate %.0f, want 100e6", r)
+	}
+}
+
+// A receiver that holds its bytes across a second's end while its class
+// goes on sending (TCP repairing a loss) sets the two seconds aside; a
+// class that stops sending is the scheduler's and is judged.
+func TestJudgeHeldBytes(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	full := int(time.Second / SampleEvery)
+	secs := []Second{fullSecond(full), fullSecond(full), fullSecond(full), fullSecond(full), fullSecond(full)}
+	rw := fakeReceivers(t0, 5, 100e6, time.Millisecond, nil)
+	// The receiver gets nothing in order from 1.9 s to 2.15 s, then all
+	// of it at once.
+	held := rw.bytes[38][5201]
+	for k := 38; k < 43; k++ {
+		rw.bytes[k][5201] = held
+	}
+	flows := []Flow{{Name: "a", Port: 5201, N: 4}}
+	j := Judge(fakeClassWatch(t, t0, secs, 100e6, 0, 0), rw, flows, []string{"a"}, 0, Load{})
+	if got, want := fmt.Sprint(j.Short), "[false true true false]"; got != want || j.Held != 2 {
+		t.Errorf("class sending: short %s (held %d), want %s (2)", got, j.Held, want)
+	}
+	// The class itself stopped over the same time: judged, the dip shows.
+	j = Judge(fakeClassWatch(t, t0, secs, 100e6, 1900*time.Millisecond, 2150*time.Millisecond), rw, flows, []string{"a"}, 0, Load{})
+	if got, want := fmt.Sprint(j.Short), "[false false false false]"; got != want || j.Rates["a"][1] > 90e6 {
+		t.Errorf("class stopped: short %s, second 1 at %.0f bits/s; want %s and the dip", got, j.Rates["a"][1], want)
+	}
+}
