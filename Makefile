@@ -1,6 +1,7 @@
 # sluice: the two commands of a fresh machine are `make demo` and `make test`.
 GO      ?= go
 BIN     := bin/sluice
+SHELL   := /bin/bash
 
 .PHONY: all build demo test deps fuzz bench reproduce clean
 
@@ -18,10 +19,13 @@ demo: build
 
 # Everything needed, then all tests: unit tests, fuzz corpora, live lab tests
 # (root, network namespaces). Packages run one at a time so that live tests
-# measuring real traffic do not compete for the CPU.
+# measuring real traffic do not compete for the CPU. scripts/testreport
+# prints go test's usual lines, then each package's time, the slowest
+# tests and the tests that measured again (docs/testing.md).
 test: deps build
 	$(GO) vet ./...
-	$(GO) test -count=1 -p 1 -timeout 18m ./...
+	$(GO) build -o bin/testreport ./scripts/testreport
+	set -o pipefail; $(GO) test -count=1 -p 1 -timeout 18m -json ./... | bin/testreport
 
 # Every seed experiment in the simulator; writes out/report.md.
 reproduce: build

@@ -41,8 +41,8 @@ type Judgement struct {
 // judged) when:
 //
 //   - every watched port's class had packets waiting in MinBacklogged of
-//     the samples of each watch second that the measured window touches
-//     (the scheduler, not a starved sender, set the rates);
+//     the class watch's samples over the measured window (the scheduler,
+//     not a starved sender, set the rates);
 //   - both ends of its window were timed (Receivers.Window);
 //   - no delayed flow starts in it or in the second before (its first
 //     interval is no full second of the link);
@@ -58,6 +58,7 @@ type Judgement struct {
 // is the run's work conservation.
 func Judge(cw *ClassWatch, rw *Receivers, flows []Flow, ports []string, usable float64, machine Load) Judgement {
 	secs, start := cw.Stop(), cw.Start()
+	_ = secs
 	n := 0
 	for _, f := range flows {
 		n = max(n, f.StartS+f.N)
@@ -87,11 +88,8 @@ func Judge(cw *ClassWatch, rw *Receivers, flows []Flow, ports []string, usable f
 		}
 		sums[i] = sum
 		full := Backlogged(secs, i, ports)
-		if tw.OK() && tw.From.Before(a) {
-			full = full && i > 0 && Backlogged(secs, i-1, ports)
-		}
-		if tw.OK() && tw.To.After(a.Add(time.Second)) {
-			full = full && Backlogged(secs, i+1, ports)
+		if tw.OK() {
+			full = cw.BackloggedBetween(ports, tw.From, tw.To)
 		}
 		starting := false
 		for _, f := range flows {

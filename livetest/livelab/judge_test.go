@@ -36,7 +36,11 @@ func fakeClassWatch(t *testing.T, t0 time.Time, secs []Second, rate float64, sto
 		if k > 0 && (d <= stopFrom || d > stopTo) {
 			sent += rate / 8 * SampleEvery.Seconds()
 		}
-		w.sent = append(w.sent, classSample{at: t0.Add(d), bytes: map[string]uint64{"a": uint64(sent)}})
+		// The second's first Busy samples had packets waiting.
+		per := int(time.Second / SampleEvery)
+		sec, m := k/per, k%per
+		busy := sec < len(secs) && m < secs[sec].Busy["a"]
+		w.sent = append(w.sent, classSample{at: t0.Add(d), bytes: map[string]uint64{"a": uint64(sent)}, busy: map[string]bool{"a": busy}})
 	}
 	return w
 }

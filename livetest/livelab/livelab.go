@@ -226,7 +226,7 @@ func Watch(t testing.TB, plan *lab.Plan, p *policy.Policy, host string, ports []
 				}
 				sec := &w.secs[len(w.secs)-1]
 				sec.Samples++
-				cur := classSample{at: now, bytes: map[string]uint64{}}
+				cur := classSample{at: now, bytes: map[string]uint64{}, busy: map[string]bool{}}
 				for _, c := range cs {
 					port, ok := ids[c.ID]
 					if !ok {
@@ -234,6 +234,7 @@ func Watch(t testing.TB, plan *lab.Plan, p *policy.Policy, host string, ports []
 					}
 					if c.Queued > 0 {
 						sec.Busy[port]++
+						cur.busy[port] = true
 					}
 					cur.bytes[port] = c.Bytes
 				}
@@ -246,10 +247,41 @@ func Watch(t testing.TB, plan *lab.Plan, p *policy.Policy, host string, ports []
 	return w
 }
 
-// classSample is what each port's class had sent (bytes) at one sample.
+// classSample is what each port's class had sent (bytes) at one sample,
+// and whether it had packets waiting.
 type classSample struct {
 	at    time.Time
 	bytes map[string]uint64
+	busy  map[string]bool
+}
+
+// BackloggedBetween tells whether every port's class had packets waiting
+// in at least MinBacklogged of the samples from a to b; a span in which
+// the watch got fewer than half its samples (the machine stood still) is
+// not.
+func (w *ClassWatch) BackloggedBetween(ports []string, a, b time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i := sort.Search(len(w.sent), func(i int) bool { return !w.sent[i].at.Before(a) })
+	n := 0
+	busy := map[string]int{}
+	for k := i; k < len(w.sent) && !w.sent[k].at.After(b); k++ {
+		n++
+		for _, p := range ports {
+			if w.sent[k].busy[p] {
+				busy[p]++
+			}
+		}
+	}
+	if n == 0 || float64(n) < b.Sub(a).Seconds()*float64(time.Second/SampleEvery)/2 {
+		return false
+	}
+	for _, p := range ports {
+		if float64(busy[p]) < MinBacklogged*float64(n) {
+			return false
+		}
+	}
+	return true
 }
 
 // Sent is how many bytes port's class sent between the samples nearest
