@@ -11,7 +11,7 @@ import (
 	"sluice/policy"
 )
 
-// TestPackingAgreesWithDerivation checks, on 1,000 random clusters (fixed
+// TestPackingAgreesWithDerivation checks, on 3,000 random clusters (fixed
 // seeds), that placement and the derivation of the uplink trees
 // (entitle.Derive, what `sluice alloc`, the agent and the simulator
 // enforce) agree on every host's network, before and after a placement
@@ -22,7 +22,8 @@ import (
 // to three uplinks per host (some lost), vm class and other class
 // reservations, vNICs pinned to uplinks that exist or not, and
 // reservations drawn from few sizes so that ties and packings that only
-// largest-first fails occur.
+// largest-first fails occur. Policy validation, with the VMs placed as
+// they start, refuses a VM on exactly the hosts placement finds broken.
 func TestPackingAgreesWithDerivation(t *testing.T) {
 	var agreeOK, agreeBroken int
 	for seed := uint64(1); seed <= 3000; seed++ {
@@ -50,6 +51,7 @@ func TestPackingAgreesWithDerivation(t *testing.T) {
 			}
 		}
 		check("before the pass", cur)
+		validationAgrees(t, seed, p, cur)
 		r := Plan(p, cur, Demand{}, Options{Threshold: 1 + int(seed%5), DownUplinks: down})
 		check("after the pass", r.Placement)
 		// What the pass decided, it decided by the derivation's packing:
@@ -71,6 +73,35 @@ func TestPackingAgreesWithDerivation(t *testing.T) {
 	t.Logf("hosts judged alike: %d sound, %d with a network fault", agreeOK, agreeBroken)
 	if agreeOK == 0 || agreeBroken == 0 {
 		t.Error("the draws never produced a sound host or a broken one")
+	}
+}
+
+// validationAgrees checks that policy validation (Admission) finds a
+// host's VMs not to fit exactly when placement's Check finds the host
+// broken, with the VMs placed as cur and every uplink up.
+func validationAgrees(t *testing.T, seed uint64, p *policy.Policy, cur Placement) {
+	t.Helper()
+	q := *p
+	q.VMs = append([]policy.VM(nil), p.VMs...)
+	for i := range q.VMs {
+		q.VMs[i].Host = cur[q.VMs[i].Name]
+	}
+	refused := map[string]bool{}
+	for _, e := range q.Admission() {
+		if _, rest, ok := strings.Cut(e.Msg, "does not fit on host "); ok {
+			host, _, _ := strings.Cut(rest, ":")
+			refused[host] = true
+		}
+	}
+	broken := map[string]bool{}
+	for _, f := range Check(&q, cur, Options{}) {
+		broken[f.Host] = true
+	}
+	for _, h := range q.Hosts {
+		if refused[h.Name] != broken[h.Name] {
+			t.Fatalf("seed %d: host %s: validation refuses a VM there: %v; placement finds it broken: %v\n%v\n%s",
+				seed, h.Name, refused[h.Name], broken[h.Name], q.Admission(), describe(&q, cur, h.Name, nil))
+		}
 	}
 }
 

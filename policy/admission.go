@@ -54,8 +54,10 @@ func (p *Policy) checkClasses(l *errorList) {
 	}
 }
 
-// checkHosts admits the VMs placed on each host in file order through the
-// feasibility checks.
+// checkHosts checks that each host meets the reservations of the VMs
+// placed on it (feasible.Holds, as placement judges a host); on a host
+// that does not, it admits the VMs in file order through the checks and
+// reports each that does not fit beside those before it.
 func (p *Policy) checkHosts(l *errorList) {
 	index := map[*VM]int{}
 	for i := range p.VMs {
@@ -66,12 +68,21 @@ func (p *Policy) checkHosts(l *errorList) {
 	for hi := range p.Hosts {
 		h := &p.Hosts[hi]
 		fh := p.FeasibleHost(h, nil)
+		vms := make([]feasible.VM, len(byHost[h.Name]))
 		var load feasible.Load
-		for _, vm := range byHost[h.Name] {
-			fv := FeasibleVM(index[vm], vm)
+		for i, vm := range byHost[h.Name] {
+			vms[i] = FeasibleVM(index[vm], vm)
+			load.Add(&fh, &vms[i])
+		}
+		if feasible.Holds(&fh, &load) {
+			continue // as placement sees it: the host meets its VMs' reservations
+		}
+		load = feasible.Load{}
+		for i, vm := range byHost[h.Name] {
+			fv := &vms[i]
 			fits := true
 			for _, c := range feasible.Checks {
-				ok, why := c.Fit(&fh, &load, &fv, &s)
+				ok, why := c.Fit(&fh, &load, fv, &s)
 				if ok {
 					continue
 				}
@@ -80,7 +91,7 @@ func (p *Policy) checkHosts(l *errorList) {
 				l.add(line, field, "does not fit on host %s: %s", h.Name, why.Text)
 			}
 			if fits {
-				load.Add(&fh, &fv)
+				load.Add(&fh, fv)
 			}
 		}
 	}
