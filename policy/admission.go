@@ -80,17 +80,12 @@ func (p *Policy) checkHosts(l *errorList) {
 		load = feasible.Load{}
 		for i, vm := range byHost[h.Name] {
 			fv := &vms[i]
-			fits := true
-			for _, c := range feasible.Checks {
-				ok, why := c.Fit(&fh, &load, fv, &s)
-				if ok {
-					continue
-				}
-				fits = false
-				line, field := vmField(vm, why)
-				l.add(line, field, "does not fit on host %s: %s", h.Name, why.Text)
+			why := feasible.Why(&fh, &load, fv, &s)
+			for _, r := range why {
+				line, field := vmField(vm, r)
+				l.add(line, field, "does not fit on host %s: %s", h.Name, r.Text)
 			}
-			if fits {
+			if len(why) == 0 {
 				load.Add(&fh, fv)
 			}
 		}
