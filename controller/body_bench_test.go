@@ -3,6 +3,7 @@ package controller
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -170,7 +171,11 @@ func postBig(cl *Client, size int64, declared bool) string {
 		return "error: " + firstLine(err.Error())
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var e ErrorBody
+	if err != nil || json.Unmarshal(b, &e) != nil || e.Error == "" {
+		return fmt.Sprintf("%d without its error body", resp.StatusCode)
+	}
 	if ra := resp.Header.Get("Retry-After"); ra != "" {
 		return fmt.Sprintf("%d (Retry-After %s)", resp.StatusCode, ra)
 	}

@@ -68,8 +68,11 @@ func Handler(c *Controller, tokens *Tokens, errLog *log.Logger) http.Handler {
 			return
 		}
 		if r.ContentLength > maxBody {
-			// Refused unread: the connection is closed rather than drained.
-			w.Header().Set("Connection", "close")
+			// Refused unread: an HTTP/1 connection is closed rather than
+			// drained (an HTTP/2 stream is reset, its connection stays).
+			if r.ProtoMajor < 2 {
+				w.Header().Set("Connection", "close")
+			}
 			writeJSON(w, http.StatusRequestEntityTooLarge, ErrorBody{Error: fmt.Sprintf("body larger than %d bytes (Content-Length: %d)", maxBody, r.ContentLength)})
 			return
 		}
