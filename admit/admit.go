@@ -1,8 +1,9 @@
 // Package admit decides whether a VM may start on a host: the decision of
 // sluice's libvirt hook (`sluice hook qemu`), taken before the domain
-// starts. The rule is placement's admission (placement.Plan), applied to
-// the one host and the VMs that run on it now, so that admission at VM
-// start and placement's admission never disagree.
+// starts. The rule is placement's admission (placement.Plan, which asks
+// package feasible's checks, the ones policy validation applies too),
+// applied to the one host and the VMs that run on it now, so that
+// admission at VM start and placement's admission never disagree.
 //
 // admit is pure: no I/O, no clock. The hook reads the policy and what
 // runs on the host, and carries out the decision.

@@ -47,7 +47,7 @@ func TestDecide(t *testing.T) {
 	}{
 		{"alone fits", "h1", Domain{Name: "big"}, nil, true, "fit on h1 with the 0 VMs"},
 		{"network: 600+200 > 750 budget", "h1", Domain{Name: "mid"}, doms("big"), false,
-			"network: needs 200Mbps of vNIC reservations, free 150Mbps (short 50Mbps)"},
+			"network: needs 200Mbps of vNIC reservations, free 150Mbps (short 50Mbps; vm budget of uplink [up0 750Mbps (reservationCap 0.75 × 1Gbps)])"},
 		{"unnamed running domains reserve nothing", "h1", Domain{Name: "mid"}, doms("stranger", "other"), true, "admitted mid"},
 		{"itself among the running is not counted twice", "h1", Domain{Name: "big"}, doms("big"), true, "admitted big"},
 		{"a VM of another host runs here: it counts here", "h1", Domain{Name: "big"}, doms("small", "mid"), false, "short 150Mbps"},
@@ -86,10 +86,10 @@ func TestDecideUnnamed(t *testing.T) {
 		want    string
 	}{
 		{"running unnamed domains reserve 100Mbps per vNIC: 600+2×100 > 750", Domain{Name: "big"}, []Domain{{Name: "stranger", VNICs: 2}}, false,
-			"network: needs 600Mbps of vNIC reservations, free 550Mbps (short 50Mbps)"},
+			"network: needs 600Mbps of vNIC reservations, free 550Mbps (short 50Mbps; vm budget of uplink [up0 750Mbps (reservationCap 0.75 × 1Gbps)])"},
 		{"one vNIC fits", Domain{Name: "big"}, []Domain{{Name: "stranger", VNICs: 1}}, true, "admitted big"},
 		{"an unnamed domain starting is checked", Domain{Name: "web7", VNICs: 2}, []Domain{{Name: "big"}}, false,
-			"refused web7: its reservations (unnamedVMs: 100Mbps per vNIC, 2 vNICs) do not fit on h1 with the 1 VMs that run there: network: needs 200Mbps of vNIC reservations, free 150Mbps (short 50Mbps)"},
+			"refused web7: its reservations (unnamedVMs: 100Mbps per vNIC, 2 vNICs) do not fit on h1 with the 1 VMs that run there: network: needs 200Mbps of vNIC reservations, free 150Mbps (short 50Mbps; vm budget of uplink [up0 750Mbps (reservationCap 0.75 × 1Gbps)])"},
 		{"an unnamed domain that fits starts", Domain{Name: "web7", VNICs: 1}, []Domain{{Name: "big"}}, true,
 			"admitted web7: its reservations (unnamedVMs: 100Mbps per vNIC, 1 vNICs) fit"},
 		{"without vNICs it reserves nothing", Domain{Name: "web7"}, []Domain{{Name: "big"}}, true, "reserves nothing"},

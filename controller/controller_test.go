@@ -303,6 +303,35 @@ func TestPowerOnRefused(t *testing.T) {
 	}
 }
 
+// TestNotModelled: a policy whose hosts give no cpu: or memory: is valid
+// (they are not modelled), and the controller agrees: no fault on apply,
+// and a VM with vCPUs, a CPU reservation and memory powers on.
+func TestNotModelled(t *testing.T) {
+	f := newFixture(t, true)
+	r := f.apply(`cluster: nocpu
+hosts:
+  - {name: h1, uplinks: [{name: vmnic0, speed: 10Gbps}]}
+  - {name: h2, uplinks: [{name: vmnic0, speed: 10Gbps}]}
+vms:
+  - {name: v1, host: h1, cpu: {vcpus: 4, reservationMHz: 2000}, memory: 8GiB, nics: [{name: nic0, reservation: 1Gbps}]}
+  - {name: v2, cpu: {vcpus: 8, reservationMHz: 4000}, memory: 16GiB}
+`)
+	for _, e := range r.Events {
+		if e.Kind == "fault" {
+			t.Errorf("apply: %s: %s", e.Kind, e.Message)
+		}
+	}
+	if _, err := f.cl.PowerOn(f.ctx, "v2", PowerOnRequest{}); err != nil || f.vm("v2").Host == "" {
+		t.Fatalf("power-on v2: %v", err)
+	}
+	es, _ := f.cl.Events(f.ctx, 0)
+	for _, e := range es {
+		if e.Kind == "fault" || e.Kind == "refuse" {
+			t.Errorf("event %s: %s", e.Kind, e.Message)
+		}
+	}
+}
+
 func TestPlacementOff(t *testing.T) {
 	f := newFixture(t, false)
 	f.apply(offDoc(t))

@@ -1,11 +1,9 @@
 package controller
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -194,13 +192,7 @@ func BenchmarkScale(b *testing.B) {
 	nh, nv := envInt("SLUICE_SCALE_HOSTS", 1000), envInt("SLUICE_SCALE_VMS", 30000)
 	sets := envInt("SLUICE_SCALE_SETS", 5)
 	tmp := b.TempDir()
-	bin := os.Getenv("SLUICE_BIN")
-	if bin == "" {
-		bin = filepath.Join(tmp, "sluice")
-		if out, err := exec.Command("go", "build", "-o", bin, "sluice/cmd/sluice").CombinedOutput(); err != nil {
-			b.Fatalf("go build: %v\n%s", err, out)
-		}
-	}
+	bin := sluiceBin(b, tmp)
 	polFile := filepath.Join(tmp, "scale.yaml")
 	if err := os.WriteFile(polFile, scalePolicy(nh, nv), 0o600); err != nil {
 		b.Fatal(err)
@@ -208,45 +200,16 @@ func BenchmarkScale(b *testing.B) {
 	fi, _ := os.Stat(polFile)
 
 	// The controller.
-	dir := filepath.Join(tmp, "data")
-	port := freePort(b)
-	server := fmt.Sprintf("https://127.0.0.1:%d", port)
-	cmd := exec.Command(bin, "controller", "--data-dir", dir, "--listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"--etcd-client-port", fmt.Sprint(freePort(b)), "--etcd-peer-port", fmt.Sprint(freePort(b)),
-		"--drs-interval", "0", "--host-ttl", "60")
-	stdout, _ := cmd.StdoutPipe()
-	stderr, _ := os.Create(filepath.Join(tmp, "controller.stderr"))
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			select {
-			case ready <- sc.Text():
-			default:
-			}
-		}
-	}()
-	select {
-	case l := <-ready:
-		if !strings.Contains(l, "ready") {
-			b.Fatalf("controller: %s", l)
-		}
-	case <-time.After(60 * time.Second):
-		b.Fatal("controller not ready after 60 s")
-	}
-	pid := cmd.Process.Pid
+	rc := startController(b, bin, tmp, "--drs-interval", "0", "--host-ttl", "60")
+	defer rc.stop()
+	pid, server, dir, stderr := rc.pid, rc.server, rc.dir, rc.stderr
 	rssIdle := procStatus(pid, "VmRSS")
 	ctl := func(args ...string) (string, time.Duration) {
 		start := time.Now()
 		out, err := exec.Command(bin, append([]string{"ctl", "--server", server, "--data-dir", dir}, args...)...).CombinedOutput()
 		took := time.Since(start)
 		if err != nil {
-			se, _ := os.ReadFile(stderr.Name())
+			se, _ := os.ReadFile(stderr)
 			b.Fatalf("sluice ctl %s: %v\n%s\ncontroller's stderr:\n%s", strings.Join(args, " "), err, out, se)
 		}
 		return string(out), took

@@ -1,27 +1,49 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
-// maxBody bounds a request body: a policy document of policy.MaxFileBytes
-// escaped in JSON.
-const maxBody = 20 << 20
+// Limits on request bodies, so that no client can make the controller
+// hold more than a bounded amount of memory for them (docs/controller.md,
+// Security).
+const (
+	// maxBody bounds a request body: a policy document of
+	// policy.MaxFileBytes escaped in JSON. A body that declares more
+	// (Content-Length) gets 413 unread; one that sends more gets 413 when
+	// the reading reaches it.
+	maxBody = 20 << 20
+	// largeBody is the size from which a body draws on the budget while it
+	// is read and decoded: a body that declares more, or that declares no
+	// length (chunked), which counts as maxBody. Smaller bodies (agents'
+	// heartbeats and reports, sets, power-ons) do not wait for it.
+	largeBody = 1 << 20
+	// bodyBudget is how many bytes of large bodies are read at once: two
+	// of maxBody. (Decoding a JSON body of known length holds up to about
+	// twice its size; one of unknown length is spooled first, see spool.)
+	bodyBudget = 2 * maxBody
+	// budgetWait is how long a large request waits for the budget before
+	// it gets 503 with Retry-After.
+	budgetWait = 2 * time.Second
+)
 
 // Handler returns the API (api/openapi.yaml) of c. Every request needs a
 // bearer token of tokens: without a valid one it gets 401 before any route
 // is looked at, so nothing changes. errLog gets the internal errors (nil:
 // discarded).
 func Handler(c *Controller, tokens *Tokens, errLog *log.Logger) http.Handler {
-	s := &server{c: c, log: errLog}
+	s := &server{c: c, log: errLog, bodies: newBudget(bodyBudget)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/policy", s.getPolicy)
 	mux.HandleFunc("POST /v1/policy", s.apply)
@@ -45,14 +67,87 @@ func Handler(c *Controller, tokens *Tokens, errLog *log.Logger) http.Handler {
 			writeJSON(w, http.StatusUnauthorized, ErrorBody{Error: "a valid bearer token is required"})
 			return
 		}
+		if r.ContentLength > maxBody {
+			// Refused unread: an HTTP/1 connection is closed rather than
+			// drained (an HTTP/2 stream is reset, its connection stays).
+			if r.ProtoMajor < 2 {
+				w.Header().Set("Connection", "close")
+			}
+			writeJSON(w, http.StatusRequestEntityTooLarge, ErrorBody{Error: fmt.Sprintf("body larger than %d bytes (Content-Length: %d)", maxBody, r.ContentLength)})
+			return
+		}
+		if n := bodyWeight(r); n > 0 {
+			if !s.bodies.take(r.Context(), n, budgetWait) {
+				w.Header().Set("Retry-After", "1")
+				writeJSON(w, http.StatusServiceUnavailable, ErrorBody{Error: "too many large requests at once: retry in a second"})
+				return
+			}
+			defer s.bodies.give(n)
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 		mux.ServeHTTP(w, r)
 	})
 }
 
 type server struct {
-	c   *Controller
-	log *log.Logger
+	c      *Controller
+	log    *log.Logger
+	bodies *budget
+}
+
+// bodyWeight is what reading r's body takes of the budget: its declared
+// length when it is large, maxBody when it declares none, else 0.
+func bodyWeight(r *http.Request) int64 {
+	switch {
+	case r.ContentLength > largeBody:
+		return r.ContentLength
+	case r.ContentLength < 0:
+		return maxBody
+	}
+	return 0
+}
+
+// budget is a number of bytes that requests take while they read their
+// bodies and give back when done.
+type budget struct {
+	mu   sync.Mutex
+	free int64
+	wake chan struct{} // closed (and replaced) when bytes are given back
+}
+
+func newBudget(n int64) *budget { return &budget{free: n, wake: make(chan struct{})} }
+
+// take takes n bytes, waiting at most wait (or until ctx ends) for them;
+// it reports whether it took them.
+func (b *budget) take(ctx context.Context, n int64, wait time.Duration) bool {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		b.mu.Lock()
+		if b.free >= n {
+			b.free -= n
+			b.mu.Unlock()
+			return true
+		}
+		wake := b.wake
+		b.mu.Unlock()
+		select {
+		case <-wake:
+		case <-t.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// give gives back n bytes taken.
+func (b *budget) give(n int64) {
+	b.mu.Lock()
+	b.free += n
+	close(b.wake)
+	b.wake = make(chan struct{})
+	b.mu.Unlock()
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -89,19 +184,81 @@ func (s *server) reply(w http.ResponseWriter, v any, err error) {
 
 // decode reads a JSON body into v; unknown fields are errors.
 func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
+	body := io.Reader(r.Body)
+	if r.ContentLength < 0 {
+		sp := spool(body)
+		defer sp.release()
+		if sp.err != nil {
+			return bodyErr(sp.err)
+		}
+		body = sp.reader()
+	}
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {
 			return apiErr(http.StatusBadRequest, "empty body: want JSON")
 		}
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return apiErr(http.StatusRequestEntityTooLarge, "body larger than %d bytes", mbe.Limit)
-		}
-		return apiErr(http.StatusBadRequest, "body: %v", err)
+		return bodyErr(err)
 	}
 	return nil
+}
+
+// bodyErr is the API error of a body that could not be read or decoded:
+// 413 beyond the cap, else 400.
+func bodyErr(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return apiErr(http.StatusRequestEntityTooLarge, "body larger than %d bytes", mbe.Limit)
+	}
+	return apiErr(http.StatusBadRequest, "body: %v", err)
+}
+
+// spooled is a body of unknown length (chunked), read in pieces of 1 MiB
+// from a pool until its end or the cap: a body beyond the cap costs the
+// cap and no more, and the pieces serve the next body (a JSON decoder
+// reading it would double its buffer up to 1.6 times the cap, allocating
+// twice that, garbage for each body).
+type spooled struct {
+	pieces [][]byte
+	err    error
+}
+
+var pieces = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
+
+func spool(body io.Reader) *spooled {
+	sp := &spooled{}
+	for {
+		buf := *pieces.Get().(*[]byte)
+		n, err := io.ReadFull(body, buf)
+		sp.pieces = append(sp.pieces, buf[:n])
+		switch {
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			return sp
+		case err != nil:
+			sp.err = err
+			return sp
+		}
+	}
+}
+
+// reader reads what was spooled.
+func (sp *spooled) reader() io.Reader {
+	rs := make([]io.Reader, len(sp.pieces))
+	for i, p := range sp.pieces {
+		rs[i] = bytes.NewReader(p)
+	}
+	return io.MultiReader(rs...)
+}
+
+// release gives the pieces back to the pool (what was decoded from them
+// is a copy).
+func (sp *spooled) release() {
+	for _, p := range sp.pieces {
+		p = p[:cap(p)]
+		pieces.Put(&p)
+	}
+	sp.pieces = nil
 }
 
 func (s *server) getPolicy(w http.ResponseWriter, r *http.Request) {

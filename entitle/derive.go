@@ -125,9 +125,11 @@ func IOPSLimit(l policy.IOPS) float64 {
 // rules (DESIGN.md §2), each decided here and nowhere else:
 //   - an uplink divides its usable rate (its speed when none is given);
 //   - a vNIC pinned with `uplink:` to an uplink that is up uses it; the
-//     other vNICs of a host are assigned by policy's rule (larger
-//     reservations first, best fit on the vm-class budget, unreserved
-//     vNICs on the first uplink), over the uplinks that are up;
+//     other vNICs of a host are assigned by the one packer of package
+//     feasible (policy.AssignUplinks: larger reservations first, best fit
+//     on the vm-class budget, a vNIC that fits nowhere last on the uplink
+//     with the most left, unreserved vNICs on the first uplink), over the
+//     uplinks that are up: the packing placement judges hosts by;
 //   - passthrough vNICs bypass the scheduler: they are on no tree;
 //   - each vNIC of a running VM that the policy does not name
 //     (Live.Unnamed) is a vNIC with the policy's unnamedVMs setting,

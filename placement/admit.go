@@ -2,8 +2,9 @@ package placement
 
 import (
 	"fmt"
-	"math"
 	"sort"
+
+	"sluice/feasible"
 )
 
 // admitAll powers on every VM without a host, in file order: on the
@@ -76,34 +77,30 @@ func (s *state) retryRefused(ds []Decision) []Decision {
 func (s *state) clusterShortfalls(vi int) []string {
 	v := &s.vms[vi]
 	var out []string
-	need := map[int]float64{}
+	need := map[int]int64{}
 	for _, n := range v.nics {
 		if n.pool >= 0 && n.resv > 0 {
 			need[n.pool] += n.resv
 		}
 	}
 	for _, pi := range sortedKeys(need) {
-		pl := &s.pools[pi]
-		if free := pl.quota - pl.used; need[pi] > free+1e-6 {
-			out = append(out, fmt.Sprintf("pool %s: needs %s, free %s of quota %s (short %s)",
-				pl.name, fmtRate(need[pi]), fmtRate(math.Max(free, 0)), fmtRate(pl.quota), fmtRate(need[pi]-math.Max(free, 0))))
+		if ok, why := s.pools[pi].q.Fit(need[pi]); !ok {
+			out = append(out, why)
 		}
 	}
-	needIO := map[int]float64{}
+	needIO := map[int]int64{}
 	for _, d := range v.iops {
 		needIO[d.ds] += d.iops
 	}
 	for _, di := range sortedKeys(needIO) {
-		d := &s.dss[di]
-		if free := d.cap - d.used; needIO[di] > free+1e-6 {
-			out = append(out, fmt.Sprintf("datastore %s: needs %s, free %s of %s (short %s)",
-				d.name, fmtIOPS(needIO[di]), fmtIOPS(math.Max(free, 0)), fmtIOPS(d.cap), fmtIOPS(needIO[di]-math.Max(free, 0))))
+		if ok, why := s.dss[di].Fit(needIO[di]); !ok {
+			out = append(out, why)
 		}
 	}
 	return out
 }
 
-func sortedKeys(m map[int]float64) []int {
+func sortedKeys(m map[int]int64) []int {
 	ks := make([]int, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)
@@ -113,45 +110,13 @@ func sortedKeys(m map[int]float64) []int {
 }
 
 // shortfalls lists why VM vi does not fit on host hi, one line per
-// resource, naming what it needs, what is free and the shortfall.
+// resource, naming what it needs, what is free and the shortfall
+// (feasible.Why).
 func (s *state) shortfalls(vi, hi int) []string {
 	v, h := &s.vms[vi], &s.hosts[hi]
 	var out []string
-	if !s.hostOK(hi) {
-		out = append(out, "the host cannot meet its own VMs' reservations")
-	}
-	if v.vcpus > h.cores {
-		out = append(out, fmt.Sprintf("cpu: %d vCPUs > %d cores", v.vcpus, h.cores))
-	}
-	if free := h.cpuCap - h.cpuResv; v.cpuResv > free+1e-6 {
-		out = append(out, fmt.Sprintf("cpu: needs %s reserved, free %s (short %s)", fmtMHz(v.cpuResv), fmtMHz(math.Max(free, 0)), fmtMHz(v.cpuResv-math.Max(free, 0))))
-	}
-	if free := h.memCap - h.mem; v.mem > free+0.5 {
-		out = append(out, fmt.Sprintf("memory: needs %s, free %s (short %s)", fmtBytes(v.mem), fmtBytes(math.Max(free, 0)), fmtBytes(v.mem-math.Max(free, 0))))
-	}
-	for _, n := range v.nics {
-		if n.pin != "" && uplinkByName(h, n.pin) < 0 {
-			out = append(out, fmt.Sprintf("network: %s is pinned to uplink %s, which the host lacks or has lost", n.name, n.pin))
-		}
-	}
-	if v.netResv > 0 {
-		free := h.budget - h.netResv
-		if v.netResv > free+1e-6 {
-			out = append(out, fmt.Sprintf("network: needs %s of vNIC reservations, free %s (short %s)",
-				fmtRate(v.netResv), fmtRate(math.Max(free, 0)), fmtRate(v.netResv-math.Max(free, 0))))
-		} else if s.hostOK(hi) && !s.tryPack(vi, hi) {
-			big, most, mostName := 0.0, 0.0, "none"
-			for _, n := range v.nics {
-				big = math.Max(big, n.resv)
-			}
-			for _, u := range h.uplinks {
-				if !u.down && u.budget-u.used > most {
-					most, mostName = u.budget-u.used, u.name
-				}
-			}
-			out = append(out, fmt.Sprintf("network: a vNIC needs %s on one uplink, the most free is %s on %s (short %s)",
-				fmtRate(big), fmtRate(most), mostName, fmtRate(big-most)))
-		}
+	for _, r := range feasible.Why(&h.fh, &h.load, &v.fv, &s.scratch) {
+		out = append(out, r.Text)
 	}
 	if len(out) == 0 {
 		out = append(out, "does not fit")

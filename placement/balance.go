@@ -41,8 +41,18 @@ func (b *balance) init(s *state, o *Options) {
 
 // loads are the normalised loads of host h.
 func loads(h *host) [nRes]float64 {
-	return [nRes]float64{ratio(h.cpuLoad, h.cpuCap), ratio(h.memLoad, h.memCap),
-		ratio(h.netLoad, h.netCap), ratio(h.netResv, h.budget)}
+	return [nRes]float64{modelled(h.cpuLoad, h.cpuCap), modelled(h.memLoad, h.memCap),
+		ratio(h.netLoad, h.netCap), ratio(float64(h.load.NetBps), h.budget)}
+}
+
+// modelled is load/capacity for a resource that a host may leave out
+// (CPU, memory: capacity 0 is "not modelled"): such a host does not take
+// part in balancing it.
+func modelled(load, capacity float64) float64 {
+	if capacity > 0 {
+		return load / capacity
+	}
+	return 0
 }
 
 // ratio is load/capacity; a host without capacity counts as full when it
@@ -126,8 +136,8 @@ func (b *balance) gainPessimistic(s *state, vi, from, to int, m float64) float64
 func (b *balance) shift(s *state, s1, s2 *[nRes]float64, hi, vi int, f float64) {
 	h, v := &s.hosts[hi], &s.vms[vi]
 	old := loads(h)
-	nl := [nRes]float64{ratio(h.cpuLoad+f*v.cpuLoad, h.cpuCap), ratio(h.memLoad+f*v.memLoad, h.memCap),
-		ratio(h.netLoad+f*v.netLoad, h.netCap), ratio(h.netResv+f*v.netResv, h.budget)}
+	nl := [nRes]float64{modelled(h.cpuLoad+f*v.cpuLoad, h.cpuCap), modelled(h.memLoad+f*v.memLoad, h.memCap),
+		ratio(h.netLoad+f*v.netLoad, h.netCap), ratio(float64(h.load.NetBps)+f*v.netResv, h.budget)}
 	for r := range nl {
 		s1[r] += nl[r] - old[r]
 		s2[r] += nl[r]*nl[r] - old[r]*old[r]

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unicode"
 
+	"sluice/feasible"
 	"sluice/policy"
 )
 
@@ -357,17 +358,13 @@ func refusal(p *policy.Policy, old Placement, np *policy.Policy, pl Placement, c
 		// A vNIC reservation must fit on one uplink of some host.
 		s := newState(np, pl, Demand{}, &Options{})
 		for _, n := range v.NICs {
-			best := 0.0
-			for _, h := range s.hosts {
-				for _, u := range h.uplinks {
-					if n.Uplink == "" || n.Uplink == u.name {
-						best = max(best, u.budget)
-					}
-				}
+			var best int64
+			for hi := range s.hosts {
+				best = max(best, feasible.Room(&s.hosts[hi].fh, n.Uplink))
 			}
-			if float64(n.Reservation) > best+1e-6 {
+			if int64(n.Reservation) > best {
 				return fmt.Sprintf("%s reservation %s fits on no uplink of any host (largest vm budget %s)",
-					policy.PortName(v.Name, n.Name), fmtRate(float64(n.Reservation)), fmtRate(best))
+					policy.PortName(v.Name, n.Name), fmtRate(float64(n.Reservation)), fmtRate(float64(best)))
 			}
 		}
 	}

@@ -27,9 +27,6 @@ func fmtBytes(b float64) string {
 	return trim(b) + "B"
 }
 
-func fmtMHz(m float64) string     { return trim(m) + "MHz" }
-func fmtIOPS(x float64) string    { return trim(x) + " IOPS" }
-func fmtPct(f float64) string     { return trim(f*100) + "%" }
 func fmtSeconds(x float64) string { return trim(x) + "s" }
 
 // trim prints v with at most three decimals and no trailing zeros.

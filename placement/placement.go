@@ -7,6 +7,12 @@
 // pass with a migration threshold, a cost–benefit filter, a cap on moves
 // and no oscillation). See docs/placement.md.
 //
+// Whether a VM fits a host, and why not, is package feasible's to say (the
+// checks that policy validation and the libvirt hook apply too), and a
+// host's vNICs are packed onto its uplinks by feasible's packer, the one
+// the derivation of the uplink trees uses; placement keeps per-host loads
+// and chooses among the hosts that fit.
+//
 // placement is pure: it never imports time, net, os or os/exec, and it
 // keeps no state between calls. It does not carry out migrations: Plan
 // returns decisions, and the simulator or the controller applies them. Time,

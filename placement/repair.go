@@ -5,6 +5,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"sluice/feasible"
 )
 
 // clusterFaults lists what no migration can mend: traffic class
@@ -18,95 +20,37 @@ func (s *state) clusterFaults() []Decision {
 			ds = append(ds, Decision{Kind: Fault, Why: "host " + s.hosts[hi].name + ": " + e})
 		}
 	}
-	capFrac := s.capFrac()
-	for _, pl := range s.pools {
-		var speed float64
+	classes := s.p.Classes()
+	for pi := range s.pools {
+		pl := &s.pools[pi]
+		var speeds []int64
 		for _, hi := range pl.hosts {
 			for _, u := range s.hosts[hi].uplinks {
 				if !u.down {
-					speed += u.speed
+					speeds = append(speeds, int64(u.speed))
 				}
 			}
 		}
-		if pl.quota > capFrac*speed+1e-6 {
-			ds = append(ds, Decision{Kind: Fault, Why: fmt.Sprintf("pool %s: quota %s exceeds %s of the %s of uplinks it spans (%s)",
-				pl.name, fmtRate(pl.quota), fmtPct(capFrac), fmtRate(speed), fmtRate(capFrac*speed))})
+		if ok, why := classes.PoolSpan(pl.q.Name, pl.q.Cap, len(pl.hosts), speeds); !ok {
+			ds = append(ds, Decision{Kind: Fault, Why: why})
 		}
-		if pl.used > pl.quota+1e-6 {
-			ds = append(ds, Decision{Kind: Fault, Why: fmt.Sprintf("pool %s: vNIC reservations %s exceed its quota %s (short %s)",
-				pl.name, fmtRate(pl.used), fmtRate(pl.quota), fmtRate(pl.used-pl.quota))})
+		if !pl.q.Holds() {
+			ds = append(ds, Decision{Kind: Fault, Why: pl.q.Broken()})
 		}
 	}
-	for _, d := range s.dss {
-		if d.used > d.cap+1e-6 {
-			ds = append(ds, Decision{Kind: Fault, Why: fmt.Sprintf("datastore %s: disk reservations %s exceed its capacity %s (short %s)",
-				d.name, fmtIOPS(d.used), fmtIOPS(d.cap), fmtIOPS(d.used-d.cap))})
+	for di := range s.dss {
+		if !s.dss[di].Holds() {
+			ds = append(ds, Decision{Kind: Fault, Why: s.dss[di].Broken()})
 		}
 	}
 	return ds
 }
 
-func (s *state) capFrac() float64 {
-	c := s.p.ReservationCap
-	if c <= 0 || c > 1 {
-		c = 0.75
-	}
-	return c
-}
-
 // faultOf is the Fault decision of a broken host.
 func (s *state) faultOf(hi int) Decision {
-	return Decision{Kind: Fault, Host: s.hosts[hi].name,
-		Why: "host " + s.hosts[hi].name + " cannot meet the reservations of its VMs", Details: s.problems(hi)}
-}
-
-// problems lists, one line per resource, why host hi is broken.
-func (s *state) problems(hi int) []string {
 	h := &s.hosts[hi]
-	var out []string
-	if h.cpuResv > h.cpuCap+1e-6 {
-		out = append(out, fmt.Sprintf("cpu: reservations %s > capacity %s (short %s)", fmtMHz(h.cpuResv), fmtMHz(h.cpuCap), fmtMHz(h.cpuResv-h.cpuCap)))
-	}
-	if h.mem > h.memCap+0.5 {
-		out = append(out, fmt.Sprintf("memory: %s configured > %s (short %s)", fmtBytes(h.mem), fmtBytes(h.memCap), fmtBytes(h.mem-h.memCap)))
-	}
-	if h.tooBig > 0 {
-		for _, vi := range h.sortedVMs() {
-			if s.vms[vi].vcpus > h.cores {
-				out = append(out, fmt.Sprintf("cpu: %s has %d vCPUs, the host %d cores", s.vms[vi].name, s.vms[vi].vcpus, h.cores))
-			}
-		}
-	}
-	if h.netBad {
-		out = append(out, "network: "+s.netProblem(hi))
-	}
-	return out
-}
-
-// netProblem explains why the vNIC reservations of host hi do not fit.
-func (s *state) netProblem(hi int) string {
-	h := &s.hosts[hi]
-	var ups []string
-	for _, u := range h.uplinks {
-		if u.down {
-			ups = append(ups, u.name+" down")
-		} else {
-			ups = append(ups, fmt.Sprintf("%s %s", u.name, fmtRate(u.budget)))
-		}
-	}
-	where := "uplinks"
-	if len(h.uplinks) == 1 {
-		where = "uplink"
-	}
-	list := strings.Join(ups, ", ")
-	if len(ups) == 0 {
-		list = "none"
-	}
-	if h.netResv > h.budget+1e-6 {
-		return fmt.Sprintf("vNIC reservations %s > vm budget of %s [%s] (short %s)",
-			fmtRate(h.netResv), where, list, fmtRate(h.netResv-h.budget))
-	}
-	return fmt.Sprintf("vNIC reservations %s cannot be split so that each vNIC fits on one uplink [%s]", fmtRate(h.netResv), list)
+	return Decision{Kind: Fault, Host: h.name,
+		Why: "host " + h.name + " cannot meet the reservations of its VMs", Details: feasible.Problems(&h.fh, &h.load, s.feasibleVMs(hi))}
 }
 
 // sortedVMs returns the VMs of h in file order.
@@ -335,59 +279,39 @@ func (c repairMove) better(b *repairMove) bool {
 // whether the host would then meet every reservation. It changes nothing.
 func (s *state) without(hi, vi int) (over float64, ok bool) {
 	h, v := &s.hosts[hi], &s.vms[vi]
-	cpu, mem, net := h.cpuResv-v.cpuResv, h.mem-v.mem, h.netResv-v.netResv
-	big := h.tooBig
-	if v.vcpus > h.cores {
-		big--
-	}
-	over = math.Max(0, cpu-h.cpuCap)/math.Max(h.cpuCap, 1) + math.Max(0, mem-h.memCap)/math.Max(h.memCap, 1) + float64(big)
-	packs := true
-	switch {
-	case net > h.budget+1e-6:
-		over += (net - h.budget) / math.Max(h.budget, 1e6)
-		packs = false
-	case h.netBad:
-		if packs = v.netResv > 0 && s.packsWithout(hi, vi); !packs {
-			over += 1e-3
-		}
-	}
-	return over, packs && cpu <= h.cpuCap+1e-6 && mem <= h.memCap+0.5 && big == 0
-}
-
-// packsWithout reports whether the reserving vNICs of host hi's VMs other
-// than vi pack onto its uplinks (first fit decreasing, best fit).
-func (s *state) packsWithout(hi, vi int) bool {
-	h := &s.hosts[hi]
-	free := s.scratchFree(h)
-	for j := range h.uplinks {
-		free[j] = h.uplinks[j].budget
-	}
-	for _, r := range s.hostNICs(hi) {
-		if r.vi != vi && !takeUplink(h, free, s.vms[r.vi].nics[r.k]) {
-			return false
-		}
-	}
-	return true
+	l := feasible.Without(&h.fh, &h.load, &v.fv, &s.scratch)
+	return s.overloadOf(h, l), feasible.Holds(&h.fh, l)
 }
 
 // size is VM vi's reservations relative to host hi's capacities: CPU,
 // memory and vNIC reservations, each as a fraction of the host's.
 func (s *state) size(vi, hi int) float64 {
 	v, h := &s.vms[vi], &s.hosts[hi]
-	return ratio(v.cpuResv, h.cpuCap) + ratio(v.mem, h.memCap) + ratio(v.netResv, h.budget)
+	return ratio(float64(v.fv.CPUMHz), h.cpuCap) + ratio(v.mem, h.memCap) + ratio(v.netResv, h.budget)
 }
 
 // overload measures how far host hi is over its capacities: the relative
-// excess of CPU reservations, memory and vNIC reservations, plus one per VM
-// with more vCPUs than cores, plus a little when the vNICs cannot be packed
-// although their sum fits.
+// excess of CPU reservations, memory and vNIC reservations (of the
+// resources the host models), plus one per VM with more vCPUs than cores,
+// plus a little when the vNICs cannot be packed although their sum fits.
 func (s *state) overload(hi int) float64 {
 	h := &s.hosts[hi]
-	o := math.Max(0, h.cpuResv-h.cpuCap)/math.Max(h.cpuCap, 1) +
-		math.Max(0, h.mem-h.memCap)/math.Max(h.memCap, 1) + float64(h.tooBig)
-	if h.netResv > h.budget+1e-6 {
-		o += (h.netResv - h.budget) / math.Max(h.budget, 1e6)
-	} else if h.netBad {
+	return s.overloadOf(h, &h.load)
+}
+
+// overloadOf is the overload of host h with load l.
+func (s *state) overloadOf(h *host, l *feasible.Load) float64 {
+	var o float64
+	if h.cpuCap > 0 {
+		o += math.Max(0, float64(l.CPUMHz)-h.cpuCap) / h.cpuCap
+	}
+	if h.memCap > 0 {
+		o += math.Max(0, float64(l.MemoryBytes)-h.memCap) / h.memCap
+	}
+	o += float64(l.Wide)
+	if net := float64(l.NetBps); net > h.budget {
+		o += (net - h.budget) / math.Max(h.budget, 1e6)
+	} else if l.Misfits(&h.fh) > 0 {
 		o += 1e-3
 	}
 	return o

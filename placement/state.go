@@ -4,12 +4,14 @@ import (
 	"math"
 
 	"sluice/entitle"
+	"sluice/feasible"
 	"sluice/policy"
 )
 
 // state is the working copy of a cluster that one Plan call mutates: every
-// host's used capacity and every VM's host and vNIC-to-uplink assignment.
-// All quantities are float64 in the unit their name says.
+// host's used capacity and every VM's host. Whether a VM fits a host, and
+// why not, is package feasible's to say (fits, hostOK, shortfalls); the
+// balance and the costs of moves are float64 in the unit their name says.
 type state struct {
 	p     *policy.Policy
 	hosts []host
@@ -19,55 +21,46 @@ type state struct {
 	vmIdx   map[string]int
 
 	pools []pool
-	dss   []datastore
+	dss   []feasible.Quota // datastore IOPS
 
 	// balance keeps the sums behind the imbalance metric (balance.go).
 	bal balance
-	// scratch is reusable space for trial packings.
-	scratch []float64
+	// scratch is reusable space for the feasibility checks.
+	scratch feasible.Scratch
 	// vmotionLimit is the vmotion class limit in bits/s, 0 if none.
 	vmotionLimit float64
 }
 
 // host is one host's capacity and what its VMs take of it.
 type host struct {
-	name     string
-	cores    int
+	name string
+	fh   feasible.Host // capacity as the checks see it (uplinks down marked)
+	load feasible.Load // what its VMs take, and their vNICs' packing
+	// For the balance: capacities (0 when not modelled) and loads.
 	cpuCap   float64 // MHz: cores × MHz per core
 	memCap   float64 // bytes
+	netCap   float64 // bps: sum of up uplinks' usable capacity
+	budget   float64 // bps: sum of up uplinks' vNIC reservation budgets
+	cpuLoad  float64 // MHz: sum of VM CPU entitlements (balance)
+	memLoad  float64 // bytes: sum of VM memory entitlements (balance)
+	netLoad  float64 // bps: sum of vNIC entitlements (balance, optional)
 	uplinks  []uplink
-	cpuResv  float64  // MHz reserved by its VMs
-	mem      float64  // bytes configured for its VMs
-	cpuLoad  float64  // MHz: sum of VM CPU entitlements (balance)
-	memLoad  float64  // bytes: sum of VM memory entitlements (balance)
-	netLoad  float64  // bps: sum of vNIC entitlements (balance, optional)
-	netResv  float64  // bps: sum of vNIC reservations (placement tie-break)
-	netCap   float64  // bps: sum of up uplinks' usable capacity
-	budget   float64  // bps: sum of up uplinks' vNIC reservation budgets
-	tooBig   int      // VMs with more vCPUs than the host has cores
-	nicList  []nicRef // reserving vNICs of its VMs in packing order (valid if nicOK)
-	nicOK    bool
-	netBad   bool   // the vNIC reservations could not be packed on uplinks
 	vms      []int  // VM indices, in no particular order
 	classErr string // class reservations exceed the cap on some uplink
 }
 
-// uplink is one physical NIC of a host and the vNIC reservations on it.
+// uplink is one physical NIC of a host.
 type uplink struct {
 	name   string
 	speed  float64 // bps line rate
 	usable float64 // bps payload capacity
 	down   bool
-	budget float64 // bps the vNIC reservations on it may take
-	used   float64 // bps reserved by vNICs assigned to it
 }
 
-// nicReq is what one vNIC asks of an uplink.
+// nicReq is what one vNIC asks of its pool.
 type nicReq struct {
-	name string
-	resv float64 // bps
+	resv int64   // bps
 	load float64 // bps entitlement for the optional network balance term
-	pin  string  // uplink name it is pinned to, or ""
 	pool int     // index into state.pools, or -1
 }
 
@@ -76,14 +69,12 @@ type vm struct {
 	name       string
 	host       int // -1: not placed
 	pos        int // index in hosts[host].vms
-	vcpus      int
-	cpuResv    float64 // MHz
-	mem        float64 // bytes
+	fv         feasible.VM
+	mem        float64 // bytes configured (the cost of migrating it)
 	cpuLoad    float64 // MHz entitlement for balance
 	memLoad    float64 // bytes entitlement for balance
 	nics       []nicReq
-	nicUp      []int // uplink index per vNIC (-1 when it reserves nothing)
-	netResv    float64
+	netResv    float64 // bps: sum of vNIC reservations
 	netLoad    float64
 	iops       []diskReq
 	migratable bool
@@ -93,113 +84,77 @@ type vm struct {
 // diskReq is one disk's IOPS reservation on a datastore.
 type diskReq struct {
 	ds   int
-	iops float64
+	iops int64
 }
 
 // pool is a network resource pool: a quota on its vNICs' reservations.
 type pool struct {
-	name  string
-	quota float64 // bps
-	used  float64 // bps reserved by placed VMs' vNICs
-	hosts []int   // hosts it spans
-}
-
-// datastore is shared storage with an IOPS capacity.
-type datastore struct {
-	name string
-	cap  float64 // IOPS: slots / service time per 4 KiB I/O
-	used float64 // IOPS reserved by placed VMs' disks
-}
-
-// capIOPS is the capacity of a datastore's array: Slots parallel servers,
-// each completing one 4 KiB I/O per ServiceTime (policy.Datastore.ArrayIOPS).
-// Unbounded when the file gives no array.
-func capIOPS(a policy.Array) float64 {
-	ns := a.ServiceTime.Nanoseconds()
-	if a.Slots <= 0 || ns <= 0 {
-		return math.Inf(1)
-	}
-	return float64(a.Slots) * 1e9 / float64(ns)
+	q     feasible.Quota
+	hosts []int // hosts it spans
 }
 
 // newState compiles p with the placement cur (VM → host; nil means the
 // hosts the policy gives) and the demand d.
 func newState(p *policy.Policy, cur Placement, d Demand, o *Options) *state {
 	s := &state{p: p, hostIdx: map[string]int{}, vmIdx: map[string]int{}}
-	capFrac := p.ReservationCap
-	if capFrac <= 0 || capFrac > 1 {
-		capFrac = policy.DefaultReservationCap
-	}
-	var vmClassR, otherR float64
 	for _, c := range p.TrafficClasses {
 		if c.Name == "vmotion" && c.Limit != policy.Unlimited {
 			s.vmotionLimit = entitle.RateLimit(c.Limit)
 		}
-		if c.Name == "vm" {
-			vmClassR = float64(c.Reservation)
-		} else {
-			otherR += float64(c.Reservation)
-		}
 	}
+	classes := p.Classes()
 	down := map[string]bool{}
 	for _, u := range o.DownUplinks {
 		down[u] = true
 	}
-	for i, ph := range p.Hosts {
-		h := host{name: ph.Name, cores: ph.CPU.Cores,
-			cpuCap: float64(ph.CPU.Cores) * float64(ph.CPU.MHz), memCap: float64(ph.Memory)}
-		for _, pu := range ph.Uplinks {
-			u := uplink{name: pu.Name, speed: float64(pu.Speed), usable: float64(pu.Usable)}
+	for i := range p.Hosts {
+		ph := &p.Hosts[i]
+		h := host{name: ph.Name, fh: p.FeasibleHost(ph, func(u string) bool { return down[ph.Name+"/"+u] })}
+		h.cpuCap, h.memCap = float64(h.fh.CPUMHz()), float64(h.fh.MemoryBytes)
+		for k, pu := range ph.Uplinks {
+			u := uplink{name: pu.Name, speed: float64(pu.Speed), usable: float64(pu.Usable), down: h.fh.Uplinks[k].Down}
 			if u.usable <= 0 {
 				u.usable = u.speed
 			}
-			u.down = down[ph.Name+"/"+pu.Name]
-			capBps := capFrac * u.speed
-			if otherR+vmClassR > capBps+1e-6 {
-				h.classErr = "class reservations " + fmtRate(otherR+vmClassR) + " exceed " +
-					fmtPct(capFrac) + " of " + u.name + " " + fmtRate(u.speed)
-			}
-			if vmClassR > 0 {
-				u.budget = math.Min(vmClassR, capBps-otherR)
-			} else {
-				u.budget = capBps - otherR
-			}
-			if u.budget < 0 || u.down {
-				u.budget = 0
+			if ok, why := classes.Fit(int64(pu.Speed)); !ok && h.classErr == "" {
+				h.classErr = "uplink " + u.name + ": " + why
 			}
 			if !u.down {
 				h.netCap += u.usable
-				h.budget += u.budget
 			}
 			h.uplinks = append(h.uplinks, u)
 		}
+		h.budget = float64(h.fh.BudgetBps())
 		s.hostIdx[ph.Name] = i
 		s.hosts = append(s.hosts, h)
 	}
 	pgPool := map[string]int{}
-	for i, np := range p.NetworkPools {
-		pl := pool{name: np.Name, quota: float64(np.Reservation)}
+	for i := range p.NetworkPools {
+		np := &p.NetworkPools[i]
 		for _, pg := range np.PortGroups {
-			pgPool[pg] = i
+			if _, taken := pgPool[pg]; !taken {
+				pgPool[pg] = i
+			}
 		}
-		pl.hosts = s.poolHosts(np)
-		s.pools = append(s.pools, pl)
+		s.pools = append(s.pools, pool{q: policy.PoolQuota(np), hosts: s.poolHosts(*np)})
 	}
 	dsIdx := map[string]int{}
-	for i, pd := range p.Datastores {
-		dsIdx[pd.Name] = i
-		s.dss = append(s.dss, datastore{name: pd.Name, cap: capIOPS(pd.Array)})
+	for i := range p.Datastores {
+		dsIdx[p.Datastores[i].Name] = i
+		s.dss = append(s.dss, p.Datastores[i].IOPSQuota())
 	}
 	changed := map[string]bool{}
 	for _, n := range o.Changed {
 		changed[n] = true
 	}
-	for i, pv := range p.VMs {
-		v := vm{name: pv.Name, host: -1, vcpus: pv.CPU.VCPUs, cpuResv: float64(pv.CPU.ReservationMHz),
-			mem: float64(pv.Memory), migratable: pv.Migratable, changed: changed[pv.Name]}
-		v.cpuLoad = v.cpuResv
+	for i := range p.VMs {
+		pv := &p.VMs[i]
+		v := vm{name: pv.Name, host: -1, fv: policy.FeasibleVM(i, pv), mem: float64(pv.Memory),
+			migratable: pv.Migratable, changed: changed[pv.Name]}
+		cpuResv := float64(pv.CPU.ReservationMHz)
+		v.cpuLoad = cpuResv
 		if dm, ok := d.CPUMHz[pv.Name]; ok {
-			v.cpuLoad = math.Max(dm, v.cpuResv)
+			v.cpuLoad = math.Max(dm, cpuResv)
 			if pv.CPU.LimitMHz > 0 {
 				v.cpuLoad = math.Min(v.cpuLoad, float64(pv.CPU.LimitMHz))
 			}
@@ -212,25 +167,21 @@ func newState(p *policy.Policy, cur Placement, d Demand, o *Options) *state {
 			if pn.Passthrough {
 				v.migratable = false
 			}
-			n := nicReq{name: pn.Name, resv: float64(pn.Reservation), pin: pn.Uplink, pool: -1}
+			n := nicReq{resv: int64(pn.Reservation), pool: -1}
 			if pi, ok := pgPool[pn.PortGroup]; ok {
 				n.pool = pi
 			}
-			n.load = n.resv
+			n.load = float64(n.resv)
 			if dn, ok := d.NetBps[policy.PortName(pv.Name, pn.Name)]; ok {
-				n.load = math.Min(math.Max(n.resv, dn), entitle.RateLimit(pn.Limit))
+				n.load = math.Min(math.Max(float64(n.resv), dn), entitle.RateLimit(pn.Limit))
 			}
-			v.netResv += n.resv
+			v.netResv += float64(n.resv)
 			v.netLoad += n.load
 			v.nics = append(v.nics, n)
 		}
-		v.nicUp = make([]int, len(v.nics))
-		for k := range v.nicUp {
-			v.nicUp[k] = -1
-		}
 		for _, pd := range pv.Disks {
 			if di, ok := dsIdx[pd.Datastore]; ok && pd.ReservationIOPS > 0 {
-				v.iops = append(v.iops, diskReq{ds: di, iops: float64(pd.ReservationIOPS)})
+				v.iops = append(v.iops, diskReq{ds: di, iops: int64(pd.ReservationIOPS)})
 			}
 		}
 		s.vmIdx[pv.Name] = i
@@ -245,9 +196,6 @@ func newState(p *policy.Policy, cur Placement, d Demand, o *Options) *state {
 		if hi, ok := s.hostIdx[hn]; ok {
 			s.attach(i, hi)
 		}
-	}
-	for hi := range s.hosts {
-		s.repack(hi)
 	}
 	s.bal.init(s, o)
 	return s
@@ -270,33 +218,26 @@ func (s *state) poolHosts(np policy.NetworkPool) []int {
 	return hs
 }
 
-// attach puts VM vi on host hi and adds its requirements, without packing
-// its vNICs (callers pack or repack).
+// attach puts VM vi on host hi and adds its requirements.
 func (s *state) attach(vi, hi int) {
 	v, h := &s.vms[vi], &s.hosts[hi]
 	v.host, v.pos = hi, len(h.vms)
 	h.vms = append(h.vms, vi)
-	h.nicOK = false
-	h.cpuResv += v.cpuResv
-	h.mem += v.mem
+	h.load.Add(&h.fh, &v.fv)
 	h.cpuLoad += v.cpuLoad
 	h.memLoad += v.memLoad
 	h.netLoad += v.netLoad
-	h.netResv += v.netResv
-	if v.vcpus > h.cores {
-		h.tooBig++
-	}
 	for _, n := range v.nics {
 		if n.pool >= 0 {
-			s.pools[n.pool].used += n.resv
+			s.pools[n.pool].q.Add(n.resv)
 		}
 	}
 	for _, d := range v.iops {
-		s.dss[d.ds].used += d.iops
+		s.dss[d.ds].Add(d.iops)
 	}
 }
 
-// detach removes VM vi from its host and releases its uplink reservations.
+// detach removes VM vi from its host and releases what it took.
 func (s *state) detach(vi int) {
 	v := &s.vms[vi]
 	h := &s.hosts[v.host]
@@ -304,27 +245,17 @@ func (s *state) detach(vi int) {
 	h.vms[v.pos] = last
 	s.vms[last].pos = v.pos
 	h.vms = h.vms[:len(h.vms)-1]
-	h.nicOK = false
-	h.cpuResv -= v.cpuResv
-	h.mem -= v.mem
+	h.load.Remove(&h.fh, &v.fv)
 	h.cpuLoad -= v.cpuLoad
 	h.memLoad -= v.memLoad
 	h.netLoad -= v.netLoad
-	h.netResv -= v.netResv
-	if v.vcpus > h.cores {
-		h.tooBig--
-	}
-	for k, n := range v.nics {
-		if u := v.nicUp[k]; u >= 0 {
-			h.uplinks[u].used -= n.resv
-			v.nicUp[k] = -1
-		}
+	for _, n := range v.nics {
 		if n.pool >= 0 {
-			s.pools[n.pool].used -= n.resv
+			s.pools[n.pool].q.Remove(n.resv)
 		}
 	}
 	for _, d := range v.iops {
-		s.dss[d.ds].used -= d.iops
+		s.dss[d.ds].Remove(d.iops)
 	}
 	v.host = -1
 }
@@ -342,45 +273,39 @@ func (s *state) unplace(vi int) {
 	from := s.vms[vi].host
 	s.bal.remove(s, from)
 	s.detach(vi)
-	if s.hosts[from].netBad {
-		s.repack(from)
-	}
 	s.bal.add(s, from)
 }
 
-// place puts VM vi (not placed) on host hi and packs its vNICs.
+// place puts VM vi (not placed) on host hi.
 func (s *state) place(vi, hi int) {
 	s.bal.remove(s, hi)
 	s.attach(vi, hi)
-	if !s.packVM(vi, hi) {
-		s.repack(hi)
-	}
 	s.bal.add(s, hi)
 }
 
-// hostOK reports whether host hi meets every reservation of its VMs.
+// hostOK reports whether host hi meets every reservation of its VMs
+// (feasible.Holds).
 func (s *state) hostOK(hi int) bool {
 	h := &s.hosts[hi]
-	return h.cpuResv <= h.cpuCap+1e-6 && h.mem <= h.memCap+0.5 && !h.netBad && h.tooBig == 0
+	return feasible.Holds(&h.fh, &h.load)
 }
 
 // fits reports whether VM vi (wherever it is now) would fit on host hi as
-// hi is now. It changes nothing.
+// hi is now (feasible.Fits). It changes nothing.
 func (s *state) fits(vi, hi int) bool {
 	v, h := &s.vms[vi], &s.hosts[hi]
-	if v.host == hi || !s.hostOK(hi) || v.vcpus > h.cores || h.cpuResv+v.cpuResv > h.cpuCap+1e-6 || h.mem+v.mem > h.memCap+0.5 {
+	if v.host == hi {
 		return false
 	}
-	for _, n := range v.nics {
-		if n.pin != "" && uplinkByName(h, n.pin) < 0 {
-			return false
-		}
+	return feasible.Fits(&h.fh, &h.load, &v.fv, &s.scratch)
+}
+
+// feasibleVMs returns the VMs of host hi as the checks see them, in file
+// order.
+func (s *state) feasibleVMs(hi int) []*feasible.VM {
+	var out []*feasible.VM
+	for _, vi := range s.hosts[hi].sortedVMs() {
+		out = append(out, &s.vms[vi].fv)
 	}
-	if v.netResv == 0 {
-		return true
-	}
-	if h.netResv+v.netResv > h.budget+1e-6 {
-		return false
-	}
-	return s.tryPack(vi, hi)
+	return out
 }

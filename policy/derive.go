@@ -1,9 +1,6 @@
 package policy
 
-import (
-	"math"
-	"sort"
-)
+import "sluice/feasible"
 
 // This file holds the views of a policy that several parts derive from it
 // (placement, alloc, the agent, the simulator); they are computed on each
@@ -98,126 +95,60 @@ func (p *Policy) VMsOn(host string) []*VM {
 // Reservable is how much of an uplink class reservations may take:
 // reservationCap × the uplink's Speed, in bits/s, rounded down.
 func (p *Policy) Reservable(u *Uplink) Bps {
-	return Bps(math.Floor(p.ReservationCap*float64(u.Speed) + 1e-6))
+	return Bps(p.Classes().Reservable(int64(u.Speed)))
 }
 
-// VMClassBudget is what the vNIC reservations on an uplink may add up to:
-// the vm class's reservation when the file gives one (> 0), else what the
-// cap leaves after the other classes' reservations (never negative).
+// VMClassBudget is what the vNIC reservations on an uplink may add up to
+// (feasible.Classes.Budget): the vm class's reservation when the file
+// gives one (> 0), else what the cap leaves after the other classes'
+// reservations; never more than the latter, never negative.
 func (p *Policy) VMClassBudget(u *Uplink) Bps {
-	if vm := p.TrafficClass("vm"); vm != nil && vm.Reservation > 0 {
-		return vm.Reservation
-	}
-	left := p.Reservable(u) - p.otherClassesReservation()
-	return max(left, 0)
+	return Bps(p.Classes().Budget(int64(u.Speed)))
 }
 
-// otherClassesReservation is the sum of the reservations of every class
-// but vm (the same on every uplink).
-func (p *Policy) otherClassesReservation() Bps {
-	var sum Bps
-	for _, tc := range p.TrafficClasses {
-		if tc.Name != "vm" {
-			sum = addSat(sum, tc.Reservation)
-		}
-	}
-	return sum
-}
-
-// nicAssignment is the uplink of every vNIC of a host's VMs, and the vNIC
-// reservations that end up on each uplink.
-type nicAssignment struct {
-	uplink   map[string]string // port name (VM/NIC) → uplink name
-	reserved map[string]Bps    // uplink name → sum of vNIC reservations
-}
-
-// assign maps the vNICs of the VMs on host h to uplinks. The rule is the
-// one placement packs by, so that admission, placement, alloc and the agent
-// agree: a vNIC pinned with `uplink:` goes there; reserving vNICs follow,
-// larger reservations first (file order among equals), each to the uplink
-// with the least vm-class budget left that still holds it (best fit); if
-// none does, to the uplink with the most budget left (the first of equals),
-// where Admission reports it. vNICs without a reservation use the first
-// uplink.
-func (p *Policy) assign(h *Host, vms []*VM) nicAssignment {
-	a := nicAssignment{uplink: map[string]string{}, reserved: map[string]Bps{}}
-	if len(h.Uplinks) == 0 {
-		return a
-	}
-	type ref struct {
-		vm  *VM
-		nic *NIC
-	}
-	var refs []ref
-	for _, vm := range vms {
-		for k := range vm.NICs {
-			refs = append(refs, ref{vm, &vm.NICs[k]})
-		}
-	}
-	sort.SliceStable(refs, func(i, j int) bool {
-		ni, nj := refs[i].nic, refs[j].nic
-		if (ni.Uplink != "") != (nj.Uplink != "") {
-			return ni.Uplink != ""
-		}
-		return ni.Reservation > nj.Reservation
-	})
-	free := make([]Bps, len(h.Uplinks))
-	for i := range h.Uplinks {
-		free[i] = p.VMClassBudget(&h.Uplinks[i])
-	}
-	for _, r := range refs {
-		nic := r.nic
-		i := -1
-		if nic.Uplink != "" {
-			for j := range h.Uplinks {
-				if h.Uplinks[j].Name == nic.Uplink {
-					i = j
-					break
-				}
-			}
-		}
-		if i < 0 && nic.Reservation == 0 {
-			i = 0
-		}
-		if i < 0 {
-			for j := range h.Uplinks {
-				if free[j] >= nic.Reservation && (i < 0 || free[j] < free[i]) {
-					i = j
-				}
-			}
-		}
-		if i < 0 {
-			i = 0
-			for j := range h.Uplinks {
-				if free[j] > free[i] {
-					i = j
-				}
-			}
-		}
-		name := h.Uplinks[i].Name
-		a.uplink[PortName(r.vm.Name, nic.Name)] = name
-		a.reserved[name] = addSat(a.reserved[name], nic.Reservation)
-		free[i] -= nic.Reservation
-	}
-	return a
-}
-
-// AssignUplinks returns the uplink of every vNIC of vms on h (see assign
-// for the rule), keyed by port name (VM/NIC). The caller may pass a copy of
-// a host that lists only its uplinks that are up.
+// AssignUplinks returns the uplink of every vNIC of vms on h, keyed by
+// port name (VM/NIC). The rule is the one packer of package feasible,
+// by which placement judges hosts, so that admission, placement, alloc
+// and the agent agree: pinned vNICs, then larger reservations first (file
+// order among equals), each to its pinned uplink or else the uplink with
+// the least vm-class budget left that still holds it; a vNIC that fits
+// nowhere goes, after all the others, to its pinned uplink or the one
+// with the most budget left (where Admission and placement report it);
+// vNICs without a reservation use their pinned uplink or the first one.
+// vms are in file order. The caller may pass a copy of a host that lists
+// only its uplinks that are up.
 func (p *Policy) AssignUplinks(h *Host, vms []*VM) map[string]string {
-	return p.assign(h, vms).uplink
+	out := map[string]string{}
+	if len(h.Uplinks) == 0 {
+		return out
+	}
+	fh := p.FeasibleHost(h, nil)
+	var nics []feasible.NIC
+	var ports []string
+	for vi, vm := range vms {
+		for k, n := range vm.NICs {
+			nics = append(nics, feasible.NIC{Name: n.Name, ReservationBps: int64(n.Reservation), Uplink: n.Uplink, VM: vi, Index: k})
+			ports = append(ports, PortName(vm.Name, n.Name))
+		}
+	}
+	at, _ := feasible.Assign(&fh, nics)
+	for i, j := range at {
+		if j >= 0 {
+			out[ports[i]] = h.Uplinks[j].Name
+		}
+	}
+	return out
 }
 
 // NICUplink returns the name of the uplink that the vNIC nic of vm sends
-// through on the VM's host (see assign for the rule), or "" when the VM
-// has no host or the host has no uplink.
+// through on the VM's host (see AssignUplinks for the rule), or "" when
+// the VM has no host or the host has no uplink.
 func (p *Policy) NICUplink(vm *VM, nic *NIC) string {
 	h := p.Host(vm.Host)
 	if h == nil {
 		return ""
 	}
-	return p.assign(h, p.VMsOn(h.Name)).uplink[PortName(vm.Name, nic.Name)]
+	return p.AssignUplinks(h, p.VMsOn(h.Name))[PortName(vm.Name, nic.Name)]
 }
 
 // UplinkAssignment returns the uplink of every vNIC of every placed VM,
@@ -226,7 +157,7 @@ func (p *Policy) UplinkAssignment() map[string]string {
 	all := map[string]string{}
 	byHost := p.vmsByHost()
 	for i := range p.Hosts {
-		for port, u := range p.assign(&p.Hosts[i], byHost[p.Hosts[i].Name]).uplink {
+		for port, u := range p.AssignUplinks(&p.Hosts[i], byHost[p.Hosts[i].Name]) {
 			all[port] = u
 		}
 	}

@@ -30,7 +30,11 @@ vms:
 			t.Errorf("NICUplink(%s) = %s, want %s", vm, got, u)
 		}
 	}
-	reserved := p.assign(p.Host("h"), p.VMsOn("h")).reserved
+	reserved := map[string]Bps{}
+	at := p.AssignUplinks(p.Host("h"), p.VMsOn("h"))
+	for _, v := range p.VMsOn("h") {
+		reserved[at[PortName(v.Name, "n")]] += v.NICs[0].Reservation
+	}
 	for u, want := range map[string]Bps{"u0": 6_000_000_000, "u1": 3_000_000_000} {
 		if got := reserved[u]; got != want {
 			t.Errorf("vNIC reservations on %s = %d, want %d", u, got, want)

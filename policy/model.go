@@ -1,8 +1,9 @@
 // Package policy is the one model of a sluice cluster that every other part
 // reads: hosts, uplinks, traffic classes, network pools, datastores and VMs
 // with their reservations, shares and limits. It loads and validates the YAML
-// (or JSON) policy file of DESIGN.md §4. It computes no entitlements and
-// touches no kernel state.
+// (or JSON) policy file of DESIGN.md §4; its capacity rules are the checks
+// of package feasible, which placement and the hook apply too. It computes
+// no entitlements and touches no kernel state.
 package policy
 
 import (

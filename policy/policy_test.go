@@ -108,23 +108,23 @@ func checkInvariants(p *Policy) string {
 	}
 	assign := p.UplinkAssignment()
 	for _, h := range p.Hosts {
-		a := p.assign(&h, p.VMsOn(h.Name))
+		a := p.AssignUplinks(&h, p.VMsOn(h.Name))
 		for _, u := range h.Uplinks {
 			var nics Bps
 			for _, vm := range p.VMsOn(h.Name) {
 				for _, n := range vm.NICs {
 					port := PortName(vm.Name, n.Name)
-					if assign[port] != a.uplink[port] {
+					if assign[port] != a[port] {
 						fmt.Fprintf(&b, "VIOLATION: %s assigned inconsistently\n", port)
 					}
-					if a.uplink[port] == u.Name {
+					if a[port] == u.Name {
 						nics += n.Reservation
 					}
 				}
 			}
-			sum := nics + p.otherClassesReservation()
+			sum := nics + Bps(p.Classes().OtherBps)
 			if vm := p.TrafficClass("vm"); vm.Reservation > 0 {
-				sum = vm.Reservation + p.otherClassesReservation()
+				sum = vm.Reservation + Bps(p.Classes().OtherBps)
 				if nics > vm.Reservation {
 					fmt.Fprintf(&b, "VIOLATION: %s/%s vNICs reserve %s > vm class\n", h.Name, u.Name, FormatRate(nics))
 				}
@@ -167,12 +167,18 @@ func derived(p *Policy) string {
 		for _, u := range h.Uplinks {
 			fmt.Fprintf(&b, "%s/%s speed=%s usable=%s reservable=%s vm-budget=%s\n", h.Name, u.Name,
 				FormatRate(u.Speed), FormatRate(u.Usable), FormatRate(p.Reservable(&u)), FormatRate(p.VMClassBudget(&u)))
-			a := p.assign(&h, p.VMsOn(h.Name))
+			a := p.AssignUplinks(&h, p.VMsOn(h.Name))
 			var classes, ports []string
 			for _, tc := range p.TrafficClasses {
 				r := tc.Reservation
 				if tc.Name == "vm" && r == 0 {
-					r = a.reserved[u.Name]
+					for _, vm := range p.VMsOn(h.Name) {
+						for _, n := range vm.NICs {
+							if a[PortName(vm.Name, n.Name)] == u.Name {
+								r += n.Reservation
+							}
+						}
+					}
 				}
 				if r > 0 {
 					classes = append(classes, tc.Name+"="+FormatRate(r))
@@ -180,7 +186,7 @@ func derived(p *Policy) string {
 			}
 			for _, vm := range p.VMsOn(h.Name) {
 				for _, n := range vm.NICs {
-					if port := PortName(vm.Name, n.Name); a.uplink[port] == u.Name {
+					if port := PortName(vm.Name, n.Name); a[port] == u.Name {
 						ports = append(ports, port)
 					}
 				}

@@ -223,3 +223,14 @@ func clip(s string) string {
 	}
 	return s
 }
+
+// formatSize renders a size with the largest binary unit that divides it.
+func formatSize(b Bytes) string {
+	for i := len(sizeUnitNames) - 1; i > 0; i-- {
+		u := sizeUnitNames[i]
+		if m := sizeUnits[u]; int64(b) >= m && int64(b)%m == 0 {
+			return strconv.FormatInt(int64(b)/m, 10) + u
+		}
+	}
+	return strconv.FormatInt(int64(b), 10) + "B"
+}

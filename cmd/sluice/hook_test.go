@@ -38,7 +38,7 @@ func TestHookQemu(t *testing.T) {
 		want string
 	}{
 		{[]string{"--policy", pf, "--host", "h1", "mid", "prepare", "begin", "-"}, exitBad,
-			"sluice: refused mid: its reservations do not fit on h1 with the 1 VMs that run there: network: needs 200Mbps of vNIC reservations, free 150Mbps (short 50Mbps)\n"},
+			"sluice: refused mid: its reservations do not fit on h1 with the 1 VMs that run there: network: needs 200Mbps of vNIC reservations, free 150Mbps (short 50Mbps; vm budget of uplink [up0 750Mbps (reservationCap 0.75 × 1Gbps)])\n"},
 		{[]string{"--policy", pf, "--host", "h1", "mid", "start", "begin", "-"}, exitOK, ""},
 		{[]string{"--policy", pf, "--host", "h1", "big", "prepare", "begin", "-"}, exitOK, ""},
 		{[]string{"--policy", pf, "--host", "h1", "stranger", "prepare", "begin", "-"}, exitOK, ""},
@@ -82,7 +82,7 @@ func TestHookQemuUnnamed(t *testing.T) {
 	}
 	errb.Reset()
 	code := runHookQemu([]string{"--policy", pf, "--host", "h1", "web7", "prepare", "begin", "-"}, strings.NewReader(xml), &errb, runDir)
-	want := "sluice: refused web7: its reservations (unnamedVMs: 100Mbps per vNIC, 2 vNICs) do not fit on h1 with the 2 VMs that run there: network: needs 200Mbps of vNIC reservations, free 50Mbps (short 150Mbps)\n"
+	want := "sluice: refused web7: its reservations (unnamedVMs: 100Mbps per vNIC, 2 vNICs) do not fit on h1 with the 2 VMs that run there: network: needs 200Mbps of vNIC reservations, free 50Mbps (short 150Mbps; vm budget of uplink [up0 750Mbps (reservationCap 0.75 × 1Gbps)])\n"
 	if code != exitBad || errb.String() != want {
 		t.Errorf("web7 next to big and other: exit %d %q, want %d %q", code, errb.String(), exitBad, want)
 	}
