@@ -80,8 +80,13 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// lease registers the host and reports every TTL/3.
+// lease registers the host and reports every TTL/3, and at once when the
+// agent's running VMs changed (an AgentSide with a Changed channel).
 func (f *Follower) lease(ctx context.Context) {
+	var changed <-chan struct{}
+	if c, ok := f.Agent.(interface{ Changed() <-chan struct{} }); ok {
+		changed = c.Changed()
+	}
 	var id int64
 	every, down := f.RetryEvery, false
 	for ctx.Err() == nil {
@@ -116,6 +121,8 @@ func (f *Follower) lease(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-f.applied: // VMs came or went: report now
+			t.Stop()
+		case <-changed: // the host's running VMs changed: report now
 			t.Stop()
 		}
 	}

@@ -105,12 +105,15 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	var side *agentSide
 	if cl != nil {
 		side, inv, err = newAgentSide(&src, &ctlf.mig, p, *host, inv, policies)
-		if err == nil {
-			err = side.arrive(desired)
-		}
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 			return exitBad
+		}
+		side.logf = func(format string, args ...any) { fmt.Fprintf(stderr, "sluice agent: "+format+"\n", args...) }
+		// A move this host cannot make is reported to the controller
+		// (a failed decision), not a reason to stop enforcing.
+		if err := side.arrive(desired); err != nil {
+			side.logf("%s", labOneLine(err))
 		}
 	}
 	var cgroups cpuctl.Cgroups

@@ -61,10 +61,13 @@ example:
 
 Change the policy, all fields at once or none, with placement's grammar
 (sluice place --help): TARGET is VM, VM/NIC, VM/DISK or HOST; FIELD is
-reservation, shares, limit, uplink (VM/NIC); reservation, limit in IOPS
-(VM/DISK; iops= is reservation=); cpu.reservation, cpu.limit, memory,
-vcpus (VM; cpu= is cpu.reservation=). A change that breaks its host's
-reservations is made and reported as a fault with placement's repair.
+reservation, shares, limit, uplink (VM/NIC); reservation, shares, limit
+in IOPS (VM/DISK; iops= is reservation=); cpu.reservation, cpu.shares,
+cpu.limit, memory, vcpus (VM; cpu= is cpu.reservation=). Every field
+reaches the VM's host (its desired state). A change that breaks the
+reservations of the VMs that run on its host is made and reported as a
+fault with placement's repair; one no migration can mend is refused,
+and nothing is written.
 ` + conn + `
 
 example:
