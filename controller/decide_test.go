@@ -186,7 +186,7 @@ func TestDecide(t *testing.T) {
 				if dh == nil {
 					return "nothing placed\n"
 				}
-				return fmt.Sprintf("vms %v moves %v cpu %v\n", dh.VMs, dh.Moves, dh.CPU)
+				return fmt.Sprintf("vms %v starting %v moves %v cpu %v\n", dh.VMs, dh.Starting, dh.Moves, dh.CPU)
 			}
 			t.Fatalf("unknown command %s", d.Cmd)
 			return ""

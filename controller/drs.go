@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"maps"
+	"net/http"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"

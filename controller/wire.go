@@ -116,9 +116,9 @@ type VMInfo struct {
 	// does); State says what the controller makes of both: running,
 	// starting (placed, not yet seen: it holds its reservations for
 	// StartGrace), moving, off, or unknown (its host has no agent).
-	Observed string    `json:"observed"`
-	State    string    `json:"state"`
-	Since    time.Time `json:"since,omitzero"` // when the state began, as far as known
+	Observed       string    `json:"observed"`
+	State          string    `json:"state"`
+	Since          time.Time `json:"since,omitzero"` // when the state began, as far as known
 	VCPUs          int       `json:"vcpus"`
 	CPUReservation int       `json:"cpu_reservation_mhz"`
 	MemoryBytes    int64     `json:"memory_bytes"`
@@ -199,9 +199,13 @@ type DesiredHost struct {
 	// Moves are the VMs to migrate in now: each runs on From (as its
 	// agent reports) and a decision moves it here. A VM placed here that
 	// runs nowhere is off: nothing moves it.
-	Moves   []Move       `json:"moves,omitempty"`
-	Uplinks []WireUplink `json:"uplinks"`
-	Disks   []WireDisk   `json:"disks"`
+	Moves []Move `json:"moves,omitempty"`
+	// Starting are the VMs placed here by a power-on or a move that do not
+	// run here yet: they hold their reservations (the agent's admission
+	// counts them).
+	Starting []string     `json:"starting,omitempty"`
+	Uplinks  []WireUplink `json:"uplinks"`
+	Disks    []WireDisk   `json:"disks"`
 	// CPU is each placed VM's CPU and memory setting.
 	CPU []WireCPU `json:"cpu,omitempty"`
 }
@@ -294,8 +298,11 @@ func desiredByHost(p *policy.Policy, d *entitle.Desired, place map[string]string
 	for _, vm := range sortedKeys(place) {
 		dh := of(place[vm])
 		dh.VMs = append(dh.VMs, vm)
-		if s, ok := starting[vm]; ok && s.Move && s.Host == place[vm] && s.From != "" {
-			dh.Moves = append(dh.Moves, Move{VM: vm, From: s.From})
+		if s, ok := starting[vm]; ok && s.Host == place[vm] {
+			dh.Starting = append(dh.Starting, vm)
+			if s.Move && s.From != "" {
+				dh.Moves = append(dh.Moves, Move{VM: vm, From: s.From})
+			}
 		}
 		if v := vms[vm]; v != nil {
 			dh.CPU = append(dh.CPU, WireCPU{VM: vm, VCPUs: v.CPU.VCPUs, ReservationMHz: v.CPU.ReservationMHz, Shares: v.CPU.Shares,

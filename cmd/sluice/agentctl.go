@@ -138,6 +138,7 @@ type agentSide struct {
 	policies chan<- *policy.Policy
 	ctx      context.Context
 	logf     func(format string, args ...any) // failed moves; nil: none
+	admitter *agent.Admitter                  // the hook's answers: the policy and the VMs starting here
 	mu       sync.Mutex
 	stats    agent.Stats
 	vms      func() []string
@@ -197,6 +198,9 @@ func (s *agentSide) Apply(p *policy.Policy, d controller.DesiredHost) error {
 	}
 	if err := s.arrive(d); err != nil && s.logf != nil {
 		s.logf("%s", labOneLine(err))
+	}
+	if s.admitter != nil {
+		s.admitter.Set(p, d.Starting)
 	}
 	select {
 	case s.policies <- p:
