@@ -38,6 +38,11 @@ type Admitter struct {
 	// Running returns the domains that run on the host now (with their
 	// vNIC counts, for the ones the policy does not name).
 	Running func() ([]admit.Domain, error)
+	// Refresh, when set, returns the policy in force now (the
+	// controller's: a VM that runs elsewhere or nowhere may have changed
+	// without this host's desired state changing); when it fails, the
+	// policy last set decides.
+	Refresh func(ctx context.Context) (*policy.Policy, error)
 
 	mu       sync.Mutex
 	p        *policy.Policy
@@ -54,7 +59,17 @@ func (a *Admitter) Set(p *policy.Policy, starting []string) {
 
 // Decide is the answer for dom: admit.Decide with the domains that run
 // and those that hold reservations while starting.
-func (a *Admitter) Decide(dom admit.Domain) (admit.Decision, error) {
+func (a *Admitter) Decide(ctx context.Context, dom admit.Domain) (admit.Decision, error) {
+	if a.Refresh != nil {
+		rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+		np, err := a.Refresh(rctx)
+		cancel()
+		if err == nil && np != nil {
+			a.mu.Lock()
+			a.p = np
+			a.mu.Unlock()
+		}
+	}
 	a.mu.Lock()
 	p, starting := a.p, a.starting
 	a.mu.Unlock()
@@ -72,6 +87,9 @@ func (a *Admitter) Decide(dom admit.Domain) (admit.Decision, error) {
 	}
 	return admit.Decide(p, a.Host, dom, running), nil
 }
+
+// refreshTimeout bounds Refresh: the hook waits for the answer.
+const refreshTimeout = 3 * time.Second
 
 // admitRequest is the body of POST /v1/admit.
 type admitRequest struct {
@@ -113,7 +131,7 @@ func (a *Admitter) ServeAdmit(ctx context.Context, path string) error {
 			_ = json.NewEncoder(w).Encode(admitAnswer{Error: "want {name, uuid, vnics}"})
 			return
 		}
-		d, err := a.Decide(admit.Domain{Name: req.Name, UUID: req.UUID, VNICs: req.VNICs})
+		d, err := a.Decide(r.Context(), admit.Domain{Name: req.Name, UUID: req.UUID, VNICs: req.VNICs})
 		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_ = json.NewEncoder(w).Encode(admitAnswer{Error: err.Error()})

@@ -189,7 +189,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	if side != nil {
 		side.ctx = ctx
 		side.admitter = adm
-		fol := &controller.Follower{Client: cl, Host: *host, Agent: side, Logf: func(format string, args ...any) {
+		pc := &controller.PolicyCache{}
+		adm.Refresh = func(ctx context.Context) (*policy.Policy, error) { return pc.Get(ctx, cl) }
+		fol := &controller.Follower{Client: cl, Host: *host, Agent: side, Policies: pc, Logf: func(format string, args ...any) {
 			fmt.Fprintf(stderr, "sluice agent: "+format+"\n", args...)
 		}}
 		go fol.Run(ctx)
