@@ -196,8 +196,10 @@ func (v view) powerOn(vm, host, reason string, choose bool) (*next, error) {
 	switch st, _ := v.state(vm); st {
 	case "running":
 		return nil, refused("%s is already running on %s", vm, v.observed[vm])
-	case "starting", "moving", "unknown":
+	case "starting", "moving":
 		return nil, refused("%s is already %s on %s", vm, st, v.place[vm])
+	case "unknown":
+		return nil, refused("%s is placed on %s, which has no agent to tell whether it runs: it may already run there", vm, v.place[vm])
 	}
 	reason = reasonOr(reason, "requested through the API")
 	hold := v.holding()
