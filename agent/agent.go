@@ -128,6 +128,11 @@ type PortStat struct {
 	EntitlementBps float64 `json:"entitlement_bps"` // alloc's, payload bits/s
 	GuaranteeBps   int64   `json:"htb_rate_bps"`    // HTB rate set, wire bits/s
 	CeilBps        int64   `json:"htb_ceil_bps"`
+	// ReservationBps, Shares and LimitBps are the port's setting in force
+	// here (payload bits/s; LimitBps 0: unlimited).
+	ReservationBps float64 `json:"reservation_bps"`
+	Shares         float64 `json:"shares"`
+	LimitBps       float64 `json:"limit_bps,omitempty"`
 }
 
 // New derives the trees of cfg.Host: the desired uplink trees of the
@@ -359,7 +364,8 @@ func (a *Agent) Decide(m Measurement) Decision {
 			ps.entBps, ps.guarantee = ent[n.Name], float64(w.RateBps)
 			us.Ports = append(us.Ports, PortStat{Port: n.Name, Class: n.Class, ClassID: n.ID.String(),
 				Bytes: c.Bytes, Packets: c.Packets, Drops: c.Drops, Queued: c.Queued, RateBps: math.Round(ps.rateBps),
-				EntitlementBps: math.Round(ent[n.Name]), GuaranteeBps: int64(w.RateBps), CeilBps: int64(w.CeilBps)})
+				EntitlementBps: math.Round(ent[n.Name]), GuaranteeBps: int64(w.RateBps), CeilBps: int64(w.CeilBps),
+				ReservationBps: float64(n.R), Shares: n.Shares, LimitBps: finiteOr0(float64(n.L))})
 		}
 		sort.SliceStable(us.Ports, func(i, j int) bool { return us.Ports[i].ClassID < us.Ports[j].ClassID })
 		d.Stats.Uplinks = append(d.Stats.Uplinks, us)
@@ -418,4 +424,12 @@ func keepRates(want []HTBClass, have map[Handle]ClassState, first bool) {
 			w.RateBps, w.BurstBytes = h.RateBps, h.BurstBytes
 		}
 	}
+}
+
+// finiteOr0 is v, or 0 when it is infinite (unlimited).
+func finiteOr0(v float64) float64 {
+	if math.IsInf(v, 0) {
+		return 0
+	}
+	return v
 }

@@ -67,8 +67,17 @@ type CPUAction struct {
 // CPUStat is one VM's CPU as the agent set and measured it. Percentages
 // are of one core over the last interval (200 is two cores busy).
 type CPUStat struct {
-	VM             string  `json:"vm"`
-	Cgroup         string  `json:"cgroup"`
+	VM     string `json:"vm"`
+	Cgroup string `json:"cgroup"`
+	// The VM's setting in force here (the policy's, with every change):
+	// vCPUs, memory (admission; the hypervisor sizes the VM), and CPU
+	// reservation, shares and limit (MHz; 0: none or unlimited), from
+	// which the cgroup's shares, weight and quota below derive.
+	VCPUs          int     `json:"vcpus"`
+	MemoryBytes    int64   `json:"memory_bytes,omitempty"`
+	ReservationMHz int     `json:"reservation_mhz"`
+	SharesSetting  int     `json:"shares_setting"`
+	LimitMHz       int     `json:"limit_mhz,omitempty"`
 	EntitlementMHz float64 `json:"entitlement_mhz"`
 	Reason         string  `json:"reason"`
 	DemandMHz      float64 `json:"demand_mhz"` // -1: unbounded
@@ -84,8 +93,9 @@ type CPUStat struct {
 	Err         string  `json:"error,omitempty"`
 }
 
-// deriveCPU lists the running VMs of the policy on host with their cgroup,
-// keeping the history of those already known.
+// deriveCPU lists the VMs of the policy that the inventory says run on
+// the host, with their cgroup, keeping the history of those already
+// known.
 func deriveCPU(p *policy.Policy, host string, inv Inventory, old map[string]*cpuVM) ([]*cpuVM, error) {
 	names, err := inv.VMs()
 	if err != nil {
@@ -99,7 +109,9 @@ func deriveCPU(p *policy.Policy, host string, inv Inventory, old map[string]*cpu
 	var out []*cpuVM
 	for i := range p.VMs {
 		vm := &p.VMs[i]
-		if !running[vm.Name] || (vm.Host != "" && vm.Host != host) {
+		// The inventory is the truth about what runs here, wherever the
+		// policy (or the controller) placed the VM.
+		if !running[vm.Name] {
 			continue
 		}
 		g := ""
@@ -202,7 +214,9 @@ func (a *Agent) decideCPU(m Measurement, d *Decision) {
 		if c.group != "" {
 			d.CPU = append(d.CPU, CPUAction{VM: c.vm.Name, Group: c.group, Setting: s})
 		}
-		st := CPUStat{VM: c.vm.Name, Cgroup: c.group, EntitlementMHz: math.Round(s.EntitlementMHz), Reason: s.Reason.String(),
+		st := CPUStat{VM: c.vm.Name, Cgroup: c.group, VCPUs: c.vm.CPU.VCPUs, MemoryBytes: int64(c.vm.Memory),
+			ReservationMHz: c.vm.CPU.ReservationMHz, SharesSetting: c.vm.CPU.Shares, LimitMHz: c.vm.CPU.LimitMHz,
+			EntitlementMHz: math.Round(s.EntitlementMHz), Reason: s.Reason.String(),
 			DemandMHz: -1, Weight: s.Weight, Shares: s.Shares, CPUMax: s.CPUMax(),
 			UsedPct: round1(100 * c.rates.UsedCores), ThrottledPct: round1(100 * c.rates.ThrottledFrac),
 			ReadyPct: round1(c.rates.ReadyPct), PressurePct: round1(c.rates.PressurePct)}

@@ -16,11 +16,15 @@ import (
 // and disk of the cluster (O(hosts × VMs log VMs) per change). It stays
 // as the reference of TestDesiredByHost and the "before" of
 // BenchmarkRenderDesired.
-func desiredPerHost(host string, d *entitle.Desired, place map[string]string) DesiredHost {
+func desiredPerHost(host string, p *policy.Policy, d *entitle.Desired, place map[string]string) DesiredHost {
 	out := emptyDesired(host)
 	for _, vm := range sortedKeys(place) {
 		if place[vm] == host {
 			out.VMs = append(out.VMs, vm)
+			if v := p.VM(vm); v != nil {
+				out.CPU = append(out.CPU, WireCPU{VM: vm, VCPUs: v.CPU.VCPUs, ReservationMHz: v.CPU.ReservationMHz, Shares: v.CPU.Shares,
+					LimitMHz: v.CPU.LimitMHz, MemoryBytes: int64(v.Memory)})
+			}
 		}
 	}
 	for _, u := range d.HostUplinks(host) {
@@ -84,14 +88,14 @@ func TestDesiredByHost(t *testing.T) {
 			delete(place, "vm00008")
 		}
 		d := entitle.Derive(p, entitle.Live{Hosts: place})
-		byHost := desiredByHost(d, place)
+		byHost := desiredByHost(p, d, place, nil)
 		n := 0
 		for _, h := range p.Hosts {
 			got := emptyDesired(h.Name)
 			if dh := byHost[h.Name]; dh != nil {
 				got = *dh
 			}
-			want := desiredPerHost(h.Name, d, place)
+			want := desiredPerHost(h.Name, p, d, place)
 			gb, _ := json.Marshal(got)
 			wb, _ := json.Marshal(want)
 			if string(gb) != string(wb) {
@@ -124,7 +128,7 @@ func BenchmarkRenderDesired(b *testing.B) {
 	b.Run(fmt.Sprintf("per-host-%dx%d", nh, nv), func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			for _, h := range p.Hosts {
-				if _, err := json.Marshal(desiredPerHost(h.Name, d, place)); err != nil {
+				if _, err := json.Marshal(desiredPerHost(h.Name, p, d, place)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -132,7 +136,7 @@ func BenchmarkRenderDesired(b *testing.B) {
 	})
 	b.Run(fmt.Sprintf("once-%dx%d", nh, nv), func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			byHost := desiredByHost(d, place)
+			byHost := desiredByHost(p, d, place, nil)
 			for _, h := range p.Hosts {
 				if _, err := json.Marshal(byHost[h.Name]); err != nil {
 					b.Fatal(err)

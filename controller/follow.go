@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"sluice/placement"
@@ -40,6 +41,9 @@ type Follower struct {
 	// Logf gets a line when the connection is lost or back, and errors of
 	// Apply; nil discards.
 	Logf func(format string, args ...any)
+	// Policies caches the policy in force; nil: a cache of the
+	// follower's own.
+	Policies *PolicyCache
 
 	// applied is signalled after a desired state with other VMs than the
 	// last one was applied: the host reports at once, so that a
@@ -63,6 +67,9 @@ func (f *Follower) Run(ctx context.Context) {
 		f.Wait = 30 * time.Second
 	}
 	f.applied = make(chan struct{}, 1)
+	if f.Policies == nil {
+		f.Policies = &PolicyCache{}
+	}
 	done := make(chan struct{})
 	go func() { defer close(done); f.lease(ctx) }()
 	f.watch(ctx)
@@ -80,8 +87,13 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// lease registers the host and reports every TTL/3.
+// lease registers the host and reports every TTL/3, and at once when the
+// agent's running VMs changed (an AgentSide with a Changed channel).
 func (f *Follower) lease(ctx context.Context) {
+	var changed <-chan struct{}
+	if c, ok := f.Agent.(interface{ Changed() <-chan struct{} }); ok {
+		changed = c.Changed()
+	}
 	var id int64
 	every, down := f.RetryEvery, false
 	for ctx.Err() == nil {
@@ -117,15 +129,53 @@ func (f *Follower) lease(ctx context.Context) {
 		case <-t.C:
 		case <-f.applied: // VMs came or went: report now
 			t.Stop()
+		case <-changed: // the host's running VMs changed: report now
+			t.Stop()
 		}
 	}
 }
 
+// PolicyCache holds the policy in force as last read from the controller,
+// built again only from the changes made since (BuildFrom). It is safe for
+// concurrent use: the follower reads it for each new desired state, and
+// the agent's admission for each domain that starts (a VM's settings may
+// change while its host's desired state does not: it runs elsewhere or
+// nowhere).
+type PolicyCache struct {
+	mu sync.Mutex
+	ps PolicyState
+	p  *policy.Policy
+}
+
+// Get reads the stored policy and returns the policy in force.
+func (pc *PolicyCache) Get(ctx context.Context, cl *Client) (*policy.Policy, error) {
+	ps, err := cl.Policy(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the policy: %w", err)
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.p != nil && ps.Revision == pc.ps.Revision {
+		return pc.p, nil
+	}
+	np, err := ps.BuildFrom(pc.ps, pc.p)
+	if err != nil {
+		return nil, err
+	}
+	pc.ps, pc.p = ps, np
+	return np, nil
+}
+
+// Last is the policy last read (nil before the first).
+func (pc *PolicyCache) Last() *policy.Policy {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return pc.p
+}
+
 // watch hands every new desired state to the agent.
 func (f *Follower) watch(ctx context.Context) {
-	var rev, policyRev int64 = 0, -1
-	var p *policy.Policy
-	var prevPS PolicyState // the stored policy p was built from
+	var rev int64
 	var vms []string
 	lastErr := ""
 	fail := func(err error) bool {
@@ -149,22 +199,12 @@ func (f *Follower) watch(ctx context.Context) {
 		if d.Revision == 0 || d.Revision == rev {
 			continue // nothing published yet, or the wait ended
 		}
-		ps, err := f.Client.Policy(ctx)
+		p, err := f.Policies.Get(ctx, f.Client)
 		if err != nil {
-			if !fail(fmt.Errorf("reading the policy: %w", err)) {
+			if !fail(err) {
 				return
 			}
 			continue
-		}
-		if ps.Revision != policyRev {
-			np, err := ps.BuildFrom(prevPS, p)
-			if err != nil {
-				if !fail(err) {
-					return
-				}
-				continue
-			}
-			p, policyRev, prevPS = np, ps.Revision, ps
 		}
 		if err := f.Agent.Apply(p, d); err != nil {
 			if !fail(fmt.Errorf("desired state %d: %w", d.Revision, err)) {

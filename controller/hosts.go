@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,22 +15,16 @@ import (
 )
 
 // Hosts lists the hosts of the policy (and registered hosts it does not
-// name) with their VMs and their agents' last reports.
+// name) with the VMs placed there, the reservations held there (by the
+// VMs that run, start or move there) and their agents' last reports.
 func (c *Controller) Hosts(ctx context.Context) ([]HostInfo, error) {
 	st, err := c.load(ctx)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.cfg.Client.Get(ctx, c.key(dirHosts), clientv3.WithPrefix())
+	reports, err := c.reports(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("etcd get: %w", err)
-	}
-	reports := map[string]*Report{}
-	for _, kv := range resp.Kvs {
-		var r Report
-		if json.Unmarshal(kv.Value, &r) == nil {
-			reports[strings.TrimPrefix(string(kv.Key), c.key(dirHosts))] = &r
-		}
+		return nil, err
 	}
 	out := []HostInfo{}
 	seen := map[string]bool{}
@@ -48,7 +43,7 @@ func (c *Controller) Hosts(ctx context.Context) ([]HostInfo, error) {
 				hi.VMs = append(hi.VMs, v.Name)
 			}
 		}
-		for _, u := range entitle.Derive(st.p, entitle.Live{Hosts: st.place}).Uplinks {
+		for _, u := range entitle.Derive(st.p, entitle.Live{Hosts: c.viewOf(st, reports).holding()}).Uplinks {
 			hi := byName[u.Host]
 			if hi == nil {
 				continue
@@ -130,7 +125,7 @@ func (c *Controller) Register(ctx context.Context, host string, r Report) (Lease
 	if err := c.putReport(ctx, host, int64(g.ID), r); err != nil {
 		return Lease{}, err
 	}
-	if err := c.finishMoves(ctx, host, r.VMs); err != nil {
+	if err := c.observe(ctx, host, nil, &r); err != nil {
 		return Lease{}, err
 	}
 	c.mu.Lock()
@@ -186,10 +181,42 @@ func (c *Controller) Report(ctx context.Context, host string, lease int64, r Rep
 	if err := c.Heartbeat(ctx, host, lease); err != nil {
 		return err
 	}
+	resp, err := c.cfg.Client.Get(ctx, c.key(dirHosts+host))
+	if err != nil {
+		return fmt.Errorf("etcd get: %w", err)
+	}
+	var old *Report
+	if len(resp.Kvs) > 0 {
+		old = &Report{}
+		if json.Unmarshal(resp.Kvs[0].Value, old) != nil {
+			old = nil
+		}
+	}
 	if err := c.putReport(ctx, host, lease, r); err != nil {
 		return err
 	}
-	return c.finishMoves(ctx, host, r.VMs)
+	return c.observe(ctx, host, old, &r)
+}
+
+// observe takes host's new report r (old: the one it replaces, nil at
+// registration) into the state (view.report): moves done or failed,
+// starting VMs seen, VMs and domains that run outside the plan. A report
+// that says what the last one said, with no failed move, writes nothing.
+func (c *Controller) observe(ctx context.Context, host string, old, r *Report) error {
+	if old != nil && slices.Equal(old.VMs, r.VMs) && slices.Equal(old.Unnamed, r.Unnamed) && len(r.Failed) == 0 {
+		return nil
+	}
+	ds, err := c.Decisions(ctx, 0, 0)
+	if err != nil {
+		return err
+	}
+	_, err = c.decide(ctx, false, func(v view) (*next, error) {
+		if v.p == nil {
+			return nil, nil
+		}
+		return v.report(host, old, r, ds), nil
+	})
+	return err
 }
 
 // MaxWatch bounds the wait of one WatchDesired.

@@ -67,30 +67,9 @@ func (c *Controller) Apply(ctx context.Context, req ApplyRequest) (Result, error
 		}
 		return Result{}, e
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old, err := c.load(ctx)
-	if err != nil {
-		return Result{}, err
-	}
-	st := &state{p: p, place: placement.Placement{},
-		doc: PolicyState{Revision: old.doc.Revision + 1, File: req.File, Document: req.Document, AppliedAt: c.cfg.Now().UTC()}}
-	for _, v := range p.VMs {
-		if v.Host != "" {
-			st.place[v.Name] = v.Host
-		} else if h := old.place[v.Name]; h != "" && p.Host(h) != nil {
-			st.place[v.Name] = h
-		}
-	}
-	evs := []Event{{Kind: "apply", Subject: req.File,
-		Message: fmt.Sprintf("policy revision %d: %d hosts, %d VMs, %d running", st.doc.Revision, len(p.Hosts), len(p.VMs), len(st.place)),
-		Reason:  reasonOr(req.Reason, "policy applied")}}
-	evs = append(evs, faultEvents(nil, nil, p, st.place)...)
-	evs, err = c.commit(ctx, old, st, evs, nil)
-	if err != nil {
-		return Result{}, err
-	}
-	return Result{Revision: st.doc.Revision, Events: evs}, nil
+	return c.decide(ctx, false, func(v view) (*next, error) {
+		return v.applyDoc(req.File, req.Document, req.Reason, p), nil
+	})
 }
 
 // faultEvents returns an event for every fault of (p, place) that (op,
@@ -139,55 +118,7 @@ func (c *Controller) Set(ctx context.Context, req SetRequest) (Result, error) {
 		}
 		chs = append(chs, ch)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old, err := c.loadPolicy(ctx)
-	if err != nil {
-		return Result{}, err
-	}
-	p, place := old.p, old.place
-	var changed []string
-	for _, ch := range chs {
-		np, npl, err := ch.Apply(p, place)
-		var re *placement.RefusedError
-		if errors.As(err, &re) {
-			ev := Event{Kind: "refuse", Subject: subjectOf(ch), Message: fmt.Sprintf("change %s refused: %s", ch.Spec, re.Reason),
-				Reason: reasonOr(req.Reason, "requested through the API")}
-			_, _ = c.commit(ctx, old, &state{doc: old.doc, p: old.p, place: old.place}, []Event{ev}, nil)
-			return Result{}, apiErr(http.StatusConflict, "%s", re.Error())
-		}
-		if err != nil {
-			return Result{}, apiErr(http.StatusBadRequest, "%v", err)
-		}
-		p, place = np, npl
-		if vm := ch.VM(p); vm != "" {
-			changed = append(changed, vm)
-		}
-	}
-	st := &state{p: p, place: place, doc: old.doc}
-	st.doc.Revision++
-	st.doc.Changes = append(append([]string(nil), old.doc.Changes...), req.Changes...)
-	st.doc.AppliedAt = c.cfg.Now().UTC()
-	var evs []Event
-	for _, ch := range chs {
-		evs = append(evs, Event{Kind: "set", Subject: subjectOf(ch), Message: ch.Spec + outcome(p, place, ch),
-			Reason: reasonOr(req.Reason, "requested through the API")})
-	}
-	faults := faultEvents(old.p, old.place, p, place)
-	evs = append(evs, faults...)
-	var decs []Decision
-	if len(faults) > 0 {
-		r := placement.Plan(p, place, placement.Demand{}, placement.Options{Threshold: 1, Changed: changed})
-		st.place = clonePlace(place)
-		var mevs []Event
-		decs, mevs = c.plannedMoves(r.Moves(), old, st)
-		evs = append(evs, mevs...)
-	}
-	evs, err = c.commit(ctx, old, st, evs, decs)
-	if err != nil {
-		return Result{}, err
-	}
-	return Result{Revision: st.doc.Revision, Events: evs}, nil
+	return c.decide(ctx, true, func(v view) (*next, error) { return v.set(chs, req.Reason, c.cfg.DRS) })
 }
 
 func subjectOf(ch placement.Change) string {
@@ -213,92 +144,11 @@ func outcome(p *policy.Policy, place placement.Placement, ch placement.Change) s
 	return fmt.Sprintf(": %s gets %s on %s/%s", pt.Name, entitle.FormatBps(pt.AllocBps()), pt.Host, pt.Uplink)
 }
 
-// PowerOn starts a VM that is off: on the host given, else (placement on)
-// where placement.Plan puts it, else on its policy host. A VM whose
-// reservations fit nowhere (or not on the host given) is refused with the
-// reason (409), and the refusal is recorded.
+// PowerOn places a VM that is off and holds its reservations while it
+// starts (view.powerOn). A VM whose reservations fit nowhere (or not on
+// the host given) is refused with the reason (409); nothing is written.
 func (c *Controller) PowerOn(ctx context.Context, vm string, req PowerOnRequest) (Result, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old, err := c.loadPolicy(ctx)
-	if err != nil {
-		return Result{}, err
-	}
-	v := old.p.VM(vm)
-	if v == nil {
-		return Result{}, apiErr(http.StatusNotFound, "no VM %q in the policy", vm)
-	}
-	if h := old.place[vm]; h != "" {
-		return Result{}, apiErr(http.StatusConflict, "%s is already running on %s", vm, h)
-	}
-	reason := reasonOr(req.Reason, "requested through the API")
-	refuse := func(why string, details []string) (Result, error) {
-		msg := why
-		if len(details) > 0 {
-			msg += ": " + strings.Join(details, "; ")
-		}
-		ev := Event{Kind: "refuse", Subject: vm, Message: "power-on refused: " + msg, Reason: reason}
-		_, _ = c.commit(ctx, old, &state{doc: old.doc, p: old.p, place: old.place}, []Event{ev}, nil)
-		e := apiErr(http.StatusConflict, "power-on %s refused: %s", vm, why)
-		e.Body.Details = details
-		return Result{}, e
-	}
-	host, why := req.Host, ""
-	if host == "" && !c.cfg.ChooseHosts {
-		host = v.Host
-		if host == "" {
-			return Result{}, apiErr(http.StatusBadRequest, "placement is off and %s has no host in the policy: give one", vm)
-		}
-	}
-	if host != "" {
-		if old.p.Host(host) == nil {
-			return Result{}, apiErr(http.StatusNotFound, "no host %q in the policy", host)
-		}
-		if _, _, err := mustParse(vm+".host="+host).Apply(old.p, old.place); err != nil {
-			var re *placement.RefusedError
-			if errors.As(err, &re) {
-				return refuse(re.Reason, nil)
-			}
-			return Result{}, apiErr(http.StatusBadRequest, "%v", err)
-		}
-		why = "host given"
-	} else {
-		// Only this VM is a power-on request: the others that are off stay off.
-		q := *old.p
-		q.VMs = nil
-		for _, w := range old.p.VMs {
-			if old.place[w.Name] != "" || w.Name == vm {
-				w.Host = ""
-				q.VMs = append(q.VMs, w)
-			}
-		}
-		r := placement.Plan(&q, old.place, placement.Demand{}, placement.Options{Threshold: 1})
-		for _, d := range r.Decisions {
-			if d.VM != vm {
-				continue
-			}
-			switch d.Kind {
-			case placement.Admit:
-				host, why = d.To, d.Why
-			case placement.Refuse:
-				return refuse(d.Why, d.Details)
-			}
-		}
-		if host == "" {
-			return refuse("placement found no host", nil)
-		}
-	}
-	st := &state{p: old.p, doc: old.doc, place: placement.Placement{}}
-	for k, h := range old.place {
-		st.place[k] = h
-	}
-	st.place[vm] = host
-	evs := []Event{{Kind: "power-on", Subject: vm, Message: fmt.Sprintf("%s powered on on %s (%s)", vm, host, why), Reason: reason}}
-	evs, err = c.commit(ctx, old, st, evs, nil)
-	if err != nil {
-		return Result{}, err
-	}
-	return Result{Revision: st.doc.Revision, Events: evs}, nil
+	return c.decide(ctx, true, func(v view) (*next, error) { return v.powerOn(vm, req.Host, req.Reason, c.cfg.ChooseHosts) })
 }
 
 func mustParse(spec string) placement.Change {
@@ -309,49 +159,52 @@ func mustParse(spec string) placement.Change {
 	return ch
 }
 
-// Migrate moves a running VM to another host where its reservations fit:
-// its placement changes at once and the agents carry the move out (the
-// decision is moving, then done when the destination reports the VM).
+// Migrate moves a running VM to another host where its reservations fit
+// (view.migrate); the destination's agent carries the move out.
 func (c *Controller) Migrate(ctx context.Context, vm string, req MigrateRequest) (Result, error) {
+	return c.decide(ctx, true, func(v view) (*next, error) { return v.migrate(vm, req.To, req.Reason) })
+}
+
+// decide is the shell of a decision: it reads the state (needPolicy: a
+// policy must be applied) and the agents' reports, calls d on their view
+// and commits what d returns in one transaction. A refusal writes nothing
+// (unless d returns a next with it: a decision found stale).
+func (c *Controller) decide(ctx context.Context, needPolicy bool, d func(v view) (*next, error)) (Result, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	old, err := c.loadPolicy(ctx)
+	old, err := c.load(ctx)
 	if err != nil {
 		return Result{}, err
 	}
-	if old.p.VM(vm) == nil {
-		return Result{}, apiErr(http.StatusNotFound, "no VM %q in the policy", vm)
+	if needPolicy && old.p == nil {
+		return Result{}, apiErr(http.StatusConflict, "no policy applied yet (sluice ctl apply -f FILE)")
 	}
-	if old.p.Host(req.To) == nil {
-		return Result{}, apiErr(http.StatusNotFound, "no host %q in the policy", req.To)
-	}
-	from := old.place[vm]
-	switch from {
-	case "":
-		return Result{}, apiErr(http.StatusConflict, "%s is not running (power it on)", vm)
-	case req.To:
-		return Result{}, apiErr(http.StatusConflict, "%s already runs on %s", vm, req.To)
-	}
-	reason := reasonOr(req.Reason, "requested through the API")
-	if _, _, err := mustParse(vm+".host="+req.To).Apply(old.p, old.place); err != nil {
-		var re *placement.RefusedError
-		if !errors.As(err, &re) {
-			return Result{}, apiErr(http.StatusBadRequest, "%v", err)
-		}
-		ev := Event{Kind: "refuse", Subject: vm, Message: fmt.Sprintf("migrate to %s refused: %s", req.To, re.Reason), Reason: reason}
-		_, _ = c.commit(ctx, old, &state{doc: old.doc, p: old.p, place: old.place}, []Event{ev}, nil)
-		return Result{}, apiErr(http.StatusConflict, "migrate %s refused: %s", vm, re.Reason)
-	}
-	st := &state{p: old.p, doc: old.doc, place: clonePlace(old.place)}
-	st.place[vm] = req.To
-	c.noteMove(old, st, vm, from, req.To)
-	decs := []Decision{{VM: vm, From: from, To: req.To, Status: "moving", Reason: reason}}
-	evs := []Event{{Kind: "migrate", Subject: vm, Message: fmt.Sprintf("moving %s from %s to %s", vm, from, req.To), Reason: reason}}
-	evs, err = c.commit(ctx, old, st, evs, decs)
+	reports, err := c.reports(ctx)
 	if err != nil {
 		return Result{}, err
+	}
+	n, derr := d(c.viewOf(old, reports))
+	if n == nil {
+		return Result{}, derr
+	}
+	st := c.stateOf(old, n)
+	evs, err := c.commit(ctx, old, st, n.events, n.decisions)
+	if err != nil {
+		return Result{}, err
+	}
+	if derr != nil {
+		return Result{}, derr
 	}
 	return Result{Revision: st.doc.Revision, Events: evs}, nil
+}
+
+// stateOf is the state after n, read as old.
+func (c *Controller) stateOf(old *state, n *next) *state {
+	st := &state{doc: n.doc, p: n.p, place: n.place, history: n.history, starting: n.starting}
+	for _, d := range n.rewrites {
+		st.extra = append(st.extra, c.rewrite(d))
+	}
+	return st
 }
 
 // Explain says why a port (VM/NIC, HOST/CLASS) or a disk (VM/DISK) gets
@@ -362,7 +215,11 @@ func (c *Controller) Explain(ctx context.Context, port string) (Explanation, err
 	if err != nil {
 		return Explanation{}, err
 	}
-	n := entitle.NewNet(entitle.Derive(st.p, entitle.Live{Hosts: st.place}))
+	reports, err := c.reports(ctx)
+	if err != nil {
+		return Explanation{}, err
+	}
+	n := entitle.NewNet(entitle.Derive(st.p, entitle.Live{Hosts: c.viewOf(st, reports).holding()}))
 	n.Compute()
 	lines, err := n.Explain(port)
 	if err != nil {
@@ -382,23 +239,27 @@ func (c *Controller) Explain(ctx context.Context, port string) (Explanation, err
 	return Explanation{Port: port, Lines: lines}, nil
 }
 
-// VMs lists the VMs of the policy, where they run and what their vNICs get.
+// VMs lists the VMs of the policy: where each should run (desired),
+// where it runs (observed), its state and what its vNICs get among the
+// VMs that hold reservations.
 func (c *Controller) VMs(ctx context.Context) ([]VMInfo, error) {
 	st, err := c.load(ctx)
 	if err != nil || st.p == nil {
 		return []VMInfo{}, err
 	}
-	n := entitle.NewNet(entitle.Derive(st.p, entitle.Live{Hosts: st.place}))
+	reports, err := c.reports(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v := c.viewOf(st, reports)
+	n := entitle.NewNet(entitle.Derive(st.p, entitle.Live{Hosts: v.holding()}))
 	n.Compute()
 	out := []VMInfo{}
-	for _, v := range st.p.VMs {
-		vi := VMInfo{Name: v.Name, Host: st.place[v.Name], State: "off", VCPUs: v.CPU.VCPUs, CPUReservation: v.CPU.ReservationMHz,
-			MemoryBytes: int64(v.Memory), NICs: []NICInfo{}}
-		if vi.Host != "" {
-			vi.State = "running"
-		}
-		for _, nic := range v.NICs {
-			ni := NICInfo{Port: policy.PortName(v.Name, nic.Name), ReservationBps: float64(nic.Reservation), Shares: float64(nic.Shares),
+	for i := range st.p.VMs {
+		vm := &st.p.VMs[i]
+		vi := v.vmInfo(vm)
+		for _, nic := range vm.NICs {
+			ni := NICInfo{Port: policy.PortName(vm.Name, nic.Name), ReservationBps: float64(nic.Reservation), Shares: float64(nic.Shares),
 				LimitBps: limitPtr(entitle.RateLimit(nic.Limit))}
 			if pts := n.Port(ni.Port); len(pts) > 0 {
 				ni.Uplink, ni.AllocBps = pts[0].Host+"/"+pts[0].Uplink, pts[0].AllocBps()

@@ -65,6 +65,7 @@ const (
 	keyPlacement = "state/placement" // VM → host of the running VMs
 	keySeq       = "state/seq"       // the last event or decision number
 	keyHistory   = "state/history"   // VM → its last migration carried out (placement.LastMove)
+	keyStarting  = "state/starting"  // VM → Start: placed, not yet observed there
 	dirHosts     = "hosts/"          // hosts/NAME: a registered host's Report, under its lease
 	dirDesired   = "desired/"        // desired/NAME: a host's DesiredHost (Revision 0)
 	dirEvents    = "events/"         // events/%020d: Event
@@ -108,6 +109,10 @@ type state struct {
 	// kill -9) neither repeats nor reverts a move. A new state leaves it
 	// nil unless it carries a move out (withMove); commit writes it then.
 	history map[string]placement.LastMove
+	// starting are the VMs placed by a power-on, an apply or a move and
+	// not yet observed there (view.holding). Like history, nil in a new
+	// state means unchanged; commit writes it when set.
+	starting map[string]Start
 	// The mod revisions of the keys read, for the commit's comparison.
 	policyRev, placeRev, seqRev int64
 	// extra are further writes of the commit (a decision's new status).
@@ -125,7 +130,7 @@ func (c *Controller) load(ctx context.Context) (*state, error) {
 		return nil, fmt.Errorf("etcd get: %w", err)
 	}
 	st := &state{place: placement.Placement{}}
-	var histRev int64
+	var histRev, startRev int64
 	for _, kv := range keys.Kvs {
 		switch strings.TrimPrefix(string(kv.Key), c.cfg.Prefix) {
 		case keyPolicy:
@@ -136,6 +141,8 @@ func (c *Controller) load(ctx context.Context) (*state, error) {
 			st.seqRev = kv.ModRevision
 		case keyHistory:
 			histRev = kv.ModRevision
+		case keyStarting:
+			startRev = kv.ModRevision
 		}
 	}
 	c.cacheMu.Lock()
@@ -162,6 +169,9 @@ func (c *Controller) load(ctx context.Context) (*state, error) {
 		return nil, err
 	}
 	if err := read(keyHistory, histRev, &st.history); err != nil {
+		return nil, err
+	}
+	if err := read(keyStarting, startRev, &st.starting); err != nil {
 		return nil, err
 	}
 	if cached != nil && cached.placeRev == st.placeRev {
@@ -225,6 +235,9 @@ func firstLine(s string) string {
 // since old was read.
 func (c *Controller) commit(ctx context.Context, old, st *state, evs []Event, decs []Decision) ([]Event, error) {
 	now := c.cfg.Now().UTC()
+	if st.starting == nil {
+		st.starting = old.starting
+	}
 	var ops []clientv3.Op
 	put := func(k string, v any, o ...clientv3.OpOption) {
 		b, err := json.Marshal(v)
@@ -256,11 +269,15 @@ func (c *Controller) commit(ctx context.Context, old, st *state, evs []Event, de
 	if st.history != nil {
 		put(keyHistory, st.history)
 	}
+	sameStarting := maps.Equal(st.starting, old.starting)
+	if !sameStarting {
+		put(keyStarting, st.starting)
+	}
 	ops = append(ops, st.extra...)
-	if st.p != old.p || !samePlace {
-		// The desired states derive from the policy and the placement
-		// only: a commit that changes neither (an event, a decision's
-		// status) leaves them as published.
+	if st.p != old.p || !samePlace || !sameStarting {
+		// The desired states derive from the policy, the placement and
+		// the moves under way only: a commit that changes none of them
+		// (an event, a decision's status) leaves them as published.
 		pub, err := c.publishOps(ctx, st)
 		if err != nil {
 			return nil, err
@@ -307,7 +324,7 @@ func (c *Controller) publishOps(ctx context.Context, st *state) ([]clientv3.Op, 
 	for _, kv := range resp.Kvs {
 		have[strings.TrimPrefix(string(kv.Key), c.key(dirDesired))] = string(kv.Value)
 	}
-	byHost := desiredByHost(entitle.Derive(st.p, entitle.Live{Hosts: st.place}), st.place)
+	byHost := desiredByHost(st.p, entitle.Derive(st.p, entitle.Live{Hosts: st.place}), st.place, st.starting)
 	var ops []clientv3.Op
 	for _, h := range st.p.Hosts {
 		dh := emptyDesired(h.Name)

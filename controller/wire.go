@@ -6,6 +6,7 @@ import (
 
 	"sluice/alloc"
 	"sluice/entitle"
+	"sluice/policy"
 )
 
 // The JSON bodies of the API (api/openapi.yaml). Rates are bits/s, IOPS
@@ -106,11 +107,18 @@ type HostInfo struct {
 	ReservedBps float64 `json:"reserved_bps"`
 }
 
-// VMInfo is a VM of the policy, where it runs and what its vNICs get.
+// VMInfo is a VM of the policy: where it should run (desired), where it
+// runs (observed) and what its vNICs get.
 type VMInfo struct {
-	Name           string    `json:"name"`
-	Host           string    `json:"host"` // "" when off
+	Name string `json:"name"`
+	Host string `json:"host"` // desired: "" when not placed
+	// Observed is the host whose agent reports it running ("" when none
+	// does); State says what the controller makes of both: running,
+	// starting (placed, not yet seen: it holds its reservations for
+	// StartGrace), moving, off, or unknown (its host has no agent).
+	Observed       string    `json:"observed"`
 	State          string    `json:"state"`
+	Since          time.Time `json:"since,omitzero"` // when the state began, as far as known
 	VCPUs          int       `json:"vcpus"`
 	CPUReservation int       `json:"cpu_reservation_mhz"`
 	MemoryBytes    int64     `json:"memory_bytes"`
@@ -139,10 +147,21 @@ type RegisterRequest struct {
 	Report
 }
 
-// Report is what an agent reports about its host.
+// Report is what an agent observes on its host: the hypervisor's truth
+// about what runs there, which the controller's admission, placement and
+// DRS count (a VM that runs nowhere holds no reservation).
 type Report struct {
-	VMs     []string `json:"vms"`     // VMs running on the host
+	VMs     []string `json:"vms"`     // the policy's VMs running on the host (its inventory)
 	Uplinks []string `json:"uplinks"` // uplink names (devices)
+	// Since is when the agent first saw each of VMs running (its own
+	// start for those that ran before it).
+	Since map[string]time.Time `json:"since,omitempty"`
+	// Unnamed are running domains the policy does not name: classed as
+	// the policy's unnamedVMs setting says.
+	Unnamed []string `json:"unnamed,omitempty"`
+	// Failed are the moves in (DesiredHost.Moves) the host could not
+	// carry out, VM → why: the controller records the decision failed.
+	Failed map[string]string `json:"failed,omitempty"`
 	// RatesBps are measured rates by port (VM/NIC or HOST/CLASS), bits/s.
 	RatesBps map[string]float64 `json:"rates_bps,omitempty"`
 	Time     time.Time          `json:"time"`
@@ -173,12 +192,38 @@ type ReportRequest struct {
 type DesiredHost struct {
 	Host     string `json:"host"`
 	Revision int64  `json:"revision"` // 0: nothing published yet
-	// VMs are the VMs the controller runs on the host, in name order: a
-	// VM new here is one migrating in (the agent's executor moves it), a
-	// VM gone is one that left.
-	VMs     []string     `json:"vms"`
-	Uplinks []WireUplink `json:"uplinks"`
-	Disks   []WireDisk   `json:"disks"`
+	// VMs are the VMs placed on the host (where they should run when they
+	// run), in name order: the trees hold their classes, and a VM among
+	// them that starts here is enforced at once.
+	VMs []string `json:"vms"`
+	// Moves are the VMs to migrate in now: each runs on From (as its
+	// agent reports) and a decision moves it here. A VM placed here that
+	// runs nowhere is off: nothing moves it.
+	Moves []Move `json:"moves,omitempty"`
+	// Starting are the VMs placed here by a power-on or a move that do not
+	// run here yet: they hold their reservations (the agent's admission
+	// counts them).
+	Starting []string     `json:"starting,omitempty"`
+	Uplinks  []WireUplink `json:"uplinks"`
+	Disks    []WireDisk   `json:"disks"`
+	// CPU is each placed VM's CPU and memory setting.
+	CPU []WireCPU `json:"cpu,omitempty"`
+}
+
+// Move is a VM to migrate in from the host that runs it.
+type Move struct {
+	VM   string `json:"vm"`
+	From string `json:"from"`
+}
+
+// WireCPU is a VM's CPU and memory setting on its host.
+type WireCPU struct {
+	VM             string `json:"vm"`
+	VCPUs          int    `json:"vcpus"`
+	ReservationMHz int    `json:"reservation_mhz"`
+	Shares         int    `json:"shares"`
+	LimitMHz       int    `json:"limit_mhz,omitempty"` // 0: unlimited
+	MemoryBytes    int64  `json:"memory_bytes,omitempty"`
 }
 
 // WireUplink is entitle.UplinkSpec in JSON.
@@ -235,7 +280,7 @@ func limitOf(p *float64) float64 {
 // desiredByHost renders every host's share of d, visiting each VM, uplink
 // and disk once: VMs in name order, uplinks and disks in d's order. A host
 // without any is absent (emptyDesired).
-func desiredByHost(d *entitle.Desired, place map[string]string) map[string]*DesiredHost {
+func desiredByHost(p *policy.Policy, d *entitle.Desired, place map[string]string, starting map[string]Start) map[string]*DesiredHost {
 	out := map[string]*DesiredHost{}
 	of := func(host string) *DesiredHost {
 		dh := out[host]
@@ -246,9 +291,23 @@ func desiredByHost(d *entitle.Desired, place map[string]string) map[string]*Desi
 		}
 		return dh
 	}
+	vms := make(map[string]*policy.VM, len(p.VMs))
+	for i := range p.VMs {
+		vms[p.VMs[i].Name] = &p.VMs[i]
+	}
 	for _, vm := range sortedKeys(place) {
 		dh := of(place[vm])
 		dh.VMs = append(dh.VMs, vm)
+		if s, ok := starting[vm]; ok && s.Host == place[vm] {
+			dh.Starting = append(dh.Starting, vm)
+			if s.Move && s.From != "" {
+				dh.Moves = append(dh.Moves, Move{VM: vm, From: s.From})
+			}
+		}
+		if v := vms[vm]; v != nil {
+			dh.CPU = append(dh.CPU, WireCPU{VM: vm, VCPUs: v.CPU.VCPUs, ReservationMHz: v.CPU.ReservationMHz, Shares: v.CPU.Shares,
+				LimitMHz: v.CPU.LimitMHz, MemoryBytes: int64(v.Memory)})
+		}
 	}
 	for _, u := range d.Uplinks {
 		dh := of(u.Host)

@@ -18,6 +18,7 @@ import (
 //	VM.memory=SIZE               e.g. 8GiB
 //	VM.vcpus=N
 //	VM.cpu.reservation=MHZ       e.g. 2000MHz or 2000
+//	VM.cpu.shares=low|normal|high|N   a keyword counts per vCPU
 //	VM.cpu.limit=MHZ             0 or "unlimited" for none
 //	VM.migratable=true|false
 //	VM/NIC.reservation=RATE      e.g. 4.5Gbps
@@ -25,6 +26,7 @@ import (
 //	VM/NIC.shares=low|normal|high|N
 //	VM/NIC.uplink=UPLINK         pin to an uplink ("" unpins)
 //	VM/DISK.reservation=IOPS     e.g. 500 (a disk is told from a NIC by name)
+//	VM/DISK.shares=low|normal|high|N
 //	VM/DISK.limit=IOPS|unlimited
 //	HOST/UPLINK.down             the uplink is lost
 //	HOST.memory=SIZE, HOST.cores=N, HOST.mhz=N
@@ -180,6 +182,12 @@ func (c Change) apply(p *policy.Policy, pl Placement) error {
 			return err
 		}
 		v.CPU.LimitMHz = n
+	case "cpu.shares":
+		n, err := policy.ParseShares(c.Value, "cpu", v.CPU.VCPUs)
+		if err != nil {
+			return fmt.Errorf("cpu.shares: %v", err)
+		}
+		v.CPU.Shares = n
 	case "migratable":
 		b, err := strconv.ParseBool(c.Value)
 		if err != nil {
@@ -187,7 +195,7 @@ func (c Change) apply(p *policy.Policy, pl Placement) error {
 		}
 		v.Migratable = b
 	default:
-		return fmt.Errorf("unknown VM field %q (host, memory, vcpus, cpu.reservation, cpu.limit, migratable)", c.Field)
+		return fmt.Errorf("unknown VM field %q (host, memory, vcpus, cpu.reservation, cpu.shares, cpu.limit, migratable)", c.Field)
 	}
 	return nil
 }
@@ -252,20 +260,11 @@ func (c Change) applyNIC(n *policy.NIC) error {
 		}
 		n.Limit = r
 	case "shares":
-		switch c.Value {
-		case "low":
-			n.Shares = policy.NetSharesLow
-		case "normal":
-			n.Shares = policy.NetSharesNormal
-		case "high":
-			n.Shares = policy.NetSharesHigh
-		default:
-			k, err := positive(c.Value)
-			if err != nil {
-				return fmt.Errorf("shares: want low, normal, high or a positive integer, not %q", c.Value)
-			}
-			n.Shares = k
+		k, err := policy.ParseShares(c.Value, "network", 1)
+		if err != nil {
+			return fmt.Errorf("shares: %v", err)
 		}
+		n.Shares = k
 	case "uplink":
 		n.Uplink = c.Value
 	default:
@@ -275,6 +274,14 @@ func (c Change) applyNIC(n *policy.NIC) error {
 }
 
 func (c Change) applyDisk(d *policy.Disk) error {
+	if c.Field == "shares" {
+		n, err := policy.ParseShares(c.Value, "storage", 1)
+		if err != nil {
+			return fmt.Errorf("shares: %v", err)
+		}
+		d.Shares = n
+		return nil
+	}
 	var v policy.IOPS
 	if c.Value == "unlimited" {
 		if c.Field != "limit" {
@@ -297,7 +304,7 @@ func (c Change) applyDisk(d *policy.Disk) error {
 		}
 		d.LimitIOPS = v
 	default:
-		return fmt.Errorf("unknown disk field %q (reservation, limit)", c.Field)
+		return fmt.Errorf("unknown disk field %q (reservation, shares, limit)", c.Field)
 	}
 	return nil
 }

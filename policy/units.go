@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"math/big"
 	"regexp"
@@ -151,6 +152,20 @@ var shareKeywords = map[string]map[string]int{
 	"network": {"low": NetSharesLow, "normal": NetSharesNormal, "high": NetSharesHigh},
 	"storage": {"low": StorageSharesLow, "normal": StorageSharesNormal, "high": StorageSharesHigh},
 	"cpu":     {"low": CPUSharesLow, "normal": CPUSharesNormal, "high": CPUSharesHigh},
+}
+
+// ParseShares parses shares of resource ("network", "storage", "cpu"):
+// a keyword (its value times mult: a VM's CPU keyword counts per vCPU) or
+// a positive integer.
+func ParseShares(s, resource string, mult int) (int, error) {
+	v, msg := parseShares(s, resource)
+	if msg != "" {
+		return 0, errors.New(msg)
+	}
+	if _, kw := shareKeywords[resource][strings.TrimSpace(s)]; kw {
+		v *= mult
+	}
+	return v, nil
 }
 
 // parseShares parses a share keyword of the resource ("network",

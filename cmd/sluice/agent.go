@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"sluice/admit"
 	"sluice/agent"
 	"sluice/controller"
 	"sluice/cpuctl"
@@ -105,12 +106,15 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	var side *agentSide
 	if cl != nil {
 		side, inv, err = newAgentSide(&src, &ctlf.mig, p, *host, inv, policies)
-		if err == nil {
-			err = side.arrive(desired)
-		}
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 			return exitBad
+		}
+		side.logf = func(format string, args ...any) { fmt.Fprintf(stderr, "sluice agent: "+format+"\n", args...) }
+		// A move this host cannot make is reported to the controller
+		// (a failed decision), not a reason to stop enforcing.
+		if err := side.arrive(desired); err != nil {
+			side.logf("%s", labOneLine(err))
 		}
 	}
 	var cgroups cpuctl.Cgroups
@@ -140,6 +144,26 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The libvirt hook asks this agent whether a domain may start: one
+	// source of truth for admission (agent.Admitter).
+	adm := &agent.Admitter{Host: *host, Running: func() ([]admit.Domain, error) { return runningDomains(libvirtRunDir) }}
+	if src.kind == "lab" {
+		adm.Running = func() ([]admit.Domain, error) {
+			vms, err := inv.VMs()
+			var out []admit.Domain
+			for _, vm := range vms {
+				out = append(out, admit.Domain{Name: vm})
+			}
+			return out, err
+		}
+	}
+	adm.Set(p, desired.Starting)
+	sock := agent.AdmitSocket(*stateDir, *host)
+	go func() {
+		if err := adm.ServeAdmit(ctx, sock); err != nil {
+			fmt.Fprintf(stderr, "sluice agent: %s (the hook decides from its policy file, if it has one)\n", labOneLine(err))
+		}
+	}()
 	lastErr := ""
 	nsGone := false
 	// The policy file is followed (its mtime and size polled, SIGHUP) and
@@ -164,12 +188,32 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}()
 	if side != nil {
 		side.ctx = ctx
-		fol := &controller.Follower{Client: cl, Host: *host, Agent: side, Logf: func(format string, args ...any) {
+		side.admitter = adm
+		pc := &controller.PolicyCache{}
+		adm.Refresh = func(ctx context.Context) (*policy.Policy, error) { return pc.Get(ctx, cl) }
+		fol := &controller.Follower{Client: cl, Host: *host, Agent: side, Policies: pc, Logf: func(format string, args ...any) {
 			fmt.Fprintf(stderr, "sluice agent: "+format+"\n", args...)
 		}}
 		go fol.Run(ctx)
 	} else {
-		go agent.WatchPolicy(ctx, *file, nil, policyPollNs, hup, policy.Load, policies, func(line string) {
+		// A new policy file goes to the agent and to the admitter.
+		loaded := make(chan *policy.Policy)
+		go func() {
+			for {
+				select {
+				case np := <-loaded:
+					adm.Set(np, nil)
+					select {
+					case policies <- np:
+					case <-ctx.Done():
+						return
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		go agent.WatchPolicy(ctx, *file, nil, policyPollNs, hup, policy.Load, loaded, func(line string) {
 			fmt.Fprintf(stderr, "sluice agent: %s\n", line)
 		})
 	}

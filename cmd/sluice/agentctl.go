@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -123,76 +124,172 @@ func cutVMPort(port string) (string, string, bool) {
 }
 
 // agentSide carries the controller's desired state out on the host: the
-// executor side of a migration. VMs new in the desired state are moved
-// in by mover (the lab re-plugs their vNICs or migrates its guests; a
-// libvirt host migrates them live from the peer that runs them,
-// agentmigrate.go), VMs gone from it are let go (their
-// destination's agent takes their vNICs), and the policy goes to the
-// agent's Run loop (SetPolicy re-derives with the new VMs).
+// executor side of a migration. The VMs the desired state moves here
+// (DesiredHost.Moves) are moved in by mover (the lab re-plugs their
+// vNICs or migrates its guests; a libvirt host migrates them live from
+// the peer that runs them, agentmigrate.go); a move that fails is
+// reported (Report.Failed), never fatal: the agent keeps enforcing. A VM
+// placed here that runs nowhere is off: nothing moves it, and it gets its
+// class when it starts here. The policy goes to the agent's Run loop
+// (SetPolicy re-derives with the new VMs).
 type agentSide struct {
 	inv      *movableInventory // nil: the inventory finds the VMs itself (libvirt)
 	mover    func(vm string) error
 	policies chan<- *policy.Policy
 	ctx      context.Context
+	logf     func(format string, args ...any) // failed moves; nil: none
+	admitter *agent.Admitter                  // the hook's answers: the policy and the VMs starting here
 	mu       sync.Mutex
 	stats    agent.Stats
 	vms      func() []string
+	unnamed  func() []string
+	failed   map[string]string    // VM → why its last move in failed, while the move is asked
+	since    map[string]time.Time // VM → when it was first seen running here
+	lastVMs  []string             // the running VMs of the last report or step
+	changed  chan struct{}        // the running VMs changed: report now
 }
 
-// arrive moves in the desired VMs not running here and sets the
-// inventory's running VMs.
+// arrive carries out d's moves in and, on a lab host, sets the inventory's
+// running VMs. It records failed moves for the reports and returns them
+// joined (for the log); the agent goes on either way.
 func (s *agentSide) arrive(d controller.DesiredHost) error {
-	if s.inv == nil {
-		return s.migrateIn(d)
-	}
-	have, _ := s.inv.VMs()
-	var run []string
 	var errs []error
-	for _, vm := range d.VMs {
-		if !slices.Contains(have, vm) && s.mover != nil {
-			if err := s.mover(vm); err != nil {
-				errs = append(errs, fmt.Errorf("moving %s in: %w", vm, err))
-				continue
+	failed := map[string]string{}
+	if s.inv == nil {
+		errs = s.migrateIn(d, failed)
+	} else {
+		have, _ := s.inv.VMs()
+		var run []string
+		for _, vm := range d.VMs {
+			if !slices.Contains(have, vm) {
+				if s.mover == nil {
+					failed[vm] = "no executor for this inventory"
+					errs = append(errs, fmt.Errorf("moving %s in: no executor for this inventory", vm))
+					continue
+				}
+				if err := s.mover(vm); err != nil {
+					failed[vm] = err.Error()
+					errs = append(errs, fmt.Errorf("moving %s in: %w", vm, err))
+					continue
+				}
 			}
-		} else if !slices.Contains(have, vm) {
-			errs = append(errs, fmt.Errorf("moving %s in: no executor for this inventory", vm))
-			continue
+			run = append(run, vm)
 		}
-		run = append(run, vm)
+		s.inv.setRunning(run)
 	}
-	s.inv.setRunning(run)
+	s.mu.Lock()
+	news := !maps.Equal(s.failed, failed)
+	s.failed = failed
+	s.mu.Unlock()
+	if news {
+		s.signal() // the controller learns of a failed move at once
+	}
+	s.noteVMs()
 	return errors.Join(errs...)
 }
 
+// Apply takes a new desired state and policy: moves carried out (or their
+// failure recorded), then the policy handed to the agent. Only a stopped
+// agent is an error: a move that cannot be made is reported, not retried
+// here (the controller decides again).
 func (s *agentSide) Apply(p *policy.Policy, d controller.DesiredHost) error {
 	if err := s.ctx.Err(); err != nil {
 		return err
 	}
-	err := s.arrive(d)
+	if err := s.arrive(d); err != nil && s.logf != nil {
+		s.logf("%s", labOneLine(err))
+	}
+	if s.admitter != nil {
+		s.admitter.Set(p, d.Starting)
+	}
 	select {
 	case s.policies <- p:
 	case <-s.ctx.Done():
 		return s.ctx.Err()
 	}
-	return err
+	return nil
 }
 
-// setStats keeps the agent's last statistics for the reports.
+// running returns the VMs that run here now.
+func (s *agentSide) running() []string {
+	var vms []string
+	if s.inv != nil {
+		vms, _ = s.inv.VMs()
+	} else if s.vms != nil {
+		vms = s.vms()
+	}
+	vms = slices.Clone(vms)
+	sort.Strings(vms)
+	return vms
+}
+
+// noteVMs notes the running VMs (when each was first seen) and, when they
+// changed since the last note, signals Changed: the host reports at once
+// (a VM started or destroyed behind sluice's back is reported within the
+// agent's step).
+func (s *agentSide) noteVMs() {
+	vms := s.running()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.since == nil {
+		s.since = map[string]time.Time{}
+	}
+	for _, vm := range vms {
+		if _, ok := s.since[vm]; !ok {
+			s.since[vm] = time.Now().UTC()
+		}
+	}
+	for vm := range s.since {
+		if !slices.Contains(vms, vm) {
+			delete(s.since, vm)
+		}
+	}
+	if slices.Equal(vms, s.lastVMs) {
+		return
+	}
+	s.lastVMs = vms
+	s.signal()
+}
+
+// signal asks for a report now.
+func (s *agentSide) signal() {
+	if s.changed != nil {
+		select {
+		case s.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Changed is signalled when the host's running VMs changed.
+func (s *agentSide) Changed() <-chan struct{} { return s.changed }
+
+// setStats keeps the agent's last statistics for the reports, and notes
+// the running VMs (each step).
 func (s *agentSide) setStats(st agent.Stats) {
 	s.mu.Lock()
 	s.stats = st
 	s.mu.Unlock()
+	s.noteVMs()
 }
 
 func (s *agentSide) Report() controller.Report {
 	s.mu.Lock()
 	st := s.stats
+	r := controller.Report{VMs: []string{}, Uplinks: []string{}, RatesBps: map[string]float64{}, Time: time.Now().UTC(),
+		Since: map[string]time.Time{}, Failed: map[string]string{}}
+	maps.Copy(r.Failed, s.failed)
 	s.mu.Unlock()
-	r := controller.Report{VMs: []string{}, Uplinks: []string{}, RatesBps: map[string]float64{}, Time: time.Now().UTC()}
-	if s.inv != nil {
-		r.VMs, _ = s.inv.VMs()
-	} else if s.vms != nil {
-		r.VMs = s.vms()
+	r.VMs = s.running()
+	s.mu.Lock()
+	for _, vm := range r.VMs {
+		if t, ok := s.since[vm]; ok {
+			r.Since[vm] = t
+		}
+	}
+	s.mu.Unlock()
+	if s.unnamed != nil {
+		r.Unnamed = s.unnamed()
 	}
 	for _, u := range st.Uplinks {
 		r.Uplinks = append(r.Uplinks, u.Uplink)
@@ -208,7 +305,10 @@ func (s *agentSide) Report() controller.Report {
 // replaces inv; a libvirt host keeps its inventory and migrates VMs in
 // live as mig says.
 func newAgentSide(src *inventoryFlags, mig *migrateFlags, p *policy.Policy, host string, inv agent.Inventory, policies chan<- *policy.Policy) (*agentSide, agent.Inventory, error) {
-	s := &agentSide{policies: policies, ctx: context.Background()}
+	s := &agentSide{policies: policies, ctx: context.Background(), changed: make(chan struct{}, 1)}
+	if u, ok := inv.(interface{ Unnamed() []string }); ok {
+		s.unnamed = u.Unnamed
+	}
 	if src.kind != "lab" {
 		s.vms = func() []string { vms, _ := inv.VMs(); return vms }
 		s.mover = mig.mover(host, src.socket)

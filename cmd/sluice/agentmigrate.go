@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -89,26 +88,29 @@ func (f *migrateFlags) mover(host, socket string) func(vm string) error {
 	}
 }
 
-// migrateIn moves in, with s.mover, the desired VMs the host's libvirt
-// inventory does not run; the inventory sees them arrive by libvirt's
-// events.
-func (s *agentSide) migrateIn(d controller.DesiredHost) error {
+// migrateIn moves in, with s.mover, the VMs d moves here (d.Moves) that
+// the host's libvirt inventory does not run yet; the inventory sees them
+// arrive by libvirt's events. A VM placed here that runs nowhere is off:
+// nothing moves it. Failed moves go into failed, VM → why.
+func (s *agentSide) migrateIn(d controller.DesiredHost, failed map[string]string) []error {
 	if s.vms == nil {
 		return nil
 	}
 	have := s.vms()
 	var errs []error
-	for _, vm := range d.VMs {
-		if slices.Contains(have, vm) {
+	for _, m := range d.Moves {
+		if slices.Contains(have, m.VM) {
 			continue
 		}
 		if s.mover == nil {
-			errs = append(errs, fmt.Errorf("moving %s in: no executor for this inventory", vm))
+			failed[m.VM] = "no executor for this inventory"
+			errs = append(errs, fmt.Errorf("moving %s in from %s: no executor for this inventory", m.VM, m.From))
 			continue
 		}
-		if err := s.mover(vm); err != nil {
-			errs = append(errs, fmt.Errorf("moving %s in: %w", vm, err))
+		if err := s.mover(m.VM); err != nil {
+			failed[m.VM] = err.Error()
+			errs = append(errs, fmt.Errorf("moving %s in from %s: %w", m.VM, m.From, err))
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }

@@ -61,10 +61,13 @@ example:
 
 Change the policy, all fields at once or none, with placement's grammar
 (sluice place --help): TARGET is VM, VM/NIC, VM/DISK or HOST; FIELD is
-reservation, shares, limit, uplink (VM/NIC); reservation, limit in IOPS
-(VM/DISK; iops= is reservation=); cpu.reservation, cpu.limit, memory,
-vcpus (VM; cpu= is cpu.reservation=). A change that breaks its host's
-reservations is made and reported as a fault with placement's repair.
+reservation, shares, limit, uplink (VM/NIC); reservation, shares, limit
+in IOPS (VM/DISK; iops= is reservation=); cpu.reservation, cpu.shares,
+cpu.limit, memory, vcpus (VM; cpu= is cpu.reservation=). Every field
+reaches the VM's host (its desired state). A change that breaks the
+reservations of the VMs that run on its host is made and reported as a
+fault with placement's repair; one no migration can mend is refused,
+and nothing is written.
 ` + conn + `
 
 example:
@@ -353,13 +356,18 @@ func printCtlTable(w io.Writer, out any) {
 			fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\n", h.Name, h.Registered, orDash(strings.Join(h.VMs, ",")), orDash(strings.Join(h.Uplinks, ",")), entitle.FormatBps(h.ReservedBps))
 		}
 	case []controller.VMInfo:
-		fmt.Fprintln(tw, "VM\tHOST\tSTATE\tPORT\tUPLINK\tRESERVATION\tSHARES\tLIMIT\tRATE")
+		fmt.Fprintln(tw, "VM\tDESIRED\tOBSERVED\tSTATE\tSINCE\tPORT\tUPLINK\tRESERVATION\tSHARES\tLIMIT\tRATE")
 		for _, vm := range v {
+			since := "-"
+			if !vm.Since.IsZero() {
+				since = vm.Since.Local().Format(time.DateTime)
+			}
+			head := fmt.Sprintf("%s\t%s\t%s\t%s\t%s", vm.Name, orDash(vm.Host), orDash(vm.Observed), vm.State, since)
 			if len(vm.NICs) == 0 {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\n", vm.Name, orDash(vm.Host), vm.State)
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\n", head)
 			}
 			for _, n := range vm.NICs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\t%s\n", vm.Name, orDash(vm.Host), vm.State, n.Port, orDash(n.Uplink),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%g\t%s\t%s\n", head, n.Port, orDash(n.Uplink),
 					entitle.FormatBps(n.ReservationBps), n.Shares, rate(n.LimitBps), entitle.FormatBps(n.AllocBps))
 			}
 		}

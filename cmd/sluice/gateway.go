@@ -312,6 +312,7 @@ func followController(g *storage.Gateway, cl *controller.Client, host string, re
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-stop; cancel() }()
 	lastErr := ""
+	var pc controller.PolicyCache // built again from the changes since, not from the document
 	fail := func(err error) {
 		if ctx.Err() == nil && err.Error() != lastErr {
 			fmt.Fprintf(stderr, "sluice gateway: controller: %v\n", err)
@@ -331,12 +332,7 @@ func followController(g *storage.Gateway, cl *controller.Client, host string, re
 		if d.Revision == 0 || d.Revision == rev {
 			continue
 		}
-		ps, err := cl.Policy(ctx)
-		if err != nil {
-			fail(err)
-			continue
-		}
-		p, err := ps.Build()
+		p, err := pc.Get(ctx, cl)
 		if err != nil {
 			fail(err)
 			continue

@@ -55,6 +55,7 @@ A change SPEC is TARGET.FIELD[=VALUE]:
   VM.memory=SIZE               e.g. 8GiB
   VM.vcpus=N
   VM.cpu.reservation=MHZ       e.g. 2000MHz or 2000
+  VM.cpu.shares=low|normal|high|N   a keyword counts per vCPU
   VM.cpu.limit=MHZ             0 or "unlimited" for none
   VM.migratable=true|false
   VM/NIC.reservation=RATE      e.g. 4.5Gbps
@@ -62,6 +63,7 @@ A change SPEC is TARGET.FIELD[=VALUE]:
   VM/NIC.shares=low|normal|high|N
   VM/NIC.uplink=UPLINK         pin to an uplink ("" unpins)
   VM/DISK.reservation=IOPS     e.g. 500
+  VM/DISK.shares=low|normal|high|N
   VM/DISK.limit=IOPS|unlimited
   HOST/UPLINK.down             the uplink is lost
   HOST.memory=SIZE, HOST.cores=N, HOST.mhz=N

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/xml"
 	"errors"
 	"flag"
@@ -11,8 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"sluice/admit"
+	"sluice/agent"
+	"sluice/lab"
 	"sluice/policy"
 	"sluice/virt"
 )
@@ -40,18 +44,23 @@ func init() {
 Admission at VM start on a libvirt host. 'install' writes the executable
 hook /etc/libvirt/hooks/qemu (an existing one is kept as qemu.sluice-chained
 and still run after sluice admits) and signals libvirtd (SIGHUP) to see it.
-libvirtd then runs 'sluice hook qemu' before each domain starts: sluice
-refuses a domain whose reservations (vNICs, CPU MHz, memory, IOPS) do not
-fit the host with the domains already running there, and libvirt's error
-carries the reason. 'uninstall' removes it and restores the chained hook.
+libvirtd then runs 'sluice hook qemu' before each domain starts, which asks
+the host's agent (its admission socket, --agent): the agent refuses a
+domain whose reservations (vNICs, CPU MHz, memory, IOPS) do not fit the
+host with the domains running there and those the controller starts or
+moves there, by the policy it enforces (the controller's, with every
+change since, or its file), and libvirt's error carries the reason. When
+the agent does not answer, the --policy file decides; when neither can,
+--unreachable says: closed (the default) refuses, open admits.
+'uninstall' removes it and restores the chained hook.
 
 example:
-  sudo sluice hook install --policy /etc/sluice/policy.yaml --host pve1`
+  sudo sluice hook install --host pve1 --policy /etc/sluice/policy.yaml`
 }
 
-const hookUsage = `usage: sluice hook install --policy FILE [--host NAME] [--hooks-dir DIR] [--no-reload]
+const hookUsage = `usage: sluice hook install [--host NAME] [--policy FILE] [--agent SOCKET] [--unreachable closed|open] [--hooks-dir DIR] [--no-reload]
        sluice hook uninstall [--hooks-dir DIR] [--no-reload]
-       sluice hook qemu --policy FILE --host NAME DOMAIN OPERATION SUBOP EXTRA < DOMAIN-XML`
+       sluice hook qemu --host NAME [--policy FILE] [--agent SOCKET] [--unreachable closed|open] -- DOMAIN OPERATION SUBOP EXTRA < DOMAIN-XML`
 
 func runHook(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -74,13 +83,19 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 // the domain's XML on stdin. Only `prepare begin` (before the domain
 // starts) is decided; a refusal is printed on stderr (libvirt puts it in
 // its error) with exit 1. It must not call libvirt (libvirtd waits for
-// it): the running domains are read from libvirt's status files.
+// it). The host's agent decides (its admission socket: the policy it
+// enforces, the controller's when it follows one, and the VMs starting
+// there); when the agent does not answer, the policy file decides (the
+// running domains read from libvirt's status files), and without one
+// --unreachable says (closed, the default: refused).
 func runHookQemu(args []string, stdin io.Reader, stderr io.Writer, runDir string) int {
 	fs := flag.NewFlagSet("hook qemu", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	file := fs.String("policy", "", "policy file")
+	file := fs.String("policy", "", "policy file: decides when the agent does not answer")
 	host := fs.String("host", "", "this host's name in the policy")
-	if err := fs.Parse(args); err != nil || *file == "" || *host == "" || fs.NArg() < 3 {
+	sock := fs.String("agent", "", "the agent's admission socket (default: "+agent.AdmitSocket(lab.DefaultStateDir, "HOST")+")")
+	unreachable := fs.String("unreachable", "closed", "when neither the agent nor a policy file can decide: closed (refuse) or open (admit)")
+	if err := fs.Parse(args); err != nil || *host == "" || fs.NArg() < 3 || (*unreachable != "closed" && *unreachable != "open") {
 		fmt.Fprintln(stderr, hookUsage)
 		return exitUsage
 	}
@@ -88,36 +103,67 @@ func runHookQemu(args []string, stdin io.Reader, stderr io.Writer, runDir string
 	if op != "prepare" || sub != "begin" {
 		return exitOK
 	}
+	if *sock == "" {
+		*sock = agent.AdmitSocket(lab.DefaultStateDir, *host)
+	}
+	// undecided ends a hook that nobody could answer: --unreachable.
+	undecided := func(why string) int {
+		if *unreachable == "open" {
+			fmt.Fprintf(stderr, "sluice: %s; %s starts without an admission check (--unreachable open)\n", why, name)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "sluice: refused %s: %s, and the hook fails closed (sluice hook install --unreachable open admits then)\n", name, why)
+		return exitBad
+	}
 	dom := admit.Domain{Name: name}
-	if b, err := io.ReadAll(io.LimitReader(stdin, 16<<20)); err == nil && len(b) > 0 {
-		if d, err := virt.ParseDomainXML(b); err == nil {
-			dom.UUID = d.UUID
-			for _, i := range d.Interfaces {
-				if i.Type != "hostdev" {
-					dom.VNICs++
-				}
-			}
+	b, err := io.ReadAll(io.LimitReader(stdin, maxDomainXML+1))
+	switch {
+	case err != nil:
+		return undecided(fmt.Sprintf("reading the domain XML: %v", err))
+	case len(b) > maxDomainXML:
+		return undecided(fmt.Sprintf("the domain XML is larger than %d MiB", maxDomainXML>>20))
+	}
+	d, err := virt.ParseDomainXML(b)
+	if err != nil {
+		return undecided(fmt.Sprintf("the domain XML does not parse (%s)", labOneLine(err)))
+	}
+	dom.UUID = d.UUID
+	for _, i := range d.Interfaces {
+		if i.Type != "hostdev" {
+			dom.VNICs++
 		}
 	}
-	p, err := policy.Load(*file)
-	if err != nil {
-		// Fail open: a broken policy file must not stop every VM of the
-		// host from starting. libvirtd logs this line.
-		fmt.Fprintf(stderr, "sluice: policy %s does not load (%s); %s starts without an admission check\n", *file, labOneLine(err), name)
-		return exitOK
+	ctx, cancel := context.WithTimeout(context.Background(), hookAgentTimeout)
+	dec, aerr := agent.AskAdmit(ctx, *sock, dom)
+	cancel()
+	if aerr != nil {
+		if *file == "" {
+			return undecided(fmt.Sprintf("the agent at %s does not answer (%s) and no policy file is given", *sock, labOneLine(aerr)))
+		}
+		p, err := policy.Load(*file)
+		if err != nil {
+			return undecided(fmt.Sprintf("the agent at %s does not answer (%s) and the policy %s does not load (%s)", *sock, labOneLine(aerr), *file, labOneLine(err)))
+		}
+		running, err := runningDomains(runDir)
+		if err != nil {
+			return undecided(fmt.Sprintf("the agent at %s does not answer (%s) and %s", *sock, labOneLine(aerr), labOneLine(err)))
+		}
+		fmt.Fprintf(stderr, "sluice: the agent at %s does not answer (%s): %s decides\n", *sock, labOneLine(aerr), *file)
+		dec = admit.Decide(p, *host, dom, running)
 	}
-	running, err := runningDomains(runDir)
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice: %s; %s starts without an admission check\n", labOneLine(err), name)
-		return exitOK
-	}
-	d := admit.Decide(p, *host, dom, running)
-	if !d.Allow {
-		fmt.Fprintln(stderr, d.String())
+	if !dec.Allow {
+		fmt.Fprintln(stderr, dec.String())
 		return exitBad
 	}
 	return exitOK
 }
+
+// maxDomainXML bounds the domain XML the hook reads.
+const maxDomainXML = 16 << 20
+
+// hookAgentTimeout bounds the hook's question to the agent (libvirtd
+// waits for the hook).
+const hookAgentTimeout = 10 * time.Second
 
 // runningDomains reads the names, UUIDs and vNIC counts (interfaces other
 // than hostdev) of the running QEMU domains
@@ -164,21 +210,26 @@ func runningDomains(dir string) ([]admit.Domain, error) {
 // read it; anything else goes to the chained hook alone. Without the
 // sluice binary it lets domains start (a removed sluice must not stop
 // every VM of the host).
-func hookScript(sluice, policyFile, host, chained string) string {
+func hookScript(sluice, policyFile, host, sock, unreachable, chained string) string {
 	return `#!/bin/sh
 ` + hookMarker + ` (sluice hook install); 'sluice hook uninstall' removes it.
 SLUICE=` + shQuote(sluice) + `
 POLICY=` + shQuote(policyFile) + `
 HOST=` + shQuote(host) + `
+AGENT=` + shQuote(sock) + `
+UNREACHABLE=` + shQuote(unreachable) + `
 CHAINED=` + shQuote(chained) + `
 if [ "$2" = prepare ] && [ "$3" = begin ]; then
 	tmp=$(mktemp) || exit 1
 	trap 'rm -f "$tmp"' EXIT
 	cat > "$tmp"
 	if [ -x "$SLUICE" ]; then
-		"$SLUICE" hook qemu --policy "$POLICY" --host "$HOST" "$@" < "$tmp" || exit 1
-	else
+		"$SLUICE" hook qemu --policy "$POLICY" --host "$HOST" --agent "$AGENT" --unreachable "$UNREACHABLE" -- "$@" < "$tmp" || exit 1
+	elif [ "$UNREACHABLE" = open ]; then
 		echo "sluice: $SLUICE is missing; $1 starts without an admission check" >&2
+	else
+		echo "sluice: refused $1: $SLUICE is missing and the hook fails closed" >&2
+		exit 1
 	fi
 	if [ -x "$CHAINED" ]; then
 		"$CHAINED" "$@" < "$tmp" || exit $?
@@ -202,21 +253,19 @@ func isSluiceHook(path string) bool {
 func runHookInstall(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("hook install", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	file := fs.String("policy", "", "policy file")
+	file := fs.String("policy", "", "policy file: decides when the agent does not answer")
 	host := fs.String("host", "", "this host's name in the policy (default: the hostname)")
+	sock := fs.String("agent", "", "the agent's admission socket (default: "+agent.AdmitSocket(lab.DefaultStateDir, "HOST")+")")
+	unreachable := fs.String("unreachable", "closed", "when neither the agent nor the policy file can decide: closed (refuse) or open (admit)")
 	dir := fs.String("hooks-dir", defaultHooksDir, "libvirt's hooks directory")
 	exe := fs.String("sluice", "", "the sluice binary the hook runs (default: this one)")
 	noReload := fs.Bool("no-reload", false, "do not signal libvirtd (it sees a new hook only after SIGHUP or a restart)")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *file == "" {
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || (*unreachable != "closed" && *unreachable != "open") {
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice hook install: %v\n", err)
 		}
 		fmt.Fprintln(stderr, hookUsage)
 		return exitUsage
-	}
-	p, code := loadPolicy(*file, stderr)
-	if p == nil {
-		return code
 	}
 	if *host == "" {
 		h, err := os.Hostname()
@@ -226,15 +275,26 @@ func runHookInstall(args []string, stdout, stderr io.Writer) int {
 		}
 		*host = h
 	}
-	if p.Host(*host) == nil {
-		fmt.Fprintf(stderr, "sluice hook install: host %q is not in %s (give --host)\n", *host, *file)
-		return exitBad
+	abs := ""
+	if *file != "" {
+		p, code := loadPolicy(*file, stderr)
+		if p == nil {
+			return code
+		}
+		if p.Host(*host) == nil {
+			fmt.Fprintf(stderr, "sluice hook install: host %q is not in %s (give --host)\n", *host, *file)
+			return exitBad
+		}
+		var err error
+		if abs, err = filepath.Abs(*file); err != nil {
+			fmt.Fprintf(stderr, "sluice hook install: %v\n", err)
+			return exitBad
+		}
 	}
-	abs, err := filepath.Abs(*file)
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice hook install: %v\n", err)
-		return exitBad
+	if *sock == "" {
+		*sock = agent.AdmitSocket(lab.DefaultStateDir, *host)
 	}
+	var err error
 	bin := *exe
 	if bin == "" {
 		if bin, err = os.Executable(); err != nil {
@@ -260,7 +320,7 @@ func runHookInstall(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: the existing hook is kept as %s and runs after sluice admits\n", hook, chained)
 	}
 	tmp := hook + ".sluice-tmp"
-	if err := os.WriteFile(tmp, []byte(hookScript(bin, abs, *host, chained)), 0o755); err != nil {
+	if err := os.WriteFile(tmp, []byte(hookScript(bin, abs, *host, *sock, *unreachable, chained)), 0o755); err != nil {
 		fmt.Fprintf(stderr, "sluice hook install: %v\n", err)
 		return exitBad
 	}
@@ -268,7 +328,11 @@ func runHookInstall(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice hook install: %v\n", err)
 		return exitBad
 	}
-	fmt.Fprintf(stdout, "%s: sluice admits domains on host %s by %s\n", hook, *host, abs)
+	by := "its agent (" + *sock + ")"
+	if abs != "" {
+		by += ", else " + abs
+	}
+	fmt.Fprintf(stdout, "%s: sluice admits domains on host %s by %s; when neither answers, fails %s\n", hook, *host, by, *unreachable)
 	if !*noReload {
 		fmt.Fprintln(stdout, reloadLibvirtd())
 	}

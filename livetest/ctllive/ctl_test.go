@@ -154,7 +154,7 @@ func TestControllerCtl(t *testing.T) {
 		t.Fatalf("vms: %s", vms)
 	}
 	// A refusal is exit 1 and one line.
-	if out := ctl(t, conn, 1, "power-on", "vm1"); strings.Count(out, "\n") != 1 || !strings.Contains(out, "already running") {
+	if out := ctl(t, conn, 1, "power-on", "vm1"); strings.Count(out, "\n") != 1 || !strings.Contains(out, "may already run") {
 		t.Fatalf("power-on of a running VM: %q", out)
 	}
 	hosts := ctl(t, conn, 0, "get", "hosts")

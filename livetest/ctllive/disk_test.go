@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"sluice/livetest/livelab"
+	"sluice/storage"
 )
 
 // diskPolicy: two hosts, one VM whose disk lives on a directory datastore
@@ -72,7 +73,7 @@ func TestDiskFollowsMigration(t *testing.T) {
 		sock[h] = filepath.Join(sdir, "vm1.sock")
 		startSluice(t, dir, "gateway-"+h, syscall.SIGTERM, "gateway", "--host", h, "--controller", server, "--token-file", filepath.Join(data, "token"),
 			"--ca", filepath.Join(data, "tls", "cert.pem"), "--datastore", "ds1=dir:"+vols,
-			"--socket-dir", sdir, "--status-file", filepath.Join(dir, "gw-"+h+".json"))
+			"--socket-dir", sdir, "--status-file", filepath.Join(dir, "gw-"+h+".json"), "--period", "250ms")
 	}
 	waitSocketState(t, sock["h1"], true, 15*time.Second)
 	if _, err := os.Stat(sock["h2"]); err == nil {
@@ -102,6 +103,26 @@ func TestDiskFollowsMigration(t *testing.T) {
 	t.Logf("verified through h2's gateway: %d blocks", v.Read.IOs)
 	if v.Read.IOs != 4096 {
 		t.Errorf("fio verified %d blocks through h2's gateway, want 4096 (all written through h1's, unflushed)", v.Read.IOs)
+	}
+
+	// Each disk field of ctl set reaches the gateway that serves the disk
+	// within 1 s (its status, every 250 ms: a record newer than the set
+	// holds the new value).
+	for _, f := range []struct {
+		set string
+		ok  func(storage.DiskStatus) bool
+	}{
+		{"reservation=200", func(d storage.DiskStatus) bool { return d.ReservationIOPS == 200 }},
+		{"shares=high", func(d storage.DiskStatus) bool { return d.Shares == 2000 }},
+		{"limit=1500", func(d storage.DiskStatus) bool { return d.LimitIOPS == 1500 }},
+	} {
+		t0 := time.Now()
+		ctl(t, conn, 0, "set", "vm1/d0", f.set)
+		d := livelab.WaitDisk(t, filepath.Join(dir, "gw-h2.json"), "vm1/d0", t0, f.ok)
+		t.Logf("ctl set vm1/d0 %s: in h2's gateway's status of %s, %v after the set", f.set, time.Now().Format("15:04:05.000"), time.Since(t0).Round(time.Millisecond))
+		if took := time.Since(t0); took > time.Second+250*time.Millisecond {
+			t.Errorf("ctl set vm1/d0 %s reached h2's gateway %v after it (status %+v), want ≤ 1 s (+ the status's period)", f.set, took.Round(time.Millisecond), d)
+		}
 	}
 }
 

@@ -1,0 +1,195 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"sluice/entitle"
+	"sluice/placement"
+	"sluice/policy"
+)
+
+// world is the cluster state the decisions of testdata/decide/ act on,
+// in memory: what the controller keeps in etcd, and the agents' reports.
+type world struct {
+	doc       PolicyState
+	p         *policy.Policy
+	place     placement.Placement
+	starting  map[string]Start
+	history   map[string]placement.LastMove
+	reports   map[string]*Report
+	decisions []Decision
+	seq       int64
+	now       time.Time
+}
+
+func (w *world) view() view {
+	c := &Controller{cfg: Config{Now: func() time.Time { return w.now }}}
+	st := &state{doc: w.doc, p: w.p, place: w.place, starting: w.starting, history: w.history}
+	return c.viewOf(st, w.reports)
+}
+
+// take applies n as the commit would, and renders it.
+func (w *world) take(n *next, err error) string {
+	var b strings.Builder
+	if n != nil {
+		w.doc, w.p, w.place, w.starting = n.doc, n.p, n.place, n.starting
+		if n.history != nil {
+			w.history = n.history
+		}
+		for _, d := range n.decisions {
+			w.seq++
+			d.Seq, d.Time = w.seq, w.now
+			w.decisions = append(w.decisions, d)
+		}
+		for _, d := range n.rewrites {
+			for i := range w.decisions {
+				if w.decisions[i].Seq == d.Seq {
+					w.decisions[i].Status = d.Status
+				}
+			}
+		}
+		b.WriteString(n.summary())
+	}
+	if err != nil {
+		fmt.Fprintf(&b, "refused: %v\n", err)
+	}
+	if b.Len() == 0 {
+		b.WriteString("nothing to write\n")
+	}
+	return b.String()
+}
+
+// vms renders every VM's desired host, observed host and state, and the
+// reservations each host holds.
+func (w *world) vms() string {
+	v := w.view()
+	var b strings.Builder
+	for i := range w.p.VMs {
+		vm := &w.p.VMs[i]
+		st, _ := v.state(vm.Name)
+		fmt.Fprintf(&b, "%s: placed %q, runs on %q: %s\n", vm.Name, v.place[vm.Name], v.observed[vm.Name], st)
+	}
+	held := map[string]float64{}
+	for _, u := range entitle.Derive(w.p, entitle.Live{Hosts: v.holding()}).Uplinks {
+		for _, c := range u.Classes {
+			for _, n := range c.VNICs {
+				held[u.Host] += n.ReservationBps
+			}
+		}
+	}
+	for _, h := range w.p.Hosts {
+		fmt.Fprintf(&b, "%s holds %s of vNIC reservations\n", h.Name, entitle.FormatBps(held[h.Name]))
+	}
+	return b.String()
+}
+
+func TestDecide(t *testing.T) {
+	datadriven.Walk(t, "testdata/decide", func(t *testing.T, path string) {
+		w := &world{place: placement.Placement{}, reports: map[string]*Report{}, now: time.Unix(1_800_000_000, 0)}
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			arg := func(key string) string {
+				for _, a := range d.CmdArgs {
+					if a.Key == key && len(a.Vals) > 0 {
+						return a.Vals[0]
+					}
+				}
+				return ""
+			}
+			list := func(key string) []string {
+				var out []string
+				for _, a := range d.CmdArgs {
+					if a.Key == key {
+						for _, v := range a.Vals {
+							for _, x := range strings.Split(v, ",") {
+								if x != "" {
+									out = append(out, x)
+								}
+							}
+						}
+					}
+				}
+				return out
+			}
+			switch d.Cmd {
+			case "apply":
+				p, err := policy.Parse("policy.yaml", []byte(d.Input))
+				if err != nil {
+					return "error: " + err.Error() + "\n"
+				}
+				return w.take(w.view().applyDoc("policy.yaml", d.Input, "", p), nil)
+			case "report":
+				host := arg("host")
+				r := &Report{VMs: list("vms"), Unnamed: list("unnamed"), Failed: map[string]string{}}
+				slices.Sort(r.VMs)
+				for _, f := range list("failed") {
+					vm, why, _ := strings.Cut(f, ":")
+					r.Failed[vm] = why
+				}
+				old := w.reports[host]
+				w.reports[host] = r
+				return w.take(w.view().report(host, old, r, w.decisions), nil)
+			case "agent-gone":
+				delete(w.reports, arg("host"))
+				return "ok\n"
+			case "set":
+				var chs []placement.Change
+				for _, spec := range strings.Fields(d.Input) {
+					ch, err := placement.ParseChange(spec)
+					if err != nil {
+						return "error: " + err.Error() + "\n"
+					}
+					chs = append(chs, ch)
+				}
+				mode := DRSMode(arg("drs"))
+				if mode == "" {
+					mode = DRSManual
+				}
+				return w.take(w.view().set(chs, "", mode))
+			case "power-on":
+				return w.take(w.view().powerOn(arg("vm"), arg("on"), "", true))
+			case "migrate":
+				return w.take(w.view().migrate(arg("vm"), arg("to"), ""))
+			case "approve":
+				seq, _ := strconv.ParseInt(arg("seq"), 10, 64)
+				for _, dec := range w.decisions {
+					if dec.Seq == seq {
+						return w.take(w.view().approve(dec, ""))
+					}
+				}
+				return "no such decision\n"
+			case "drs":
+				mode := DRSMode(arg("drs"))
+				if mode == "" {
+					mode = DRSManual
+				}
+				th, _ := strconv.Atoi(arg("threshold"))
+				return w.take(w.view().drs(placement.Demand{}, w.decisions, max(th, 1), mode), nil)
+			case "tick":
+				dur, err := time.ParseDuration(arg("by"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				w.now = w.now.Add(dur)
+				return "ok\n"
+			case "vms":
+				return w.vms()
+			case "desired":
+				host := arg("host")
+				dh := desiredByHost(w.p, entitle.Derive(w.p, entitle.Live{Hosts: w.place}), w.place, w.starting)[host]
+				if dh == nil {
+					return "nothing placed\n"
+				}
+				return fmt.Sprintf("vms %v starting %v moves %v cpu %v\n", dh.VMs, dh.Starting, dh.Moves, dh.CPU)
+			}
+			t.Fatalf("unknown command %s", d.Cmd)
+			return ""
+		})
+	})
+}

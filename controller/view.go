@@ -1,0 +1,181 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"sluice/placement"
+	"sluice/policy"
+)
+
+// The cluster as it is: the controller's decisions read the desired
+// state (the policy and where each VM is placed) beside what the agents
+// observe (which VMs their hypervisors run). Reservations are held by the
+// VMs that run (observed), that are starting or migrating (a power-on or a
+// move decided less than its grace ago), and by the placed VMs of hosts
+// that have no agent (nobody can tell: they are assumed to hold); a VM
+// placed on a host whose agent does not report it is off and holds
+// nothing.
+
+// StartGrace is how long a power-on (or an apply's placement) holds the
+// VM's reservations on its host before its agent reports it running;
+// MoveGrace the same for a migration (a live migration may take minutes).
+const (
+	StartGrace = 2 * time.Minute
+	MoveGrace  = 6 * time.Minute
+)
+
+// Start is a VM placed on Host at AtNs (Unix ns) and not yet observed
+// there: a power-on, an apply's placement, or a move (Move).
+type Start struct {
+	Host string `json:"host"`
+	AtNs int64  `json:"at_ns"`
+	Move bool   `json:"move,omitempty"`
+	From string `json:"from,omitempty"` // a move's source: the host that runs the VM
+}
+
+// grace is how long s holds.
+func (s Start) grace() time.Duration {
+	if s.Move {
+		return MoveGrace
+	}
+	return StartGrace
+}
+
+// view is what the decisions read. It is pure data: decisions on it do
+// no I/O and read no clock (NowNs).
+type view struct {
+	doc     PolicyState
+	p       *policy.Policy
+	history map[string]placement.LastMove
+	place   placement.Placement // desired: where each placed VM should run
+	// observed is VM → the host whose agent reports it running (VMs of
+	// the policy only: observe drops other names); agents
+	// are the hosts whose agent reports (a live lease), with since, the
+	// time each of their VMs was first seen running.
+	observed map[string]string
+	agents   map[string]bool
+	since    map[string]time.Time
+	starting map[string]Start
+	reports  map[string]*Report // by host: the registered agents' last reports
+	nowNs    int64
+}
+
+// live is whether s still holds at nowNs.
+func (v view) live(s Start) bool { return v.nowNs-s.AtNs < int64(s.grace()) }
+
+// holding is where each VM holds its reservations now: a VM starting or
+// moving at its destination, a running VM where it runs, a placed VM of a
+// host without an agent on that host; off VMs are absent.
+func (v view) holding() placement.Placement {
+	out := placement.Placement{}
+	for vm, h := range v.place {
+		if s, ok := v.starting[vm]; ok && s.Host == h && v.live(s) {
+			out[vm] = h
+		} else if o := v.observed[vm]; o != "" {
+			out[vm] = o
+		} else if !v.agents[h] {
+			out[vm] = h
+		}
+	}
+	for vm, h := range v.observed {
+		if _, ok := out[vm]; !ok {
+			out[vm] = h // runs although not placed (started outside sluice)
+		}
+	}
+	return out
+}
+
+// state says what a VM is: unknown (placed on a host without an agent,
+// and no agent reports it), moving or starting (decided, not yet observed
+// where it should be), running (observed), or off (placed or not, no
+// agent reports it).
+func (v view) state(vm string) (string, time.Time) {
+	h, o := v.place[vm], v.observed[vm]
+	s, ok := v.starting[vm]
+	switch {
+	case h != "" && !v.agents[h] && o == "":
+		return "unknown", time.Time{}
+	case ok && s.Host == h && v.live(s) && o != h:
+		if s.Move {
+			return "moving", time.Unix(0, s.AtNs).UTC()
+		}
+		return "starting", time.Unix(0, s.AtNs).UTC()
+	case o != "":
+		return "running", v.since[vm]
+	}
+	return "off", time.Time{}
+}
+
+// settled returns the starting entries that no longer hold: observed
+// where they were decided, or past their grace (then the VM did not
+// start or arrive: an event says its reservations are released).
+func (v view) settled() (done []string, expired []Event) {
+	for _, vm := range sortedKeys(v.starting) {
+		s := v.starting[vm]
+		switch {
+		case v.observed[vm] == s.Host || v.place[vm] != s.Host:
+			done = append(done, vm)
+		case !v.live(s):
+			done = append(done, vm)
+			what := "start"
+			if s.Move {
+				what = "arrive"
+			}
+			expired = append(expired, Event{Kind: "off", Subject: vm,
+				Message: vm + " did not " + what + " on " + s.Host + " within " + s.grace().String() + ": it holds no reservation until it runs",
+				Reason:  "not reported by the agent of " + s.Host})
+		}
+	}
+	return done, expired
+}
+
+// reports reads the agents' reports (hosts/, under their leases): every
+// registered host's report, by host.
+func (c *Controller) reports(ctx context.Context) (map[string]*Report, error) {
+	resp, err := c.cfg.Client.Get(ctx, c.key(dirHosts), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("etcd get: %w", err)
+	}
+	out := map[string]*Report{}
+	for _, kv := range resp.Kvs {
+		var r Report
+		if json.Unmarshal(kv.Value, &r) == nil {
+			out[strings.TrimPrefix(string(kv.Key), c.key(dirHosts))] = &r
+		}
+	}
+	return out, nil
+}
+
+// viewOf is the view of state st with the agents' reports.
+func (c *Controller) viewOf(st *state, reports map[string]*Report) view {
+	v := view{doc: st.doc, p: st.p, history: st.history, place: st.place, starting: st.starting, nowNs: c.cfg.Now().UnixNano(),
+		observed: map[string]string{}, agents: map[string]bool{}, since: map[string]time.Time{}, reports: reports}
+	known := map[string]bool{}
+	if st.p != nil {
+		for i := range st.p.VMs {
+			known[st.p.VMs[i].Name] = true
+		}
+	}
+	for _, h := range sortedKeys(reports) {
+		r := reports[h]
+		v.agents[h] = true
+		for _, vm := range r.VMs {
+			if !known[vm] {
+				continue
+			}
+			// Two hosts report a VM for a moment while it migrates: the
+			// one it is placed on wins.
+			if o := v.observed[vm]; o == "" || h == st.place[vm] {
+				v.observed[vm] = h
+				v.since[vm] = r.Since[vm]
+			}
+		}
+	}
+	return v
+}
