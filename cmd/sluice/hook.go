@@ -148,8 +148,15 @@ func runHookQemu(args []string, stdin io.Reader, stderr io.Writer, runDir string
 		if err != nil {
 			return undecided(fmt.Sprintf("the agent at %s does not answer (%s) and %s", *sock, labOneLine(aerr), labOneLine(err)))
 		}
-		fmt.Fprintf(stderr, "sluice: the agent at %s does not answer (%s): %s decides\n", *sock, labOneLine(aerr), *file)
-		dec = admit.Decide(p, *host, dom, running)
+		// One line either way: libvirt's error carries the first line of
+		// the hook's stderr.
+		note := fmt.Sprintf("the agent at %s does not answer (%s): %s decided", *sock, labOneLine(aerr), *file)
+		if dec = admit.Decide(p, *host, dom, running); !dec.Allow {
+			fmt.Fprintf(stderr, "%s (%s)\n", dec.String(), note)
+			return exitBad
+		}
+		fmt.Fprintf(stderr, "sluice: %s\n", note)
+		return exitOK
 	}
 	if !dec.Allow {
 		fmt.Fprintln(stderr, dec.String())

@@ -87,7 +87,8 @@ vms:
 	}
 
 	// The hook.
-	t.Logf("%s", strings.TrimSpace(sl("hook", "install", "--policy", pol, "--host", "h1")))
+	state := filepath.Join(dir, "state")
+	t.Logf("%s", strings.TrimSpace(sl("hook", "install", "--policy", pol, "--host", "h1", "--agent", agent.AdmitSocket(state, "h1"))))
 	t.Cleanup(func() {
 		out, err := exec.Command(sluice, "hook", "uninstall").CombinedOutput()
 		if err != nil {
@@ -98,7 +99,6 @@ vms:
 	time.Sleep(500 * time.Millisecond) // libvirtd reloads on SIGHUP
 
 	// The agent, on the root namespace with the libvirt inventory.
-	state := filepath.Join(dir, "state")
 	agent := exec.Command(sluice, "agent", "--inventory", "libvirt", "--uplink", "up0="+up, "--policy", pol, "--host", "h1", "--state-dir", state)
 	agentLog, _ := os.Create(filepath.Join(dir, "agent.log"))
 	agent.Stdout, agent.Stderr = agentLog, agentLog
