@@ -57,8 +57,8 @@ func sweepLimitsMHz(coreMHz int) []int {
 // (waitSteady), sweepMeasureS seconds counted; sweepWarmupS of flow
 // before the first point.
 const (
-	sweepWarmupS  = 10
-	sweepMeasureS = 6
+	sweepWarmupS  = 8
+	sweepMeasureS = 5
 	sweepStreams  = 4 // as the seed's iperf: four threads
 )
 

@@ -120,7 +120,7 @@ func (l *liveLab) measureUsable(host string, ports ...string) float64 {
 	for _, p := range ports {
 		fl = append(fl, l.nicFlow(p, 1))
 	}
-	const durS, fromS = 10, 3
+	const durS, fromS = 8, 3
 	maxBps := agent.MaxPayloadBps(l.p.Host(host).Uplinks[0].Speed)
 	res := l.judged(host, ports, maxBps, judgedAtLeast(3, fromS), func(time.Time) []result { return l.runFlows(durS, fl...) })
 	sums := judgedSums(res, fromS)

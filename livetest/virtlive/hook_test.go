@@ -156,7 +156,7 @@ vms:
 		t.Fatalf("domain %s (300 Mbps next to 600 of 750) started; want the hook to refuse it", domB)
 	}
 	t.Logf("libvirt refused %s: %v", domB, err)
-	if !strings.Contains(err.Error(), "sluice: refused "+domB) || !strings.Contains(err.Error(), "free 150Mbps (short 150Mbps)") {
+	if !strings.Contains(err.Error(), "sluice: refused "+domB) || !strings.Contains(err.Error(), "free 150Mbps (short 150Mbps") {
 		t.Errorf("libvirt's error does not carry sluice's reason: %v", err)
 	}
 	if d, err := c.DomainLookupByName(domB); err == nil {
