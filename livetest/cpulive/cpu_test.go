@@ -2,7 +2,7 @@
 // each in a cgroup of its own set by package cpuctl, both pinned to one CPU,
 // measured by their cgroups' usage. They need root and a cgroup hierarchy
 // with the cpu controller (v1 here, v2 on most hosts), and fail (not skip)
-// without them. Each case takes SLUICE_CPULIVE_SECONDS (default 10) of
+// without them. Each case takes SLUICE_CPULIVE_SECONDS (default 8) of
 // measurement after a one-second warm-up.
 package cpulive
 
@@ -30,7 +30,7 @@ var host = cpuctl.HostCPU{Cores: 1, MHz: 1000}
 // TestTwoVMsOneCore runs issue 17's three cases in sequence.
 func TestTwoVMsOneCore(t *testing.T) {
 	tree := requireLive(t)
-	secs := 10
+	secs := 8
 	if v := os.Getenv("SLUICE_CPULIVE_SECONDS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 5 {

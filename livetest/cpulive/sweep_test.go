@@ -57,8 +57,8 @@ func sweepLimitsMHz(coreMHz int) []int {
 // (waitSteady), sweepMeasureS seconds counted; sweepWarmupS of flow
 // before the first point.
 const (
-	sweepWarmupS  = 8
-	sweepMeasureS = 5
+	sweepWarmupS  = 6
+	sweepMeasureS = 4
 	sweepStreams  = 4 // as the seed's iperf: four threads
 )
 
