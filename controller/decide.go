@@ -72,8 +72,9 @@ func refused(format string, args ...any) *Error {
 
 // applyDoc makes p (the parsed document) the policy in force. VMs with a
 // host in the document are placed there; the others stay where they are
-// placed, if their host remains. Every placed VM that no agent reports
-// running yet is starting: it holds its reservations for StartGrace.
+// placed, if their host remains. Every placed VM that its host's agent
+// does not report running yet is starting: it holds its reservations for
+// StartGrace.
 func (v view) applyDoc(file, document, reason string, p *policy.Policy) *next {
 	n := &next{p: p, place: placement.Placement{}, starting: map[string]Start{},
 		doc: PolicyState{Revision: v.doc.Revision + 1, File: file, Document: document, AppliedAt: time.Unix(0, v.nowNs).UTC()}}
@@ -86,7 +87,9 @@ func (v view) applyDoc(file, document, reason string, p *policy.Policy) *next {
 		default:
 			continue
 		}
-		if h := n.place[vm.Name]; v.observed[vm.Name] != h {
+		// A VM its host's agent does not report yet is starting; on a
+		// host without an agent it holds anyway (unknown).
+		if h := n.place[vm.Name]; v.observed[vm.Name] != h && v.agents[h] {
 			n.starting[vm.Name] = Start{Host: h, AtNs: v.nowNs}
 		}
 	}
@@ -360,7 +363,16 @@ func (v view) report(host string, old, r *Report, decisions []Decision) *next {
 		if old != nil {
 			was = old.VMs
 		}
-		before := v.holding()
+		// What held before this report: the VMs it newly reports as
+		// they were held without it.
+		w0 := v
+		w0.observed = maps.Clone(v.observed)
+		for _, vm := range r.VMs {
+			if !slices.Contains(was, vm) && w0.observed[vm] == host {
+				delete(w0.observed, vm)
+			}
+		}
+		before := w0.holding()
 		adopted := false
 		for _, vm := range r.VMs {
 			if slices.Contains(was, vm) || v.p.VM(vm) == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -125,15 +126,10 @@ func (c *Controller) Register(ctx context.Context, host string, r Report) (Lease
 	if err := c.putReport(ctx, host, int64(g.ID), r); err != nil {
 		return Lease{}, err
 	}
-	if err := c.observe(ctx, host, nil, &r); err != nil {
+	ev := Event{Kind: "register", Subject: host, Message: fmt.Sprintf("agent of %s registered: %d VMs, uplinks %s", host, len(r.VMs), strings.Join(r.Uplinks, ",")),
+		Reason: fmt.Sprintf("lease %x, %d s", g.ID, c.cfg.HostTTLSeconds)}
+	if err := c.observe(ctx, host, nil, &r, ev); err != nil {
 		return Lease{}, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if old, err := c.load(ctx); err == nil {
-		ev := Event{Kind: "register", Subject: host, Message: fmt.Sprintf("agent of %s registered: %d VMs, uplinks %s", host, len(r.VMs), strings.Join(r.Uplinks, ",")),
-			Reason: fmt.Sprintf("lease %x, %d s", g.ID, c.cfg.HostTTLSeconds)}
-		_, _ = c.commit(ctx, old, &state{doc: old.doc, p: old.p, place: old.place}, []Event{ev}, nil)
 	}
 	return Lease{ID: int64(g.ID), TTLSeconds: c.cfg.HostTTLSeconds}, nil
 }
@@ -149,6 +145,7 @@ func (c *Controller) putReport(ctx context.Context, host string, lease int64, r 
 	if _, err := c.cfg.Client.Put(ctx, c.key(dirHosts+host), string(b), clientv3.WithLease(clientv3.LeaseID(lease))); err != nil {
 		return fmt.Errorf("etcd put: %w", err)
 	}
+	c.rep.put(host, &r)
 	return nil
 }
 
@@ -200,21 +197,37 @@ func (c *Controller) Report(ctx context.Context, host string, lease int64, r Rep
 
 // observe takes host's new report r (old: the one it replaces, nil at
 // registration) into the state (view.report): moves done or failed,
-// starting VMs seen, VMs and domains that run outside the plan. A report
-// that says what the last one said, with no failed move, writes nothing.
-func (c *Controller) observe(ctx context.Context, host string, old, r *Report) error {
-	if old != nil && slices.Equal(old.VMs, r.VMs) && slices.Equal(old.Unnamed, r.Unnamed) && len(r.Failed) == 0 {
+// starting VMs seen, VMs and domains that run outside the plan; extra
+// events (a registration) are recorded with it. A report that says what
+// the last one said, with no failed move, writes nothing.
+func (c *Controller) observe(ctx context.Context, host string, old, r *Report, extra ...Event) error {
+	if old != nil && len(extra) == 0 && slices.Equal(old.VMs, r.VMs) && slices.Equal(old.Unnamed, r.Unnamed) && len(r.Failed) == 0 {
 		return nil
 	}
-	ds, err := c.Decisions(ctx, 0, 0)
+	// The recorded decisions matter only when a move to this host is
+	// under way or the host could not make one.
+	st, err := c.load(ctx)
 	if err != nil {
 		return err
 	}
-	_, err = c.decide(ctx, false, func(v view) (*next, error) {
-		if v.p == nil {
-			return nil, nil
+	var ds []Decision
+	if len(r.Failed) > 0 || slices.ContainsFunc(slices.Collect(maps.Values(st.starting)), func(s Start) bool { return s.Move && s.Host == host }) {
+		if ds, err = c.Decisions(ctx, 0, 0); err != nil {
+			return err
 		}
-		return v.report(host, old, r, ds), nil
+	}
+	_, err = c.decide(ctx, false, func(v view) (*next, error) {
+		var n *next
+		if v.p != nil {
+			n = v.report(host, old, r, ds)
+		}
+		if len(extra) > 0 {
+			if n == nil {
+				n = v.from()
+			}
+			n.events = append(n.events, extra...)
+		}
+		return n, nil
 	})
 	return err
 }

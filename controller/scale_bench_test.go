@@ -42,6 +42,19 @@ func scalePolicy(hosts, vms int) []byte {
 	return []byte(b.String())
 }
 
+// scaleVMsOn are the VMs scalePolicy(hosts, vms) places on host index h,
+// in name order: what a real agent reports as running there.
+func scaleVMsOn(h, hosts, vms int) []string {
+	per := max(vms/hosts, 1)
+	var out []string
+	for i := 0; i < vms; i++ {
+		if min(i/per, hosts-1) == h {
+			out = append(out, fmt.Sprintf("vm%05d", i))
+		}
+	}
+	return out
+}
+
 func envInt(name string, dflt int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
 		return v
@@ -86,6 +99,7 @@ func procCPU(pid int) time.Duration {
 // when each new revision arrived.
 type simAgent struct {
 	host string
+	vms  []string // the VMs its hypervisor runs (the scale policy places them there)
 	cl   *Client
 	mu   sync.Mutex
 	rev  int64
@@ -229,7 +243,7 @@ func BenchmarkScale(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		agents[i] = &simAgent{host: fmt.Sprintf("h%04d", i), cl: cl}
+		agents[i] = &simAgent{host: fmt.Sprintf("h%04d", i), vms: scaleVMsOn(i, nh, nv), cl: cl}
 	}
 	// register registers every agent at once; like controller.Follower, an
 	// agent whose request fails tries again after a second. It returns
@@ -244,7 +258,7 @@ func BenchmarkScale(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				for time.Since(start) < 10*time.Minute {
-					if _, err := a.cl.Register(ctx, a.host, Report{Uplinks: []string{"vmnic0"}}); err == nil {
+					if _, err := a.cl.Register(ctx, a.host, Report{Uplinks: []string{"vmnic0"}, VMs: a.vms}); err == nil {
 						return
 					} else {
 						failed.Add(1)
@@ -427,7 +441,7 @@ func BenchmarkRegisterInProcess(b *testing.B) {
 	c := scaleController(b, nh, nv)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := c.Register(context.Background(), fmt.Sprintf("h%04d", i%nh), Report{Uplinks: []string{"vmnic0"}}); err != nil {
+		if _, err := c.Register(context.Background(), fmt.Sprintf("h%04d", i%nh), Report{Uplinks: []string{"vmnic0"}, VMs: scaleVMsOn(i%nh, nh, nv)}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -56,7 +56,8 @@ type Controller struct {
 	// placement are reused while their keys' mod revisions hold.
 	cacheMu sync.Mutex
 	cache   *state
-	hub     desiredHub // the agents' long polls of their desired state
+	hub     desiredHub  // the agents' long polls of their desired state
+	rep     reportCache // the agents' reports (observed state)
 }
 
 // Key names under the prefix (docs/controller.md, "State in etcd").
@@ -114,7 +115,7 @@ type state struct {
 	// state means unchanged; commit writes it when set.
 	starting map[string]Start
 	// The mod revisions of the keys read, for the commit's comparison.
-	policyRev, placeRev, seqRev int64
+	policyRev, placeRev, seqRev, startRev int64
 	// extra are further writes of the commit (a decision's new status).
 	extra []clientv3.Op
 }
@@ -130,7 +131,7 @@ func (c *Controller) load(ctx context.Context) (*state, error) {
 		return nil, fmt.Errorf("etcd get: %w", err)
 	}
 	st := &state{place: placement.Placement{}}
-	var histRev, startRev int64
+	var histRev int64
 	for _, kv := range keys.Kvs {
 		switch strings.TrimPrefix(string(kv.Key), c.cfg.Prefix) {
 		case keyPolicy:
@@ -142,7 +143,7 @@ func (c *Controller) load(ctx context.Context) (*state, error) {
 		case keyHistory:
 			histRev = kv.ModRevision
 		case keyStarting:
-			startRev = kv.ModRevision
+			st.startRev = kv.ModRevision
 		}
 	}
 	c.cacheMu.Lock()
@@ -171,7 +172,9 @@ func (c *Controller) load(ctx context.Context) (*state, error) {
 	if err := read(keyHistory, histRev, &st.history); err != nil {
 		return nil, err
 	}
-	if err := read(keyStarting, startRev, &st.starting); err != nil {
+	if cached != nil && cached.startRev == st.startRev {
+		st.starting = cached.starting
+	} else if err := read(keyStarting, st.startRev, &st.starting); err != nil {
 		return nil, err
 	}
 	if cached != nil && cached.placeRev == st.placeRev {
@@ -201,7 +204,7 @@ func (c *Controller) load(ctx context.Context) (*state, error) {
 func (c *Controller) remember(st *state) {
 	c.cacheMu.Lock()
 	defer c.cacheMu.Unlock()
-	c.cache = &state{doc: st.doc, p: st.p, place: st.place, policyRev: st.policyRev, placeRev: st.placeRev}
+	c.cache = &state{doc: st.doc, p: st.p, place: st.place, starting: st.starting, policyRev: st.policyRev, placeRev: st.placeRev, startRev: st.startRev}
 }
 
 // rebuild decodes the stored document and makes its changes again.
@@ -302,7 +305,10 @@ func (c *Controller) commit(ctx context.Context, old, st *state, evs []Event, de
 	if !samePlace {
 		st.placeRev = resp.Header.Revision
 	}
-	if (wrotePolicy || !samePlace) && st.p != nil {
+	if !sameStarting {
+		st.startRev = resp.Header.Revision
+	}
+	if (wrotePolicy || !samePlace || !sameStarting) && st.p != nil {
 		c.remember(st) // the next read reuses them without decoding
 	}
 	return evs, nil

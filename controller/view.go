@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -135,21 +137,121 @@ func (v view) settled() (done []string, expired []Event) {
 	return done, expired
 }
 
-// reports reads the agents' reports (hosts/, under their leases): every
-// registered host's report, by host.
+// reports returns the agents' reports (hosts/, under their leases), by
+// host, from the controller's cache of them (reportCache: one etcd watch
+// keeps it current; a report this controller stores is in it at once).
 func (c *Controller) reports(ctx context.Context) (map[string]*Report, error) {
-	resp, err := c.cfg.Client.Get(ctx, c.key(dirHosts), clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("etcd get: %w", err)
+	return c.rep.snapshot(ctx, c.cfg.Client, c.key(dirHosts))
+}
+
+// reportCache is every registered host's last report, kept by one etcd
+// watch of hosts/ (reports come and go with the agents' leases): a
+// decision reads the cluster as observed without reading every report
+// from etcd (with 1,000 hosts, that was most of a registration's time).
+type reportCache struct {
+	once  sync.Once
+	ready chan struct{}
+	err   error
+	mu    sync.Mutex
+	m     map[string]*Report
+}
+
+// snapshot returns a copy of the cache (the reports themselves are
+// shared: never change them), starting the watch at the first call.
+func (rc *reportCache) snapshot(ctx context.Context, cli *clientv3.Client, prefix string) (map[string]*Report, error) {
+	rc.once.Do(func() {
+		rc.ready = make(chan struct{})
+		go rc.run(cli, prefix)
+	})
+	select {
+	case <-rc.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	out := map[string]*Report{}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.err != nil {
+		return nil, rc.err
+	}
+	out := make(map[string]*Report, len(rc.m))
+	maps.Copy(out, rc.m)
+	return out, nil
+}
+
+// put records host's report as stored now.
+func (rc *reportCache) put(host string, r *Report) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.m != nil {
+		rc.m[host] = r
+	}
+}
+
+// load reads every report and returns the revision they were read at.
+func (rc *reportCache) load(cli *clientv3.Client, prefix string) (int64, error) {
+	ctx, cancel := context.WithTimeout(cli.Ctx(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("etcd get: %w", err)
+	}
+	m := map[string]*Report{}
 	for _, kv := range resp.Kvs {
 		var r Report
 		if json.Unmarshal(kv.Value, &r) == nil {
-			out[strings.TrimPrefix(string(kv.Key), c.key(dirHosts))] = &r
+			m[strings.TrimPrefix(string(kv.Key), prefix)] = &r
 		}
 	}
-	return out, nil
+	rc.mu.Lock()
+	rc.m, rc.err = m, nil
+	rc.mu.Unlock()
+	return resp.Header.Revision, nil
+}
+
+func (rc *reportCache) run(cli *clientv3.Client, prefix string) {
+	first := true
+	for cli.Ctx().Err() == nil {
+		rev, err := rc.load(cli, prefix)
+		if first {
+			if err != nil {
+				rc.mu.Lock()
+				rc.err = err
+				rc.mu.Unlock()
+			}
+			close(rc.ready)
+			first = false
+		}
+		if err != nil {
+			if !sleep(cli.Ctx(), time.Second) {
+				return
+			}
+			continue
+		}
+		ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(cli.Ctx()))
+		for wr := range cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+			if wr.Err() != nil {
+				break
+			}
+			rc.mu.Lock()
+			for _, ev := range wr.Events {
+				host := strings.TrimPrefix(string(ev.Kv.Key), prefix)
+				if ev.Type == clientv3.EventTypeDelete {
+					delete(rc.m, host)
+					continue
+				}
+				var r Report
+				if json.Unmarshal(ev.Kv.Value, &r) == nil {
+					rc.m[host] = &r
+				}
+			}
+			rc.mu.Unlock()
+		}
+		cancel()
+		// The watch ended (no leader, compaction): read everything again.
+		if !sleep(cli.Ctx(), 100*time.Millisecond) {
+			return
+		}
+	}
 }
 
 // viewOf is the view of state st with the agents' reports.
