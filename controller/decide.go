@@ -89,14 +89,14 @@ func (v view) applyDoc(file, document, reason string, p *policy.Policy) *next {
 		}
 		// A VM its host's agent does not report yet is starting; on a
 		// host without an agent it holds anyway (unknown).
-		if h := n.place[vm.Name]; v.observed[vm.Name] != h && v.agents[h] {
+		if h := n.place[vm.Name]; v.runsOn(vm.Name) != h && v.agents[h] {
 			n.starting[vm.Name] = Start{Host: h, AtNs: v.nowNs}
 		}
 	}
 	w := v
 	w.p, w.place, w.starting = p, n.place, n.starting
 	n.events = append([]Event{{Kind: "apply", Subject: file,
-		Message: fmt.Sprintf("policy revision %d: %d hosts, %d VMs, %d placed, %d running", n.doc.Revision, len(p.Hosts), len(p.VMs), len(n.place), len(v.observed)),
+		Message: fmt.Sprintf("policy revision %d: %d hosts, %d VMs, %d placed, %d running", n.doc.Revision, len(p.Hosts), len(p.VMs), len(n.place), len(v.observed())),
 		Reason:  reasonOr(reason, "policy applied")}}, faultEvents(nil, nil, p, w.holding())...)
 	return n
 }
@@ -176,7 +176,7 @@ func (v view) plannedMoves(n *next, moves []placement.Decision, mode DRSMode) {
 // observedOr is where vm holds its reservations (holding): where it runs,
 // else where it is placed when nobody can tell.
 func (v view) observedOr(vm string) string {
-	if o := v.observed[vm]; o != "" {
+	if o := v.runsOn(vm); o != "" {
 		return o
 	}
 	if h := v.place[vm]; h != "" && !v.agents[h] {
@@ -198,7 +198,7 @@ func (v view) powerOn(vm, host, reason string, choose bool) (*next, error) {
 	}
 	switch st, _ := v.state(vm); st {
 	case "running":
-		return nil, refused("%s is already running on %s", vm, v.observed[vm])
+		return nil, refused("%s is already running on %s", vm, v.runsOn(vm))
 	case "starting", "moving":
 		return nil, refused("%s is already %s on %s", vm, st, v.place[vm])
 	case "unknown":
@@ -346,7 +346,7 @@ func (v view) report(host string, old, r *Report, decisions []Decision) *next {
 			d.Status = "failed"
 			n.rewrites = append(n.rewrites, d)
 			n.own(v)
-			if o := v.observed[d.VM]; o != "" {
+			if o := v.runsOn(d.VM); o != "" {
 				n.place[d.VM] = o
 			} else {
 				n.place[d.VM] = d.From
@@ -363,19 +363,9 @@ func (v view) report(host string, old, r *Report, decisions []Decision) *next {
 		if old != nil {
 			was = old.VMs
 		}
-		// What held before this report: the VMs it newly reports as
-		// they were held without it.
-		w0 := v
-		w0.observed = maps.Clone(v.observed)
-		for _, vm := range r.VMs {
-			if !slices.Contains(was, vm) && w0.observed[vm] == host {
-				delete(w0.observed, vm)
-			}
-		}
-		before := w0.holding()
 		adopted := false
 		for _, vm := range r.VMs {
-			if slices.Contains(was, vm) || v.p.VM(vm) == nil {
+			if slices.Contains(was, vm) || !v.known[vm] {
 				continue
 			}
 			// A VM that runs where it is not placed (started outside
@@ -394,9 +384,18 @@ func (v view) report(host string, old, r *Report, decisions []Decision) *next {
 			}
 		}
 		if adopted {
+			// What held before this report: the VMs it newly reports as
+			// they were held without it.
+			without := maps.Clone(v.observed())
+			for _, vm := range r.VMs {
+				if !slices.Contains(was, vm) && without[vm] == host {
+					delete(without, vm)
+				}
+			}
+			w0 := v.withObserved(without)
 			w := v
 			w.place, w.starting = n.place, n.starting
-			n.events = append(n.events, faultEvents(v.p, before, v.p, w.holding())...)
+			n.events = append(n.events, faultEvents(v.p, w0.holding(), v.p, w.holding())...)
 		}
 		for _, d := range r.Unnamed {
 			if old == nil || !slices.Contains(old.Unnamed, d) {
@@ -464,7 +463,7 @@ func (v view) drs(demand placement.Demand, decisions []Decision, threshold int, 
 // vmInfo is what VMs lists for one VM.
 func (v view) vmInfo(vm *policy.VM) VMInfo {
 	state, since := v.state(vm.Name)
-	return VMInfo{Name: vm.Name, Host: v.place[vm.Name], Observed: v.observed[vm.Name], State: state, Since: since,
+	return VMInfo{Name: vm.Name, Host: v.place[vm.Name], Observed: v.runsOn(vm.Name), State: state, Since: since,
 		VCPUs: vm.CPU.VCPUs, CPUReservation: vm.CPU.ReservationMHz, MemoryBytes: int64(vm.Memory), NICs: []NICInfo{}}
 }
 

@@ -74,7 +74,7 @@ func (w *world) vms() string {
 	for i := range w.p.VMs {
 		vm := &w.p.VMs[i]
 		st, _ := v.state(vm.Name)
-		fmt.Fprintf(&b, "%s: placed %q, runs on %q: %s\n", vm.Name, v.place[vm.Name], v.observed[vm.Name], st)
+		fmt.Fprintf(&b, "%s: placed %q, runs on %q: %s\n", vm.Name, v.place[vm.Name], v.runsOn(vm.Name), st)
 	}
 	held := map[string]float64{}
 	for _, u := range entitle.Derive(w.p, entitle.Live{Hosts: v.holding()}).Uplinks {

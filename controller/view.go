@@ -56,15 +56,13 @@ type view struct {
 	p       *policy.Policy
 	history map[string]placement.LastMove
 	place   placement.Placement // desired: where each placed VM should run
-	// observed is VM → the host whose agent reports it running (VMs of
-	// the policy only: observe drops other names); agents
-	// are the hosts whose agent reports (a live lease), with since, the
-	// time each of their VMs was first seen running.
-	observed map[string]string
+	// obs is which host runs each VM of the policy (observation); agents
+	// are the hosts whose agent reports (a live lease).
+	obs      *observation
 	agents   map[string]bool
-	since    map[string]time.Time
 	starting map[string]Start
 	reports  map[string]*Report // by host: the registered agents' last reports
+	known    map[string]bool    // the policy's VM names
 	nowNs    int64
 }
 
@@ -79,13 +77,13 @@ func (v view) holding() placement.Placement {
 	for vm, h := range v.place {
 		if s, ok := v.starting[vm]; ok && s.Host == h && v.live(s) {
 			out[vm] = h
-		} else if o := v.observed[vm]; o != "" {
+		} else if o := v.runsOn(vm); o != "" {
 			out[vm] = o
 		} else if !v.agents[h] {
 			out[vm] = h
 		}
 	}
-	for vm, h := range v.observed {
+	for vm, h := range v.observed() {
 		if _, ok := out[vm]; !ok {
 			out[vm] = h // runs although not placed (started outside sluice)
 		}
@@ -98,7 +96,7 @@ func (v view) holding() placement.Placement {
 // where it should be), running (observed), or off (placed or not, no
 // agent reports it).
 func (v view) state(vm string) (string, time.Time) {
-	h, o := v.place[vm], v.observed[vm]
+	h, o := v.place[vm], v.runsOn(vm)
 	s, ok := v.starting[vm]
 	switch {
 	case h != "" && !v.agents[h] && o == "":
@@ -109,7 +107,7 @@ func (v view) state(vm string) (string, time.Time) {
 		}
 		return "starting", time.Unix(0, s.AtNs).UTC()
 	case o != "":
-		return "running", v.since[vm]
+		return "running", v.obs.get().since[vm]
 	}
 	return "off", time.Time{}
 }
@@ -121,7 +119,7 @@ func (v view) settled() (done []string, expired []Event) {
 	for _, vm := range sortedKeys(v.starting) {
 		s := v.starting[vm]
 		switch {
-		case v.observed[vm] == s.Host || v.place[vm] != s.Host:
+		case v.runsOn(vm) == s.Host || v.place[vm] != s.Host:
 			done = append(done, vm)
 		case !v.live(s):
 			done = append(done, vm)
@@ -254,30 +252,79 @@ func (rc *reportCache) run(cli *clientv3.Client, prefix string) {
 	}
 }
 
+// vmNames is the set of p's VM names, computed once per policy.
+func (c *Controller) vmNames(p *policy.Policy) map[string]bool {
+	c.namesMu.Lock()
+	defer c.namesMu.Unlock()
+	if p != nil && p == c.namesOf {
+		return c.names
+	}
+	m := map[string]bool{}
+	if p != nil {
+		for i := range p.VMs {
+			m[p.VMs[i].Name] = true
+		}
+	}
+	c.namesOf, c.names = p, m
+	return m
+}
+
 // viewOf is the view of state st with the agents' reports.
 func (c *Controller) viewOf(st *state, reports map[string]*Report) view {
 	v := view{doc: st.doc, p: st.p, history: st.history, place: st.place, starting: st.starting, nowNs: c.cfg.Now().UnixNano(),
-		observed: map[string]string{}, agents: map[string]bool{}, since: map[string]time.Time{}, reports: reports}
-	known := map[string]bool{}
-	if st.p != nil {
-		for i := range st.p.VMs {
-			known[st.p.VMs[i].Name] = true
-		}
-	}
-	for _, h := range sortedKeys(reports) {
-		r := reports[h]
+		agents: map[string]bool{}, reports: reports, known: c.vmNames(st.p)}
+	for h := range reports {
 		v.agents[h] = true
-		for _, vm := range r.VMs {
-			if !known[vm] {
-				continue
-			}
-			// Two hosts report a VM for a moment while it migrates: the
-			// one it is placed on wins.
-			if o := v.observed[vm]; o == "" || h == st.place[vm] {
-				v.observed[vm] = h
-				v.since[vm] = r.Since[vm]
+	}
+	v.obs = &observation{reports: reports, place: st.place, known: v.known}
+	return v
+}
+
+// observation is which host runs each VM, by the reports, built at its
+// first use: a decision that asks for a few VMs only (a registration, at
+// 30,000 VMs) does not pay for the whole cluster.
+type observation struct {
+	once     sync.Once
+	reports  map[string]*Report
+	place    placement.Placement
+	known    map[string]bool
+	observed map[string]string    // VM → the host whose agent reports it running
+	since    map[string]time.Time // VM → when that agent first saw it
+}
+
+func (o *observation) get() *observation {
+	o.once.Do(func() {
+		if o.observed != nil {
+			return // given (withObserved)
+		}
+		o.observed, o.since = map[string]string{}, map[string]time.Time{}
+		for _, h := range sortedKeys(o.reports) {
+			r := o.reports[h]
+			for _, vm := range r.VMs {
+				if !o.known[vm] {
+					continue
+				}
+				// Two hosts report a VM for a moment while it migrates:
+				// the one it is placed on wins.
+				if cur := o.observed[vm]; cur == "" || h == o.place[vm] {
+					o.observed[vm] = h
+					o.since[vm] = r.Since[vm]
+				}
 			}
 		}
-	}
-	return v
+	})
+	return o
+}
+
+// observed is VM → the host whose agent reports it running (read only).
+func (v view) observed() map[string]string { return v.obs.get().observed }
+
+// runsOn is the host whose agent reports vm running, "" when none.
+func (v view) runsOn(vm string) string { return v.obs.get().observed[vm] }
+
+// withObserved is v with observed in place of the reports' view of it.
+func (v view) withObserved(observed map[string]string) view {
+	w := v
+	w.obs = &observation{observed: observed, since: v.obs.get().since}
+	return w
 }
