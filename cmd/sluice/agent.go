@@ -23,6 +23,63 @@ import (
 
 func init() {
 	register(command{name: "agent", summary: "host agent: HTB per uplink, dynamic enforcement, stats (agent status)", run: runAgent})
+	// Every flag, from the flag set the agent parses: the help cannot
+	// leave one out.
+	var b strings.Builder
+	agentUsage(&b)
+	b.WriteString(agentAbout)
+	fs, _ := newAgentFlags()
+	b.WriteString("\nflags:\n")
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	b.WriteString(agentExample)
+	helps["agent"] = b.String()
+}
+
+const agentAbout = `
+The host agent: an HTB tree per uplink from the policy, dynamic
+enforcement every interval, statistics in the state directory. It follows
+the inventory's VMs (libvirt's domains as they start and stop) and its
+policy file (re-read on change or SIGHUP), or the controller (--controller:
+its policy, the host's desired state, the moves to carry out; it reports
+what runs here), without a restart; a move it cannot make is reported,
+never a reason to stop. It answers the libvirt hook's admission questions
+on STATE-DIR/agent-HOST.sock (sluice hook --help).
+`
+
+const agentExample = `
+example:
+  sluice agent --host h1 --policy examples/lab-1g.yaml
+  sluice agent --inventory libvirt --uplink vmnic0=bond0 --host pve1 --policy /etc/sluice/policy.yaml
+  sluice agent --inventory libvirt --uplink vmnic0=bond0 --host pve1 --cpu \
+      --controller https://10.0.0.5:7443 --token-file /etc/sluice/token --ca /etc/sluice/ca.pem`
+
+// agentOpts are the flags of sluice agent.
+type agentOpts struct {
+	host, file, nsName, stateDir *string
+	interval                     *time.Duration
+	dynamic, once, cpu           *bool
+	src                          inventoryFlags
+	ctlf                         controllerFlags
+}
+
+// newAgentFlags is sluice agent's flag set (runAgent parses it; the help
+// lists it).
+func newAgentFlags() (*flag.FlagSet, *agentOpts) {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o := &agentOpts{}
+	o.host = fs.String("host", "", "host name of the policy")
+	o.file = fs.String("policy", "", "policy file (or --controller)")
+	o.interval = fs.Duration("interval", 100*time.Millisecond, "control interval")
+	o.dynamic = fs.Bool("dynamic", true, "dynamic enforcement (false: static HTB)")
+	o.once = fs.Bool("once", false, "apply the tree once and exit")
+	o.nsName = fs.String("netns", "", "network namespace of the host (default: sl-<cluster>-<host> when it exists, else the current one)")
+	o.stateDir = fs.String("state-dir", lab.DefaultStateDir, "directory of the statistics file and the admission socket")
+	o.cpu = fs.Bool("cpu", false, "also enforce the VMs' CPU reservations, shares and limits on their cgroups (docs/cpu.md)")
+	o.src.register(fs)
+	o.ctlf.register(fs)
+	return fs, o
 }
 
 func agentUsage(w io.Writer) {
@@ -41,20 +98,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "uninstall" {
 		return runAgentUninstall(args[1:], stdout, stderr)
 	}
-	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	host := fs.String("host", "", "host name of the policy")
-	file := fs.String("policy", "", "policy file")
-	interval := fs.Duration("interval", 100*time.Millisecond, "control interval")
-	dynamic := fs.Bool("dynamic", true, "dynamic enforcement (false: static HTB)")
-	once := fs.Bool("once", false, "apply the tree once and exit")
-	nsName := fs.String("netns", "", "network namespace of the host (default: sl-<cluster>-<host> when it exists, else the current one)")
-	stateDir := fs.String("state-dir", lab.DefaultStateDir, "directory of the statistics file")
-	cpu := fs.Bool("cpu", false, "also enforce the VMs' CPU reservations, shares and limits on their cgroups (docs/cpu.md)")
-	var src inventoryFlags
-	src.register(fs)
-	var ctlf controllerFlags
-	ctlf.register(fs)
+	fs, o := newAgentFlags()
+	host, file, interval, dynamic, once, nsName, stateDir, cpu := o.host, o.file, o.interval, o.dynamic, o.once, o.nsName, o.stateDir, o.cpu
+	src, ctlf := &o.src, &o.ctlf
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || (*file == "") == (ctlf.server == "") || *interval <= 0 || !src.valid() {
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice agent: %v\n", err)
@@ -105,7 +151,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	policies := make(chan *policy.Policy)
 	var side *agentSide
 	if cl != nil {
-		side, inv, err = newAgentSide(&src, &ctlf.mig, p, *host, inv, policies)
+		side, inv, err = newAgentSide(src, &ctlf.mig, p, *host, inv, policies)
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 			return exitBad

@@ -90,20 +90,6 @@ datastore) from a policy file (root).
 example:
   sluice lab up examples/lab-1g.yaml`,
 
-	"agent": `usage: sluice agent --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--libvirt-socket PATH]
-                    [--interval 100ms] [--dynamic=true|false] [--once] [--netns NS] [--state-dir DIR]
-       sluice agent status --host NAME [--policy FILE] [-o table|json] [--state-dir DIR]
-       sluice agent uninstall --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--netns NS]
-
-The host agent: an HTB tree per uplink from the policy, dynamic
-enforcement every interval, statistics in the state directory. It follows
-the inventory's VMs (libvirt's domains as they start and stop) and its
-policy file (re-read on change or SIGHUP) without a restart.
-
-example:
-  sluice agent --host h1 --policy examples/lab-1g.yaml
-  sluice agent --inventory libvirt --uplink vmnic0=bond0 --host pve1 --policy /etc/sluice/policy.yaml`,
-
 	"agent status": `usage: sluice agent status --host NAME [--policy FILE] [-o table|json] [--state-dir DIR]
 
 Show a running agent's statistics: every port's bytes, rate, entitlement
