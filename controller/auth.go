@@ -85,6 +85,9 @@ func LoadTokens(path, dataDir string) (*Tokens, error) {
 			}
 		}
 	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%s: mode %04o: a tokens file must not be readable by others (chmod 600 %s)", path, fi.Mode().Perm(), path)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

@@ -40,7 +40,7 @@ func TestUnauthorized(t *testing.T) {
 	f.apply(offDoc(t))
 	before := f.dump()
 	for _, r := range routes {
-		for _, auth := range []string{"", "Bearer ", "Bearer wrong-token-0123456789", "Bearer " + testToken[:len(testToken)-1], "Bearer " + testToken + "x", "Basic " + testToken, "bearer " + testToken} {
+		for _, auth := range []string{"", "Bearer ", "Bearer wrong-token-0123456789", "Bearer " + testToken[:len(testToken)-1], "Bearer " + testToken + "x", "Basic " + testToken, "Bearertoken " + testToken} {
 			req, err := http.NewRequest(r.method, f.srv.URL+r.path, strings.NewReader(r.body))
 			if err != nil {
 				t.Fatal(err)
@@ -61,10 +61,11 @@ func TestUnauthorized(t *testing.T) {
 	if after := f.dump(); after != before {
 		t.Errorf("state changed:\n%s\n%s", before, after)
 	}
-	// The same routes with the token are served (not 401).
-	for _, r := range routes {
+	// The same routes with the token are served (not 401), the scheme in
+	// any case (RFC 7235).
+	for i, r := range routes {
 		req, _ := http.NewRequest(r.method, f.srv.URL+r.path, strings.NewReader(r.body))
-		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Authorization", []string{"Bearer ", "bearer ", "BEARER "}[i%3]+testToken)
 		resp, err := f.srv.Client().Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -99,6 +100,18 @@ func TestTokens(t *testing.T) {
 	again, err := LoadTokens("", dir) // the second start keeps it
 	if err != nil || !again.Valid(tok) || len(tok) != 64 {
 		t.Fatalf("token %q: %v", tok, err)
+	}
+	// A tokens file others can read is refused, with the fix.
+	open := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(open, []byte("aaaaaaaaaaaaaaaa\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadTokens(open, dir); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("a world-readable tokens file: %v, want refused", err)
+	}
+	// The token goes over TLS only.
+	if _, err := NewClient("http://127.0.0.1:7443", tok, ""); err == nil || !strings.Contains(err.Error(), "only over TLS") {
+		t.Errorf("a client of http://: %v, want refused", err)
 	}
 }
 

@@ -27,9 +27,13 @@ type Client struct {
 	HTTP *http.Client
 }
 
-// NewClient returns a client of server that authenticates with token and
-// trusts the PEM certificates in caFile ("" : the system's roots).
+// NewClient returns a client of server (https://HOST:PORT: the token goes
+// over TLS only) that authenticates with token and trusts the PEM
+// certificates in caFile ("" : the system's roots).
 func NewClient(server, token, caFile string) (*Client, error) {
+	if !strings.HasPrefix(strings.ToLower(server), "https://") {
+		return nil, fmt.Errorf("controller %q: not https://: sluice sends its token only over TLS", server)
+	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)

@@ -61,8 +61,9 @@ func Handler(c *Controller, tokens *Tokens, errLog *log.Logger) http.Handler {
 	mux.HandleFunc("POST /v1/hosts/{host}/report", s.report)
 	mux.HandleFunc("GET /v1/hosts/{host}/desired", s.desired)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || !tokens.Valid(strings.TrimSpace(tok)) {
+		// The scheme is case-insensitive (RFC 7235).
+		scheme, tok, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || !tokens.Valid(strings.TrimSpace(tok)) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 			writeJSON(w, http.StatusUnauthorized, ErrorBody{Error: "a valid bearer token is required"})
 			return

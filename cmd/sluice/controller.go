@@ -100,6 +100,11 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
 		return fail("%v", err)
 	}
+	// A data directory made before (or by hand) gets the mode too: it
+	// holds the key, the token and the state.
+	if err := os.Chmod(*dataDir, 0o700); err != nil {
+		return fail("%v", err)
+	}
 	certPath, keyPath, err := controller.EnsureCert(*cert, *key, *dataDir)
 	if err != nil {
 		return fail("TLS: %v", err)

@@ -58,7 +58,6 @@ type Judgement struct {
 // is the run's work conservation.
 func Judge(cw *ClassWatch, rw *Receivers, flows []Flow, ports []string, usable float64, machine Load) Judgement {
 	secs, start := cw.Stop(), cw.Start()
-	_ = secs
 	n := 0
 	for _, f := range flows {
 		n = max(n, f.StartS+f.N)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509/pkix"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -509,5 +510,25 @@ func TestHandshakeFailuresLogLimited(t *testing.T) {
 	defer mu.Unlock()
 	if len(lines) == 0 || len(lines) > 1+int(elapsed/time.Second) || !strings.Contains(lines[0], "connection closed in the handshake (a client without identity): protocol violation: bad option magic") {
 		t.Fatalf("%d bad handshakes in %v logged %d lines: %q", n, elapsed, len(lines), lines)
+	}
+}
+
+// A certificate whose subject has several common names is ambiguous: no
+// identity, no export (Go's Subject.CommonName keeps the last one).
+func TestCertIdentityAmbiguous(t *testing.T) {
+	cn := func(v string) pkix.AttributeTypeAndValue {
+		return pkix.AttributeTypeAndValue{Type: oidCommonName, Value: v}
+	}
+	one := pkix.Name{CommonName: "vm1", Names: []pkix.AttributeTypeAndValue{cn("vm1")}}
+	two := pkix.Name{CommonName: "vm2", Names: []pkix.AttributeTypeAndValue{cn("vm1"), cn("vm2")}}
+	none := pkix.Name{}
+	if got := certIdentity(one); got != "vm1" {
+		t.Errorf("CN=vm1: identity %q", got)
+	}
+	if got := certIdentity(two); got != "" {
+		t.Errorf("CN=vm1,CN=vm2: identity %q, want none", got)
+	}
+	if got := certIdentity(none); got != "" {
+		t.Errorf("no CN: identity %q, want none", got)
 	}
 }

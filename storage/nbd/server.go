@@ -3,6 +3,8 @@ package nbd
 import (
 	"bufio"
 	"crypto/tls"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -589,12 +591,32 @@ func (c *serverConn) startTLS(n uint32) error {
 	}
 	c.tlsOn = true
 	if cs := tc.ConnectionState(); len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
-		c.id = cs.VerifiedChains[0][0].Subject.CommonName
+		c.id = certIdentity(cs.VerifiedChains[0][0].Subject)
 	}
 	c.rw = tc
 	c.r = bufio.NewReaderSize(tc, handshakeBufBytes)
 	c.w = bufio.NewWriterSize(tc, handshakeBufBytes)
 	return nil
+}
+
+// oidCommonName is the X.509 attribute type of a common name.
+var oidCommonName = asn1.ObjectIdentifier{2, 5, 4, 3}
+
+// certIdentity is the client's identity from its certificate's subject:
+// its one common name. A subject with several common names is ambiguous
+// (Go keeps the last, another reader the first): it has no identity, and
+// opens no export.
+func certIdentity(subject pkix.Name) string {
+	n := 0
+	for _, a := range subject.Names {
+		if a.Type.Equal(oidCommonName) {
+			n++
+		}
+	}
+	if n != 1 {
+		return ""
+	}
+	return subject.CommonName
 }
 
 // streamConn gives a plain byte stream the net.Conn methods TLS needs
