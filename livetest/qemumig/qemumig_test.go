@@ -393,6 +393,11 @@ func checkOn(ctx context.Context, t *testing.T, pl *lab.Plan, vm, to, from strin
 		c.Close()
 		if err != nil || a != want {
 			t.Errorf("%s under %s: active %v (%v), want %v", v.Name, uri, a, err, want)
+			if want {
+				dir := lab.HostLibvirtDir(pl.Cluster, to)
+				t.Logf("%s's QEMU log: %s", to, fileTail(filepath.Join(dir, "log", "qemu", v.Name+".log"), 2000))
+				t.Logf("%s's libvirtd log: %s", to, fileTail(filepath.Join(dir, "libvirtd.log"), 2000))
+			}
 		}
 	}
 	tx := func(h *lab.HostPlan) float64 {
@@ -426,4 +431,16 @@ func completedJob(t *testing.T, uri, name string) virt.MigrationStats {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// fileTail is the last n bytes of a file, or why it cannot be read.
+func fileTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return fmt.Sprintf("%s: %q", path, b)
 }
