@@ -95,7 +95,7 @@ func ParseChange(spec string) (Change, error) {
 // than any uplink can hold). Neither p nor cur is modified.
 func (c Change) Apply(p *policy.Policy, cur Placement) (*policy.Policy, Placement, error) {
 	np := clonePolicy(p)
-	pl := Placement{}
+	pl := make(Placement, len(p.VMs))
 	for _, v := range p.VMs {
 		if cur == nil {
 			if v.Host != "" {
@@ -105,17 +105,47 @@ func (c Change) Apply(p *policy.Policy, cur Placement) (*policy.Policy, Placemen
 			pl[v.Name] = h
 		}
 	}
-	old := Placement{}
-	for k, v := range pl {
-		old[k] = v
-	}
 	if err := c.apply(np, pl); err != nil {
 		return nil, nil, fmt.Errorf("change %q: %v", c.Spec, err)
 	}
-	if reason := refusal(p, old, np, pl, c); reason != "" {
+	// cur (nil: the hosts p gives) places p's VMs as pl did before the
+	// change: the checks ignore VMs and hosts that p does not name.
+	if reason := refusal(p, cur, np, pl, c); reason != "" {
 		return nil, nil, &RefusedError{Spec: c.Spec, Reason: reason}
 	}
 	return np, pl, nil
+}
+
+// Hosts names the hosts whose own faults (Check's decisions with a Host)
+// the change can alter, made on p with the VMs placed as cur (nil: the
+// hosts p gives): a host it targets, else the host the VM it targets is
+// placed on and, for a migration, the host it moves to. Every other host
+// keeps its faults, with the placement kept or as Apply returns it, so
+// that CheckHosts on these hosts finds every fault the change brings.
+func (c Change) Hosts(p *policy.Policy, cur Placement) []string {
+	if p.Host(c.Target) != nil {
+		return []string{c.Target}
+	}
+	v := p.VM(c.Target)
+	if v == nil {
+		return nil
+	}
+	var hs []string
+	if h := hostIn(cur, v); h != "" {
+		hs = append(hs, h)
+	}
+	if c.Sub == "" && c.Field == "host" && c.Value != "" {
+		hs = append(hs, c.Value)
+	}
+	return hs
+}
+
+// hostIn is the host v is placed on in cur (nil: the host of the policy).
+func hostIn(cur Placement, v *policy.VM) string {
+	if cur == nil {
+		return v.Host
+	}
+	return cur[v.Name]
 }
 
 // VM returns the name of the VM the change concerns, or "".
@@ -343,7 +373,8 @@ func mhz(s string, unlimitedOK bool) (int, error) {
 }
 
 // refusal says why the changed policy np breaks a rule that no migration
-// can mend and that the old policy p did not break, or "".
+// can mend and that the old policy p did not break, or "". old places p's
+// VMs (nil: the hosts p gives), pl np's.
 func refusal(p *policy.Policy, old Placement, np *policy.Policy, pl Placement, c Change) string {
 	if v := np.VM(c.Target); v != nil {
 		for _, n := range v.NICs {
@@ -362,12 +393,19 @@ func refusal(p *policy.Policy, old Placement, np *policy.Policy, pl Placement, c
 		if v.CPU.LimitMHz > 0 && v.CPU.ReservationMHz > v.CPU.LimitMHz {
 			return fmt.Sprintf("%s cpu reservation %dMHz > limit %dMHz", v.Name, v.CPU.ReservationMHz, v.CPU.LimitMHz)
 		}
-		// A vNIC reservation must fit on one uplink of some host.
-		s := newState(np, pl, Demand{}, &Options{})
+		// A vNIC reservation must fit on one uplink of some host: how
+		// much room a host has depends on its uplinks, not its VMs.
+		var fhs []feasible.Host
+		if len(v.NICs) > 0 {
+			fhs = make([]feasible.Host, len(np.Hosts))
+			for hi := range np.Hosts {
+				fhs[hi] = np.FeasibleHost(&np.Hosts[hi], nil)
+			}
+		}
 		for _, n := range v.NICs {
 			var best int64
-			for hi := range s.hosts {
-				best = max(best, feasible.Room(&s.hosts[hi].fh, n.Uplink))
+			for hi := range fhs {
+				best = max(best, feasible.Room(&fhs[hi], n.Uplink))
 			}
 			if int64(n.Reservation) > best {
 				return fmt.Sprintf("%s reservation %s fits on no uplink of any host (largest vm budget %s)",
@@ -375,32 +413,41 @@ func refusal(p *policy.Policy, old Placement, np *policy.Policy, pl Placement, c
 			}
 		}
 	}
-	if c.Sub == "" && c.Field == "host" && c.Value != "" {
-		// A migration by hand must land where the VM fits.
-		rest := Placement{}
-		for k, h := range pl {
-			if k != c.Target {
-				rest[k] = h
-			}
-		}
-		s := newState(np, rest, Demand{}, &Options{})
+	if c.Sub == "" && c.Field == "host" && c.Value != "" && hostIn(old, p.VM(c.Target)) != c.Value {
+		// A migration by hand must land where the VM fits: the VM is
+		// judged against the destination's other VMs.
+		s := newScopedState(np, pl, &Options{}, hostScope(np, c.Value))
 		vi, hi := s.vmIdx[c.Target], s.hostIdx[c.Value]
-		if old[c.Target] != c.Value && !s.fits(vi, hi) {
+		s.detach(vi)
+		if !s.fits(vi, hi) {
 			return fmt.Sprintf("%s does not fit on %s: %s", c.Target, c.Value, strings.Join(s.shortfalls(vi, hi), "; "))
 		}
 	}
-	before := map[string]bool{}
-	for _, d := range Check(p, old, Options{}) {
-		if d.Host == "" {
-			before[d.Why] = true
-		}
+	if isUplinkChange(c) {
+		return ""
 	}
-	for _, d := range Check(np, pl, Options{}) {
-		if d.Host == "" && !before[d.Why] && !isUplinkChange(c) {
+	// Cluster-wide faults (Check's decisions without a host) that the
+	// change brings: only the quotas need the VMs.
+	before := map[string]bool{}
+	for _, d := range newScopedState(p, old, &Options{}, nil).clusterFaults() {
+		before[d.Why] = true
+	}
+	for _, d := range newScopedState(np, pl, &Options{}, nil).clusterFaults() {
+		if !before[d.Why] {
 			return d.Why
 		}
 	}
 	return ""
+}
+
+// hostScope is the scope of newScopedState that holds the hosts named
+// name.
+func hostScope(p *policy.Policy, name string) []bool {
+	scope := make([]bool, len(p.Hosts))
+	for i := range p.Hosts {
+		scope[i] = p.Hosts[i].Name == name
+	}
+	return scope
 }
 
 // isUplinkChange reports a lost uplink: it is a fault to report, not a
