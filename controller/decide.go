@@ -113,7 +113,7 @@ func (v view) set(chs []placement.Change, reason string, mode DRSMode) (*next, e
 	touched := []string{} // the hosts whose faults the changes can alter
 	for _, ch := range chs {
 		touched = append(touched, ch.Hosts(p, hold)...)
-		np, _, err := ch.Apply(p, hold)
+		np, err := ch.Policy(p, hold)
 		var re *placement.RefusedError
 		if errors.As(err, &re) {
 			return nil, refused("%s", re.Error())

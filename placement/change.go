@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -92,28 +93,55 @@ func ParseChange(spec string) (Change, error) {
 // error naming the problem for an unknown name or a bad value, and a
 // *RefusedError when the change breaks a rule no migration can mend (R > L,
 // a pool quota or a datastore's IOPS exceeded, a vNIC reservation larger
-// than any uplink can hold). Neither p nor cur is modified.
+// than any uplink can hold). Neither p nor cur is modified; the policy
+// returned shares with p what the change does not touch (a host's
+// uplinks, a VM's NICs and disks), so that both are read, not edited.
 func (c Change) Apply(p *policy.Policy, cur Placement) (*policy.Policy, Placement, error) {
+	np, err := c.Policy(p, cur)
+	if err != nil {
+		return nil, nil, err
+	}
+	return np, placed(np, cur, c), nil
+}
+
+// Policy is Apply without the placement after the change: the policy with
+// the change made, or the same error.
+func (c Change) Policy(p *policy.Policy, cur Placement) (*policy.Policy, error) {
 	np := clonePolicy(p)
-	pl := make(Placement, len(p.VMs))
-	for _, v := range p.VMs {
-		if cur == nil {
-			if v.Host != "" {
-				pl[v.Name] = v.Host
-			}
-		} else if h := cur[v.Name]; h != "" {
+	if err := c.apply(np); err != nil {
+		return nil, fmt.Errorf("change %q: %v", c.Spec, err)
+	}
+	// cur places p's VMs, and np's but for a migration (np's own hosts
+	// when cur is nil): the checks ignore VMs and hosts the policy does
+	// not name, and a VM mapped to "".
+	after := cur
+	if cur != nil && c.moves() {
+		after = placed(np, cur, c)
+	}
+	if reason := refusal(p, cur, np, after, c); reason != "" {
+		return nil, &RefusedError{Spec: c.Spec, Reason: reason}
+	}
+	return np, nil
+}
+
+// moves reports a migration by hand, VM.host=HOST (or VM.host=: off).
+func (c Change) moves() bool { return c.Sub == "" && c.Field == "host" }
+
+// placed is the placement after c, made into np, of the VMs placed as cur
+// (nil: the hosts np gives): each VM of np with a host, the VM that c
+// migrates on its new one.
+func placed(np *policy.Policy, cur Placement, c Change) Placement {
+	pl := make(Placement, len(np.VMs))
+	for _, v := range np.VMs {
+		h := v.Host
+		if cur != nil && !(c.moves() && v.Name == c.Target) {
+			h = cur[v.Name]
+		}
+		if h != "" {
 			pl[v.Name] = h
 		}
 	}
-	if err := c.apply(np, pl); err != nil {
-		return nil, nil, fmt.Errorf("change %q: %v", c.Spec, err)
-	}
-	// cur (nil: the hosts p gives) places p's VMs as pl did before the
-	// change: the checks ignore VMs and hosts that p does not name.
-	if reason := refusal(p, cur, np, pl, c); reason != "" {
-		return nil, nil, &RefusedError{Spec: c.Spec, Reason: reason}
-	}
-	return np, pl, nil
+	return pl
 }
 
 // Hosts names the hosts whose own faults (Check's decisions with a Host)
@@ -156,7 +184,7 @@ func (c Change) VM(p *policy.Policy) string {
 	return ""
 }
 
-func (c Change) apply(p *policy.Policy, pl Placement) error {
+func (c Change) apply(p *policy.Policy) error {
 	if h := p.Host(c.Target); h != nil {
 		return c.applyHost(p, h)
 	}
@@ -167,11 +195,13 @@ func (c Change) apply(p *policy.Policy, pl Placement) error {
 	if c.Sub != "" {
 		for i := range v.NICs {
 			if v.NICs[i].Name == c.Sub {
+				v.NICs = slices.Clone(v.NICs) // shared with the policy cloned
 				return c.applyNIC(&v.NICs[i])
 			}
 		}
 		for i := range v.Disks {
 			if v.Disks[i].Name == c.Sub {
+				v.Disks = slices.Clone(v.Disks)
 				return c.applyDisk(&v.Disks[i])
 			}
 		}
@@ -183,11 +213,6 @@ func (c Change) apply(p *policy.Policy, pl Placement) error {
 			return fmt.Errorf("no host %q", c.Value)
 		}
 		v.Host = c.Value
-		if c.Value == "" {
-			delete(pl, v.Name)
-		} else {
-			pl[v.Name] = c.Value
-		}
 	case "memory":
 		b, err := policy.ParseSize(c.Value)
 		if err != nil {
@@ -237,7 +262,7 @@ func (c Change) applyHost(p *policy.Policy, h *policy.Host) error {
 				if c.Field != "down" {
 					return fmt.Errorf("unknown uplink field %q (down)", c.Field)
 				}
-				h.Uplinks = append(h.Uplinks[:i:i], h.Uplinks[i+1:]...)
+				h.Uplinks = append(h.Uplinks[:i:i], h.Uplinks[i+1:]...) // a new list
 				return nil
 			}
 		}
@@ -454,20 +479,15 @@ func hostScope(p *policy.Policy, name string) []bool {
 // request that can be refused.
 func isUplinkChange(c Change) bool { return c.Field == "down" }
 
-// clonePolicy copies p deeply enough that changes to hosts, uplinks, VMs,
-// NICs and disks do not reach p.
+// clonePolicy copies p's lists of hosts, VMs, traffic classes and network
+// pools, which a change edits in place. The lists inside a host or a VM
+// (uplinks, NICs, disks) stay shared with p: a change that edits one
+// makes it new first (Change.apply), so that p is never modified.
 func clonePolicy(p *policy.Policy) *policy.Policy {
 	np := *p
-	np.Hosts = append([]policy.Host(nil), p.Hosts...)
-	for i := range np.Hosts {
-		np.Hosts[i].Uplinks = append([]policy.Uplink(nil), p.Hosts[i].Uplinks...)
-	}
-	np.VMs = append([]policy.VM(nil), p.VMs...)
-	for i := range np.VMs {
-		np.VMs[i].NICs = append([]policy.NIC(nil), p.VMs[i].NICs...)
-		np.VMs[i].Disks = append([]policy.Disk(nil), p.VMs[i].Disks...)
-	}
-	np.TrafficClasses = append([]policy.TrafficClass(nil), p.TrafficClasses...)
-	np.NetworkPools = append([]policy.NetworkPool(nil), p.NetworkPools...)
+	np.Hosts = slices.Clone(p.Hosts)
+	np.VMs = slices.Clone(p.VMs)
+	np.TrafficClasses = slices.Clone(p.TrafficClasses)
+	np.NetworkPools = slices.Clone(p.NetworkPools)
 	return &np
 }

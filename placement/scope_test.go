@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -205,8 +206,15 @@ func TestApplyAgrees(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d: %q: %v", seed, spec, err)
 		}
+		was := deepCopy(p)
 		np, pl, err := c.Apply(p, cur)
+		if !reflect.DeepEqual(p, was) {
+			t.Fatalf("seed %d: %q modified the policy it was applied to", seed, spec)
+		}
 		wnp, wpl, werr := applyWhole(c, p, cur)
+		if pnp, perr := c.Policy(p, cur); fmt.Sprint(perr) != fmt.Sprint(err) || !reflect.DeepEqual(pnp, np) {
+			t.Fatalf("seed %d: %q: Policy %v, Apply %v", seed, spec, perr, err)
+		}
 		if fmt.Sprint(err) != fmt.Sprint(werr) || !reflect.DeepEqual(np, wnp) || !reflect.DeepEqual(pl, wpl) {
 			t.Fatalf("seed %d: %q:\nApply      %v %v\napplyWhole %v %v", seed, spec, err, pl, werr, wpl)
 		}
@@ -255,6 +263,20 @@ func brought(before, after []Decision) []Decision {
 	return out
 }
 
+// deepCopy copies p down to its hosts' uplinks and its VMs' NICs and
+// disks.
+func deepCopy(p *policy.Policy) *policy.Policy {
+	np := clonePolicy(p)
+	for i := range np.Hosts {
+		np.Hosts[i].Uplinks = slices.Clone(p.Hosts[i].Uplinks)
+	}
+	for i := range np.VMs {
+		np.VMs[i].NICs = slices.Clone(p.VMs[i].NICs)
+		np.VMs[i].Disks = slices.Clone(p.VMs[i].Disks)
+	}
+	return np
+}
+
 // ofHost is the decisions of ds about host.
 func ofHost(ds []Decision, host string) []Decision {
 	var out []Decision
@@ -285,7 +307,14 @@ func applyWhole(c Change, p *policy.Policy, cur Placement) (*policy.Policy, Plac
 	for k, v := range pl {
 		old[k] = v
 	}
-	if err := c.apply(np, pl); err != nil {
+	if c.Sub == "" && c.Field == "host" && p.VM(c.Target) != nil {
+		if c.Value == "" {
+			delete(pl, c.Target)
+		} else {
+			pl[c.Target] = c.Value
+		}
+	}
+	if err := c.apply(np); err != nil {
 		return nil, nil, fmt.Errorf("change %q: %v", c.Spec, err)
 	}
 	if reason := refusalWhole(p, old, np, pl, c); reason != "" {

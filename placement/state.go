@@ -102,7 +102,7 @@ type pool struct {
 // hosts the policy gives) and the demand d: every VM, placed or not, at
 // its index in p.VMs.
 func newState(p *policy.Policy, cur Placement, d Demand, o *Options) *state {
-	s := newHosts(p, o)
+	s := newHosts(p, o, nil)
 	changed := map[string]bool{}
 	for _, n := range o.Changed {
 		changed[n] = true
@@ -125,26 +125,38 @@ func newState(p *policy.Policy, cur Placement, d Demand, o *Options) *state {
 }
 
 // newScopedState compiles p with the placement cur (as newState) for a
-// check of the hosts in scope (indexed like p.Hosts): only the VMs placed
-// on those hosts are compiled and attached (s.vms holds them in file
-// order, vmIdx finds them), while every placed VM draws on the network
-// pools and datastores. Its cluster-wide quotas and the loads of the
-// hosts in scope are those of newState; the other hosts carry nothing.
-// It has no balance: it serves checks, not Plan.
+// check of the hosts in scope (indexed like p.Hosts; nil: none): only the
+// VMs placed on those hosts are compiled and attached (s.vms holds them in
+// file order, vmIdx finds them), while every placed VM draws on the
+// network pools and datastores. Its cluster-wide quotas and the hosts in
+// scope are those of newState; the other hosts carry nothing and have no
+// capacity (newHosts). It has no balance: it serves checks, not Plan.
 func newScopedState(p *policy.Policy, cur Placement, o *Options, scope []bool) *state {
-	s := newHosts(p, o)
+	if scope == nil {
+		scope = make([]bool, len(p.Hosts))
+	}
+	s := newHosts(p, o, scope)
 	s.vmIdx = map[string]int{}
 	quotas := len(s.pools) > 0 || len(s.dss) > 0
-	if !quotas && !slices.Contains(scope, true) {
+	some := slices.Contains(scope, true)
+	if !quotas && !some {
 		return s
 	}
 	var buf vm // the requirements of a VM out of scope, reused
 	for i := range p.VMs {
 		pv := &p.VMs[i]
+		if !some {
+			// Only the quotas count: where a VM that draws on none is
+			// placed does not matter.
+			if s.nets(pv, Demand{}, &buf); buf.draws() && s.placedOn(cur, pv) >= 0 {
+				s.draw(&buf)
+			}
+			continue
+		}
 		hi := s.placedOn(cur, pv)
 		switch {
 		case hi < 0:
-		case hi < len(scope) && scope[hi]:
+		case scope[hi]:
 			vi := len(s.vms)
 			s.vms = append(s.vms, s.compile(i, pv, Demand{}, false))
 			s.vmIdx[pv.Name] = vi
@@ -158,7 +170,10 @@ func newScopedState(p *policy.Policy, cur Placement, o *Options, scope []bool) *
 }
 
 // newHosts compiles p's hosts, network pools and datastores, without VMs.
-func newHosts(p *policy.Policy, o *Options) *state {
+// Only the hosts in scope (indexed like p.Hosts; nil: every host) get
+// their capacity (fh, budget, cpuCap, memCap); the others have their
+// names, uplinks and class errors, what clusterFaults reads.
+func newHosts(p *policy.Policy, o *Options, scope []bool) *state {
 	s := &state{p: p, hostIdx: make(map[string]int, len(p.Hosts))}
 	for _, c := range p.TrafficClasses {
 		if c.Name == "vmotion" && c.Limit != policy.Unlimited {
@@ -173,11 +188,16 @@ func newHosts(p *policy.Policy, o *Options) *state {
 	s.hosts = make([]host, 0, len(p.Hosts))
 	for i := range p.Hosts {
 		ph := &p.Hosts[i]
-		h := host{name: ph.Name, fh: p.FeasibleHost(ph, func(u string) bool { return down[ph.Name+"/"+u] })}
-		h.cpuCap, h.memCap = float64(h.fh.CPUMHz()), float64(h.fh.MemoryBytes)
+		isDown := func(u string) bool { return down[ph.Name+"/"+u] }
+		h := host{name: ph.Name}
+		if scope == nil || scope[i] {
+			h.fh = p.FeasibleHost(ph, isDown)
+			h.cpuCap, h.memCap = float64(h.fh.CPUMHz()), float64(h.fh.MemoryBytes)
+			h.budget = float64(h.fh.BudgetBps())
+		}
 		h.uplinks = make([]uplink, 0, len(ph.Uplinks))
-		for k, pu := range ph.Uplinks {
-			u := uplink{name: pu.Name, speed: float64(pu.Speed), usable: float64(pu.Usable), down: h.fh.Uplinks[k].Down}
+		for _, pu := range ph.Uplinks {
+			u := uplink{name: pu.Name, speed: float64(pu.Speed), usable: float64(pu.Usable), down: isDown(pu.Name)}
 			if u.usable <= 0 {
 				u.usable = u.speed
 			}
@@ -189,7 +209,6 @@ func newHosts(p *policy.Policy, o *Options) *state {
 			}
 			h.uplinks = append(h.uplinks, u)
 		}
-		h.budget = float64(h.fh.BudgetBps())
 		s.hostIdx[ph.Name] = i
 		s.hosts = append(s.hosts, h)
 	}
@@ -305,6 +324,16 @@ func (s *state) attach(vi, hi int) {
 	h.memLoad += v.memLoad
 	h.netLoad += v.netLoad
 	s.draw(v)
+}
+
+// draws reports whether v reserves some of a network pool or datastore.
+func (v *vm) draws() bool {
+	for _, n := range v.nics {
+		if n.pool >= 0 && n.resv > 0 {
+			return true
+		}
+	}
+	return len(v.iops) > 0
 }
 
 // draw counts what v reserves of the network pools and datastores.
