@@ -111,9 +111,9 @@ func (c Change) Policy(p *policy.Policy, cur Placement) (*policy.Policy, error) 
 	if err := c.apply(np); err != nil {
 		return nil, fmt.Errorf("change %q: %v", c.Spec, err)
 	}
-	// cur places p's VMs, and np's but for a migration (np's own hosts
-	// when cur is nil): the checks ignore VMs and hosts the policy does
-	// not name, and a VM mapped to "".
+	// The checks read the VMs' hosts from cur (nil: each policy's own),
+	// which places np's VMs as p's but for a migration; they ignore the
+	// VMs and hosts a policy does not name, and a VM mapped to "".
 	after := cur
 	if cur != nil && c.moves() {
 		after = placed(np, cur, c)
@@ -162,7 +162,7 @@ func (c Change) Hosts(p *policy.Policy, cur Placement) []string {
 	if h := hostIn(cur, v); h != "" {
 		hs = append(hs, h)
 	}
-	if c.Sub == "" && c.Field == "host" && c.Value != "" {
+	if c.moves() && c.Value != "" {
 		hs = append(hs, c.Value)
 	}
 	return hs
@@ -195,7 +195,7 @@ func (c Change) apply(p *policy.Policy) error {
 	if c.Sub != "" {
 		for i := range v.NICs {
 			if v.NICs[i].Name == c.Sub {
-				v.NICs = slices.Clone(v.NICs) // shared with the policy cloned
+				v.NICs = slices.Clone(v.NICs) // shared with p until now (clonePolicy)
 				return c.applyNIC(&v.NICs[i])
 			}
 		}
@@ -438,7 +438,7 @@ func refusal(p *policy.Policy, old Placement, np *policy.Policy, pl Placement, c
 			}
 		}
 	}
-	if c.Sub == "" && c.Field == "host" && c.Value != "" && hostIn(old, p.VM(c.Target)) != c.Value {
+	if c.moves() && c.Value != "" && hostIn(old, p.VM(c.Target)) != c.Value {
 		// A migration by hand must land where the VM fits: the VM is
 		// judged against the destination's other VMs.
 		s := newScopedState(np, pl, &Options{}, hostScope(np, c.Value))
