@@ -110,8 +110,10 @@ func (v view) set(chs []placement.Change, reason string, mode DRSMode) (*next, e
 	hold := v.holding()
 	p := v.p
 	var changed []string
+	touched := []string{} // the hosts whose faults the changes can alter
 	for _, ch := range chs {
-		np, _, err := ch.Apply(p, hold)
+		touched = append(touched, ch.Hosts(p, hold)...)
+		np, err := ch.Policy(p, hold)
 		var re *placement.RefusedError
 		if errors.As(err, &re) {
 			return nil, refused("%s", re.Error())
@@ -134,7 +136,7 @@ func (v view) set(chs []placement.Change, reason string, mode DRSMode) (*next, e
 			Reason: reasonOr(reason, "requested through the API")})
 	}
 	// Faults of the VMs that hold reservations: an off VM breaks nothing.
-	faults := faultEvents(v.p, hold, p, hold)
+	faults := faultEventsOn(touched, v.p, hold, p, hold)
 	n.events = append(n.events, faults...)
 	if len(faults) > 0 {
 		w := v

@@ -75,15 +75,31 @@ func (c *Controller) Apply(ctx context.Context, req ApplyRequest) (Result, error
 // faultEvents returns an event for every fault of (p, place) that (op,
 // oplace) does not have (op nil: every fault).
 func faultEvents(op *policy.Policy, oplace placement.Placement, p *policy.Policy, place placement.Placement) []Event {
-	before := map[string]bool{}
+	var before []placement.Decision
 	if op != nil {
-		for _, d := range placement.Check(op, oplace, placement.Options{}) {
-			before[d.Host+"|"+d.Why] = true
-		}
+		before = placement.Check(op, oplace, placement.Options{})
+	}
+	return newFaults(before, placement.Check(p, place, placement.Options{}))
+}
+
+// faultEventsOn is faultEvents when only the hosts named in hosts can
+// have changed their faults (placement.Change.Hosts): it checks those
+// and the cluster-wide quotas (placement.CheckHosts), and returns the
+// same events.
+func faultEventsOn(hosts []string, op *policy.Policy, oplace placement.Placement, p *policy.Policy, place placement.Placement) []Event {
+	return newFaults(placement.CheckHosts(op, oplace, placement.Options{}, hosts), placement.CheckHosts(p, place, placement.Options{}, hosts))
+}
+
+// newFaults returns an event for every fault of after that before does
+// not have.
+func newFaults(before, after []placement.Decision) []Event {
+	had := map[string]bool{}
+	for _, d := range before {
+		had[d.Host+"|"+d.Why] = true
 	}
 	var evs []Event
-	for _, d := range placement.Check(p, place, placement.Options{}) {
-		if before[d.Host+"|"+d.Why] {
+	for _, d := range after {
+		if had[d.Host+"|"+d.Why] {
 			continue
 		}
 		subject := d.Host
@@ -134,7 +150,15 @@ func outcome(p *policy.Policy, place placement.Placement, ch placement.Change) s
 	if ch.Sub == "" {
 		return ""
 	}
-	n := entitle.NewNet(entitle.Derive(p, entitle.Live{Hosts: place}))
+	// A port VM/NIC is on the trees of the host its VM runs on, a class
+	// HOST/CLASS on HOST's: only those are derived.
+	hosts := []string{ch.Target}
+	if vm := p.VM(ch.Target); vm != nil {
+		if h := hostOf(place, vm); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	n := entitle.NewNet(entitle.DeriveHosts(p, entitle.Live{Hosts: place}, hosts))
 	n.Compute()
 	ports := n.Port(subjectOf(ch))
 	if len(ports) == 0 {
@@ -142,6 +166,15 @@ func outcome(p *policy.Policy, place placement.Placement, ch placement.Change) s
 	}
 	pt := ports[0]
 	return fmt.Sprintf(": %s gets %s on %s/%s", pt.Name, entitle.FormatBps(pt.AllocBps()), pt.Host, pt.Uplink)
+}
+
+// hostOf is where vm runs in place (nil: the host of the policy), as
+// entitle.Derive reads entitle.Live.Hosts.
+func hostOf(place placement.Placement, vm *policy.VM) string {
+	if place == nil {
+		return vm.Host
+	}
+	return place[vm.Name]
 }
 
 // PowerOn places a VM that is off and holds its reservations while it

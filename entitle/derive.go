@@ -141,24 +141,10 @@ func IOPSLimit(l policy.IOPS) float64 {
 //   - limits are alloc.Inf when unlimited (RateLimit, IOPSLimit).
 func Derive(p *policy.Policy, live Live) *Desired {
 	d := &Desired{}
-	onHost := runningVMs(p, live)
+	onHost := runningVMs(p, live, nil)
 	unnamed := unnamedVMs(p, live)
 	for hi := range p.Hosts {
-		h := &p.Hosts[hi]
-		vms := onHost[h.Name]
-		if u := unnamed[h.Name]; len(u) > 0 {
-			vms = slices.Concat(vms, u)
-		}
-		up := &policy.Host{Name: h.Name, CPU: h.CPU, Memory: h.Memory}
-		for _, u := range h.Uplinks {
-			if !live.DownUplinks[h.Name+"/"+u.Name] {
-				up.Uplinks = append(up.Uplinks, u)
-			}
-		}
-		assign := p.AssignUplinks(up, vms)
-		for ui := range h.Uplinks {
-			d.Uplinks = append(d.Uplinks, deriveUplink(p, h, &h.Uplinks[ui], vms, len(onHost[h.Name]), assign, live))
-		}
+		d.Uplinks = deriveHost(d.Uplinks, p, &p.Hosts[hi], onHost, unnamed, live)
 	}
 	for _, ds := range p.Datastores {
 		spec := DatastoreSpec{Name: ds.Name}
@@ -178,6 +164,47 @@ func Derive(p *policy.Policy, live Live) *Desired {
 		d.Datastores = append(d.Datastores, spec)
 	}
 	return d
+}
+
+// DeriveHosts is Derive for the hosts named in hosts: the uplink trees of
+// those hosts, the same as Derive's and in the same order, and no
+// datastores. A host's trees depend only on the host, the traffic classes
+// and the VMs that run there, so deriving one port's host costs a pass
+// over the VMs, not the trees of the cluster.
+func DeriveHosts(p *policy.Policy, live Live, hosts []string) *Desired {
+	want := make(map[string]bool, len(hosts))
+	for _, h := range hosts {
+		want[h] = true
+	}
+	d := &Desired{}
+	onHost := runningVMs(p, live, want)
+	unnamed := unnamedVMs(p, live)
+	for hi := range p.Hosts {
+		if want[p.Hosts[hi].Name] {
+			d.Uplinks = deriveHost(d.Uplinks, p, &p.Hosts[hi], onHost, unnamed, live)
+		}
+	}
+	return d
+}
+
+// deriveHost appends the trees of h's uplinks to out; onHost and unnamed
+// are the VMs that run on each host, named by the policy or not.
+func deriveHost(out []UplinkSpec, p *policy.Policy, h *policy.Host, onHost, unnamed map[string][]*policy.VM, live Live) []UplinkSpec {
+	vms := onHost[h.Name]
+	if u := unnamed[h.Name]; len(u) > 0 {
+		vms = slices.Concat(vms, u)
+	}
+	up := &policy.Host{Name: h.Name, CPU: h.CPU, Memory: h.Memory}
+	for _, u := range h.Uplinks {
+		if !live.DownUplinks[h.Name+"/"+u.Name] {
+			up.Uplinks = append(up.Uplinks, u)
+		}
+	}
+	assign := p.AssignUplinks(up, vms)
+	for ui := range h.Uplinks {
+		out = append(out, deriveUplink(p, h, &h.Uplinks[ui], vms, len(onHost[h.Name]), assign, live))
+	}
+	return out
 }
 
 // deriveUplink derives one uplink's tree; vms[named:] are the running VMs
@@ -214,11 +241,12 @@ func deriveUplink(p *policy.Policy, h *policy.Host, u *policy.Uplink, vms []*pol
 	return us
 }
 
-// runningVMs lists the running VMs of each host, in file order.
-func runningVMs(p *policy.Policy, live Live) map[string][]*policy.VM {
+// runningVMs lists the running VMs of each host (of the hosts in only;
+// nil: of every host), in file order.
+func runningVMs(p *policy.Policy, live Live, only map[string]bool) map[string][]*policy.VM {
 	m := map[string][]*policy.VM{}
 	for i := range p.VMs {
-		if h := hostOf(&p.VMs[i], live); h != "" {
+		if h := hostOf(&p.VMs[i], live); h != "" && (only == nil || only[h]) {
 			m[h] = append(m[h], &p.VMs[i])
 		}
 	}

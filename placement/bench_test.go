@@ -169,3 +169,46 @@ func BenchmarkRepairStorm64x8000(b *testing.B) {
 		b.Errorf("faults after the pass: %s", f[0])
 	}
 }
+
+// BenchmarkApplyNIC1000x30000 is one change of a vNIC's reservation on
+// 1,000 hosts and 30,000 VMs with every VM where the policy puts it:
+// Change.Apply with its refusals (what `sluice ctl set` asks of
+// placement before it reports the faults the change brings).
+func BenchmarkApplyNIC1000x30000(b *testing.B) {
+	p, _ := synthetic(1000, 30000)
+	cur := Placement{}
+	for _, v := range p.VMs {
+		if v.Host != "" {
+			cur[v.Name] = v.Host
+		}
+	}
+	b.ResetTimer()
+	c0 := cputime.ProcessNs()
+	for i := 0; i < b.N; i++ {
+		c, _ := ParseChange(fmt.Sprintf("vm15000/nic0.reservation=%dMbps", 200+100*(i%2)))
+		if _, _, err := c.Apply(p, cur); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(cputime.ProcessNs()-c0)/1e6/float64(b.N), "cpu-ms/op")
+}
+
+// BenchmarkCheckHosts1000x30000 is the check of the one host a vNIC
+// change touches and of the cluster-wide quotas, on 1,000 hosts and
+// 30,000 VMs.
+func BenchmarkCheckHosts1000x30000(b *testing.B) {
+	p, _ := synthetic(1000, 30000)
+	cur := Placement{}
+	for _, v := range p.VMs {
+		if v.Host != "" {
+			cur[v.Name] = v.Host
+		}
+	}
+	hosts := []string{cur["vm15000"]}
+	b.ResetTimer()
+	c0 := cputime.ProcessNs()
+	for i := 0; i < b.N; i++ {
+		CheckHosts(p, cur, Options{}, hosts)
+	}
+	b.ReportMetric(float64(cputime.ProcessNs()-c0)/1e6/float64(b.N), "cpu-ms/op")
+}

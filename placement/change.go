@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -92,30 +93,87 @@ func ParseChange(spec string) (Change, error) {
 // error naming the problem for an unknown name or a bad value, and a
 // *RefusedError when the change breaks a rule no migration can mend (R > L,
 // a pool quota or a datastore's IOPS exceeded, a vNIC reservation larger
-// than any uplink can hold). Neither p nor cur is modified.
+// than any uplink can hold). Neither p nor cur is modified; the policy
+// returned shares with p what the change does not touch (a host's
+// uplinks, a VM's NICs and disks), so that both are read, not edited.
 func (c Change) Apply(p *policy.Policy, cur Placement) (*policy.Policy, Placement, error) {
+	np, err := c.Policy(p, cur)
+	if err != nil {
+		return nil, nil, err
+	}
+	return np, placed(np, cur, c), nil
+}
+
+// Policy is Apply without the placement after the change: the policy with
+// the change made, or the same error.
+func (c Change) Policy(p *policy.Policy, cur Placement) (*policy.Policy, error) {
 	np := clonePolicy(p)
-	pl := Placement{}
-	for _, v := range p.VMs {
-		if cur == nil {
-			if v.Host != "" {
-				pl[v.Name] = v.Host
-			}
-		} else if h := cur[v.Name]; h != "" {
+	if err := c.apply(np); err != nil {
+		return nil, fmt.Errorf("change %q: %v", c.Spec, err)
+	}
+	// The checks read the VMs' hosts from cur (nil: each policy's own),
+	// which places np's VMs as p's but for a migration; they ignore the
+	// VMs and hosts a policy does not name, and a VM mapped to "".
+	after := cur
+	if cur != nil && c.moves() {
+		after = placed(np, cur, c)
+	}
+	if reason := refusal(p, cur, np, after, c); reason != "" {
+		return nil, &RefusedError{Spec: c.Spec, Reason: reason}
+	}
+	return np, nil
+}
+
+// moves reports a migration by hand, VM.host=HOST (or VM.host=: off).
+func (c Change) moves() bool { return c.Sub == "" && c.Field == "host" }
+
+// placed is the placement after c, made into np, of the VMs placed as cur
+// (nil: the hosts np gives): each VM of np with a host, the VM that c
+// migrates on its new one.
+func placed(np *policy.Policy, cur Placement, c Change) Placement {
+	pl := make(Placement, len(np.VMs))
+	for _, v := range np.VMs {
+		h := v.Host
+		if cur != nil && !(c.moves() && v.Name == c.Target) {
+			h = cur[v.Name]
+		}
+		if h != "" {
 			pl[v.Name] = h
 		}
 	}
-	old := Placement{}
-	for k, v := range pl {
-		old[k] = v
+	return pl
+}
+
+// Hosts names the hosts whose own faults (Check's decisions with a Host)
+// the change can alter, made on p with the VMs placed as cur (nil: the
+// hosts p gives): a host it targets, else the host the VM it targets is
+// placed on and, for a migration, the host it moves to. Every other host
+// keeps its faults, with the placement kept or as Apply returns it, so
+// that CheckHosts on these hosts finds every fault the change brings.
+func (c Change) Hosts(p *policy.Policy, cur Placement) []string {
+	if p.Host(c.Target) != nil {
+		return []string{c.Target}
 	}
-	if err := c.apply(np, pl); err != nil {
-		return nil, nil, fmt.Errorf("change %q: %v", c.Spec, err)
+	v := p.VM(c.Target)
+	if v == nil {
+		return nil
 	}
-	if reason := refusal(p, old, np, pl, c); reason != "" {
-		return nil, nil, &RefusedError{Spec: c.Spec, Reason: reason}
+	var hs []string
+	if h := hostIn(cur, v); h != "" {
+		hs = append(hs, h)
 	}
-	return np, pl, nil
+	if c.moves() && c.Value != "" {
+		hs = append(hs, c.Value)
+	}
+	return hs
+}
+
+// hostIn is the host v is placed on in cur (nil: the host of the policy).
+func hostIn(cur Placement, v *policy.VM) string {
+	if cur == nil {
+		return v.Host
+	}
+	return cur[v.Name]
 }
 
 // VM returns the name of the VM the change concerns, or "".
@@ -126,7 +184,7 @@ func (c Change) VM(p *policy.Policy) string {
 	return ""
 }
 
-func (c Change) apply(p *policy.Policy, pl Placement) error {
+func (c Change) apply(p *policy.Policy) error {
 	if h := p.Host(c.Target); h != nil {
 		return c.applyHost(p, h)
 	}
@@ -137,11 +195,13 @@ func (c Change) apply(p *policy.Policy, pl Placement) error {
 	if c.Sub != "" {
 		for i := range v.NICs {
 			if v.NICs[i].Name == c.Sub {
+				v.NICs = slices.Clone(v.NICs) // shared with p until now (clonePolicy)
 				return c.applyNIC(&v.NICs[i])
 			}
 		}
 		for i := range v.Disks {
 			if v.Disks[i].Name == c.Sub {
+				v.Disks = slices.Clone(v.Disks)
 				return c.applyDisk(&v.Disks[i])
 			}
 		}
@@ -153,11 +213,6 @@ func (c Change) apply(p *policy.Policy, pl Placement) error {
 			return fmt.Errorf("no host %q", c.Value)
 		}
 		v.Host = c.Value
-		if c.Value == "" {
-			delete(pl, v.Name)
-		} else {
-			pl[v.Name] = c.Value
-		}
 	case "memory":
 		b, err := policy.ParseSize(c.Value)
 		if err != nil {
@@ -207,7 +262,7 @@ func (c Change) applyHost(p *policy.Policy, h *policy.Host) error {
 				if c.Field != "down" {
 					return fmt.Errorf("unknown uplink field %q (down)", c.Field)
 				}
-				h.Uplinks = append(h.Uplinks[:i:i], h.Uplinks[i+1:]...)
+				h.Uplinks = append(h.Uplinks[:i:i], h.Uplinks[i+1:]...) // a new list
 				return nil
 			}
 		}
@@ -343,7 +398,8 @@ func mhz(s string, unlimitedOK bool) (int, error) {
 }
 
 // refusal says why the changed policy np breaks a rule that no migration
-// can mend and that the old policy p did not break, or "".
+// can mend and that the old policy p did not break, or "". old places p's
+// VMs (nil: the hosts p gives), pl np's.
 func refusal(p *policy.Policy, old Placement, np *policy.Policy, pl Placement, c Change) string {
 	if v := np.VM(c.Target); v != nil {
 		for _, n := range v.NICs {
@@ -362,12 +418,19 @@ func refusal(p *policy.Policy, old Placement, np *policy.Policy, pl Placement, c
 		if v.CPU.LimitMHz > 0 && v.CPU.ReservationMHz > v.CPU.LimitMHz {
 			return fmt.Sprintf("%s cpu reservation %dMHz > limit %dMHz", v.Name, v.CPU.ReservationMHz, v.CPU.LimitMHz)
 		}
-		// A vNIC reservation must fit on one uplink of some host.
-		s := newState(np, pl, Demand{}, &Options{})
+		// A vNIC reservation must fit on one uplink of some host: how
+		// much room a host has depends on its uplinks, not its VMs.
+		var fhs []feasible.Host
+		if len(v.NICs) > 0 {
+			fhs = make([]feasible.Host, len(np.Hosts))
+			for hi := range np.Hosts {
+				fhs[hi] = np.FeasibleHost(&np.Hosts[hi], nil)
+			}
+		}
 		for _, n := range v.NICs {
 			var best int64
-			for hi := range s.hosts {
-				best = max(best, feasible.Room(&s.hosts[hi].fh, n.Uplink))
+			for hi := range fhs {
+				best = max(best, feasible.Room(&fhs[hi], n.Uplink))
 			}
 			if int64(n.Reservation) > best {
 				return fmt.Sprintf("%s reservation %s fits on no uplink of any host (largest vm budget %s)",
@@ -375,52 +438,56 @@ func refusal(p *policy.Policy, old Placement, np *policy.Policy, pl Placement, c
 			}
 		}
 	}
-	if c.Sub == "" && c.Field == "host" && c.Value != "" {
-		// A migration by hand must land where the VM fits.
-		rest := Placement{}
-		for k, h := range pl {
-			if k != c.Target {
-				rest[k] = h
-			}
-		}
-		s := newState(np, rest, Demand{}, &Options{})
+	if c.moves() && c.Value != "" && hostIn(old, p.VM(c.Target)) != c.Value {
+		// A migration by hand must land where the VM fits: the VM is
+		// judged against the destination's other VMs.
+		s := newScopedState(np, pl, &Options{}, hostScope(np, c.Value))
 		vi, hi := s.vmIdx[c.Target], s.hostIdx[c.Value]
-		if old[c.Target] != c.Value && !s.fits(vi, hi) {
+		s.detach(vi)
+		if !s.fits(vi, hi) {
 			return fmt.Sprintf("%s does not fit on %s: %s", c.Target, c.Value, strings.Join(s.shortfalls(vi, hi), "; "))
 		}
 	}
-	before := map[string]bool{}
-	for _, d := range Check(p, old, Options{}) {
-		if d.Host == "" {
-			before[d.Why] = true
-		}
+	if isUplinkChange(c) {
+		return ""
 	}
-	for _, d := range Check(np, pl, Options{}) {
-		if d.Host == "" && !before[d.Why] && !isUplinkChange(c) {
+	// Cluster-wide faults (Check's decisions without a host) that the
+	// change brings: only the quotas need the VMs.
+	before := map[string]bool{}
+	for _, d := range newScopedState(p, old, &Options{}, nil).clusterFaults() {
+		before[d.Why] = true
+	}
+	for _, d := range newScopedState(np, pl, &Options{}, nil).clusterFaults() {
+		if !before[d.Why] {
 			return d.Why
 		}
 	}
 	return ""
 }
 
+// hostScope is the scope of newScopedState that holds the hosts named
+// name.
+func hostScope(p *policy.Policy, name string) []bool {
+	scope := make([]bool, len(p.Hosts))
+	for i := range p.Hosts {
+		scope[i] = p.Hosts[i].Name == name
+	}
+	return scope
+}
+
 // isUplinkChange reports a lost uplink: it is a fault to report, not a
 // request that can be refused.
 func isUplinkChange(c Change) bool { return c.Field == "down" }
 
-// clonePolicy copies p deeply enough that changes to hosts, uplinks, VMs,
-// NICs and disks do not reach p.
+// clonePolicy copies p's lists of hosts, VMs, traffic classes and network
+// pools, which a change edits in place. The lists inside a host or a VM
+// (uplinks, NICs, disks) stay shared with p: a change that edits one
+// makes it new first (Change.apply), so that p is never modified.
 func clonePolicy(p *policy.Policy) *policy.Policy {
 	np := *p
-	np.Hosts = append([]policy.Host(nil), p.Hosts...)
-	for i := range np.Hosts {
-		np.Hosts[i].Uplinks = append([]policy.Uplink(nil), p.Hosts[i].Uplinks...)
-	}
-	np.VMs = append([]policy.VM(nil), p.VMs...)
-	for i := range np.VMs {
-		np.VMs[i].NICs = append([]policy.NIC(nil), p.VMs[i].NICs...)
-		np.VMs[i].Disks = append([]policy.Disk(nil), p.VMs[i].Disks...)
-	}
-	np.TrafficClasses = append([]policy.TrafficClass(nil), p.TrafficClasses...)
-	np.NetworkPools = append([]policy.NetworkPool(nil), p.NetworkPools...)
+	np.Hosts = slices.Clone(p.Hosts)
+	np.VMs = slices.Clone(p.VMs)
+	np.TrafficClasses = slices.Clone(p.TrafficClasses)
+	np.NetworkPools = slices.Clone(p.NetworkPools)
 	return &np
 }

@@ -22,6 +22,7 @@ package placement
 
 import (
 	"math"
+	"slices"
 
 	"sluice/policy"
 )
@@ -260,6 +261,28 @@ func Check(p *policy.Policy, cur Placement, o Options) []Decision {
 	ds := s.clusterFaults()
 	for hi := range s.hosts {
 		if !s.hostOK(hi) {
+			ds = append(ds, s.faultOf(hi))
+		}
+	}
+	return ds
+}
+
+// CheckHosts is Check restricted to the hosts named in hosts (names that
+// are no host of p are ignored): every cluster-wide fault, and the faults
+// of those hosts, the same decisions in the same order as Check gives
+// them. It compiles only the VMs placed on those hosts, so that checking
+// the hosts a change can touch (Change.Hosts) costs a pass over the VMs,
+// not a placement state of the cluster.
+func CheckHosts(p *policy.Policy, cur Placement, o Options, hosts []string) []Decision {
+	o = o.withDefaults()
+	scope := make([]bool, len(p.Hosts))
+	for i := range p.Hosts {
+		scope[i] = slices.Contains(hosts, p.Hosts[i].Name)
+	}
+	s := newScopedState(p, cur, &o, scope)
+	ds := s.clusterFaults()
+	for hi := range s.hosts {
+		if scope[hi] && !s.hostOK(hi) {
 			ds = append(ds, s.faultOf(hi))
 		}
 	}

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"math"
+	"slices"
 
 	"sluice/entitle"
 	"sluice/feasible"
@@ -19,6 +20,10 @@ type state struct {
 	// hostIdx and vmIdx map names to indices.
 	hostIdx map[string]int
 	vmIdx   map[string]int
+	// pgPool maps a port group to the pool its vNICs draw on; dsIdx a
+	// datastore's name to its index.
+	pgPool map[string]int
+	dsIdx  map[string]int
 
 	pools []pool
 	dss   []feasible.Quota // datastore IOPS
@@ -94,9 +99,82 @@ type pool struct {
 }
 
 // newState compiles p with the placement cur (VM → host; nil means the
-// hosts the policy gives) and the demand d.
+// hosts the policy gives) and the demand d: every VM, placed or not, at
+// its index in p.VMs.
 func newState(p *policy.Policy, cur Placement, d Demand, o *Options) *state {
-	s := &state{p: p, hostIdx: map[string]int{}, vmIdx: map[string]int{}}
+	s := newHosts(p, o, nil)
+	changed := map[string]bool{}
+	for _, n := range o.Changed {
+		changed[n] = true
+	}
+	s.vms = make([]vm, 0, len(p.VMs))
+	s.vmIdx = make(map[string]int, len(p.VMs))
+	for i := range p.VMs {
+		pv := &p.VMs[i]
+		s.vms = append(s.vms, s.compile(i, pv, d, changed[pv.Name]))
+		s.vmIdx[pv.Name] = i
+	}
+	// Place the VMs where they are, without checking: faults are found after.
+	for i := range s.vms {
+		if hi := s.placedOn(cur, &p.VMs[i]); hi >= 0 {
+			s.attach(i, hi)
+		}
+	}
+	s.bal.init(s, o)
+	return s
+}
+
+// newScopedState compiles p with the placement cur (as newState) for a
+// check of the hosts in scope (indexed like p.Hosts; nil: none): only the
+// VMs placed on those hosts are compiled and attached (s.vms holds them in
+// file order, vmIdx finds them), while every placed VM draws on the
+// network pools and datastores. Its cluster-wide quotas and the hosts in
+// scope are those of newState; the other hosts carry nothing and have no
+// capacity (newHosts). It has no balance: it serves checks, not Plan.
+func newScopedState(p *policy.Policy, cur Placement, o *Options, scope []bool) *state {
+	if scope == nil {
+		scope = make([]bool, len(p.Hosts))
+	}
+	s := newHosts(p, o, scope)
+	s.vmIdx = map[string]int{}
+	quotas := len(s.pools) > 0 || len(s.dss) > 0
+	some := slices.Contains(scope, true)
+	if !quotas && !some {
+		return s
+	}
+	var buf vm // the requirements of a VM out of scope, reused
+	for i := range p.VMs {
+		pv := &p.VMs[i]
+		if !some {
+			// Only the quotas count: where a VM that draws on none is
+			// placed does not matter.
+			if s.nets(pv, Demand{}, &buf); buf.draws() && s.placedOn(cur, pv) >= 0 {
+				s.draw(&buf)
+			}
+			continue
+		}
+		hi := s.placedOn(cur, pv)
+		switch {
+		case hi < 0:
+		case scope[hi]:
+			vi := len(s.vms)
+			s.vms = append(s.vms, s.compile(i, pv, Demand{}, false))
+			s.vmIdx[pv.Name] = vi
+			s.attach(vi, hi)
+		case quotas:
+			s.nets(pv, Demand{}, &buf)
+			s.draw(&buf)
+		}
+	}
+	return s
+}
+
+// newHosts compiles p's hosts, network pools and datastores, without VMs.
+// Only the hosts in scope (indexed like p.Hosts; nil: every host) get
+// their capacity (fh, budget, cpuCap, memCap); the others have their
+// names, uplinks and class errors, what clusterFaults reads.
+func newHosts(p *policy.Policy, o *Options, scope []bool) *state {
+	s := &state{p: p, hostIdx: make(map[string]int, len(p.Hosts))}
 	for _, c := range p.TrafficClasses {
 		if c.Name == "vmotion" && c.Limit != policy.Unlimited {
 			s.vmotionLimit = entitle.RateLimit(c.Limit)
@@ -107,12 +185,19 @@ func newState(p *policy.Policy, cur Placement, d Demand, o *Options) *state {
 	for _, u := range o.DownUplinks {
 		down[u] = true
 	}
+	s.hosts = make([]host, 0, len(p.Hosts))
 	for i := range p.Hosts {
 		ph := &p.Hosts[i]
-		h := host{name: ph.Name, fh: p.FeasibleHost(ph, func(u string) bool { return down[ph.Name+"/"+u] })}
-		h.cpuCap, h.memCap = float64(h.fh.CPUMHz()), float64(h.fh.MemoryBytes)
-		for k, pu := range ph.Uplinks {
-			u := uplink{name: pu.Name, speed: float64(pu.Speed), usable: float64(pu.Usable), down: h.fh.Uplinks[k].Down}
+		isDown := func(u string) bool { return down[ph.Name+"/"+u] }
+		h := host{name: ph.Name}
+		if scope == nil || scope[i] {
+			h.fh = p.FeasibleHost(ph, isDown)
+			h.cpuCap, h.memCap = float64(h.fh.CPUMHz()), float64(h.fh.MemoryBytes)
+			h.budget = float64(h.fh.BudgetBps())
+		}
+		h.uplinks = make([]uplink, 0, len(ph.Uplinks))
+		for _, pu := range ph.Uplinks {
+			u := uplink{name: pu.Name, speed: float64(pu.Speed), usable: float64(pu.Usable), down: isDown(pu.Name)}
 			if u.usable <= 0 {
 				u.usable = u.speed
 			}
@@ -124,81 +209,92 @@ func newState(p *policy.Policy, cur Placement, d Demand, o *Options) *state {
 			}
 			h.uplinks = append(h.uplinks, u)
 		}
-		h.budget = float64(h.fh.BudgetBps())
 		s.hostIdx[ph.Name] = i
 		s.hosts = append(s.hosts, h)
 	}
-	pgPool := map[string]int{}
+	s.pgPool = map[string]int{}
 	for i := range p.NetworkPools {
 		np := &p.NetworkPools[i]
 		for _, pg := range np.PortGroups {
-			if _, taken := pgPool[pg]; !taken {
-				pgPool[pg] = i
+			if _, taken := s.pgPool[pg]; !taken {
+				s.pgPool[pg] = i
 			}
 		}
 		s.pools = append(s.pools, pool{q: policy.PoolQuota(np), hosts: s.poolHosts(*np)})
 	}
-	dsIdx := map[string]int{}
+	s.dsIdx = map[string]int{}
 	for i := range p.Datastores {
-		dsIdx[p.Datastores[i].Name] = i
+		s.dsIdx[p.Datastores[i].Name] = i
 		s.dss = append(s.dss, p.Datastores[i].IOPSQuota())
 	}
-	changed := map[string]bool{}
-	for _, n := range o.Changed {
-		changed[n] = true
+	return s
+}
+
+// compile is VM pv (index i in p.VMs) as placement sees it, not placed.
+func (s *state) compile(i int, pv *policy.VM, d Demand, changed bool) vm {
+	v := vm{name: pv.Name, host: -1, fv: policy.FeasibleVM(i, pv), mem: float64(pv.Memory),
+		migratable: pv.Migratable, changed: changed}
+	cpuResv := float64(pv.CPU.ReservationMHz)
+	v.cpuLoad = cpuResv
+	if dm, ok := d.CPUMHz[pv.Name]; ok {
+		v.cpuLoad = math.Max(dm, cpuResv)
+		if pv.CPU.LimitMHz > 0 {
+			v.cpuLoad = math.Min(v.cpuLoad, float64(pv.CPU.LimitMHz))
+		}
 	}
-	for i := range p.VMs {
-		pv := &p.VMs[i]
-		v := vm{name: pv.Name, host: -1, fv: policy.FeasibleVM(i, pv), mem: float64(pv.Memory),
-			migratable: pv.Migratable, changed: changed[pv.Name]}
-		cpuResv := float64(pv.CPU.ReservationMHz)
-		v.cpuLoad = cpuResv
-		if dm, ok := d.CPUMHz[pv.Name]; ok {
-			v.cpuLoad = math.Max(dm, cpuResv)
-			if pv.CPU.LimitMHz > 0 {
-				v.cpuLoad = math.Min(v.cpuLoad, float64(pv.CPU.LimitMHz))
-			}
+	v.memLoad = v.mem
+	if dm, ok := d.MemoryBytes[pv.Name]; ok {
+		v.memLoad = math.Min(dm, v.mem)
+	}
+	s.nets(pv, d, &v)
+	return v
+}
+
+// nets sets what pv's vNICs and disks ask of the network pools, the
+// uplinks and the datastores in v (its nics, netResv, netLoad and iops,
+// reusing their space); a passthrough vNIC makes v not migratable.
+func (s *state) nets(pv *policy.VM, d Demand, v *vm) {
+	v.nics, v.iops = v.nics[:0], v.iops[:0]
+	v.netResv, v.netLoad = 0, 0
+	if v.nics == nil && len(pv.NICs) > 0 {
+		v.nics = make([]nicReq, 0, len(pv.NICs))
+	}
+	for _, pn := range pv.NICs {
+		if pn.Passthrough {
+			v.migratable = false
 		}
-		v.memLoad = v.mem
-		if dm, ok := d.MemoryBytes[pv.Name]; ok {
-			v.memLoad = math.Min(dm, v.mem)
+		n := nicReq{resv: int64(pn.Reservation), pool: -1}
+		if pi, ok := s.pgPool[pn.PortGroup]; ok {
+			n.pool = pi
 		}
-		for _, pn := range pv.NICs {
-			if pn.Passthrough {
-				v.migratable = false
-			}
-			n := nicReq{resv: int64(pn.Reservation), pool: -1}
-			if pi, ok := pgPool[pn.PortGroup]; ok {
-				n.pool = pi
-			}
-			n.load = float64(n.resv)
+		n.load = float64(n.resv)
+		if d.NetBps != nil {
 			if dn, ok := d.NetBps[policy.PortName(pv.Name, pn.Name)]; ok {
 				n.load = math.Min(math.Max(float64(n.resv), dn), entitle.RateLimit(pn.Limit))
 			}
-			v.netResv += float64(n.resv)
-			v.netLoad += n.load
-			v.nics = append(v.nics, n)
 		}
-		for _, pd := range pv.Disks {
-			if di, ok := dsIdx[pd.Datastore]; ok && pd.ReservationIOPS > 0 {
-				v.iops = append(v.iops, diskReq{ds: di, iops: int64(pd.ReservationIOPS)})
-			}
-		}
-		s.vmIdx[pv.Name] = i
-		s.vms = append(s.vms, v)
+		v.netResv += float64(n.resv)
+		v.netLoad += n.load
+		v.nics = append(v.nics, n)
 	}
-	// Place the VMs where they are, without checking: faults are found after.
-	for i := range s.vms {
-		hn := p.VMs[i].Host
-		if cur != nil {
-			hn = cur[s.vms[i].name]
-		}
-		if hi, ok := s.hostIdx[hn]; ok {
-			s.attach(i, hi)
+	for _, pd := range pv.Disks {
+		if di, ok := s.dsIdx[pd.Datastore]; ok && pd.ReservationIOPS > 0 {
+			v.iops = append(v.iops, diskReq{ds: di, iops: int64(pd.ReservationIOPS)})
 		}
 	}
-	s.bal.init(s, o)
-	return s
+}
+
+// placedOn is the index of the host VM pv is placed on in cur (nil: the
+// host the policy gives), or -1.
+func (s *state) placedOn(cur Placement, pv *policy.VM) int {
+	hn := pv.Host
+	if cur != nil {
+		hn = cur[pv.Name]
+	}
+	if hi, ok := s.hostIdx[hn]; ok {
+		return hi
+	}
+	return -1
 }
 
 // poolHosts is the set of hosts a pool spans: those it names, or every
@@ -227,6 +323,21 @@ func (s *state) attach(vi, hi int) {
 	h.cpuLoad += v.cpuLoad
 	h.memLoad += v.memLoad
 	h.netLoad += v.netLoad
+	s.draw(v)
+}
+
+// draws reports whether v reserves some of a network pool or datastore.
+func (v *vm) draws() bool {
+	for _, n := range v.nics {
+		if n.pool >= 0 && n.resv > 0 {
+			return true
+		}
+	}
+	return len(v.iops) > 0
+}
+
+// draw counts what v reserves of the network pools and datastores.
+func (s *state) draw(v *vm) {
 	for _, n := range v.nics {
 		if n.pool >= 0 {
 			s.pools[n.pool].q.Add(n.resv)
