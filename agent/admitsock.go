@@ -21,11 +21,16 @@ import (
 
 // Admission at VM start has one source of truth on a host: its agent. The
 // libvirt hook (`sluice hook qemu`) asks the agent over a Unix socket,
-// mode 0600 (root only), whether a domain may start; the agent answers
-// with the policy it enforces (the controller's, with every change made
-// since, or its policy file), the domains that run on the host now, and
-// the VMs the controller has started or moved here that do not run yet
-// (they hold their reservations: DesiredHost.Starting).
+// mode 0600 (root only), whether a domain may start. An agent that follows
+// a controller asks it (Ask): the controller decides with the whole
+// cluster (every host's VMs, the pool and datastore quotas) and holds the
+// reservations of the VM it admits while it starts. A domain the
+// controller does not know (the policy does not name it), an agent with a
+// policy file, and an agent whose controller does not answer decide here:
+// with the policy the agent enforces (its file, or its host's part of the
+// controller's), the domains that run on the host now and the VMs the
+// controller has started or moved here that do not run yet (they hold
+// their reservations: DesiredHost.Starting).
 
 // AdmitSocket is the path of host's admission socket under stateDir.
 func AdmitSocket(stateDir, host string) string {
@@ -38,11 +43,10 @@ type Admitter struct {
 	// Running returns the domains that run on the host now (with their
 	// vNIC counts, for the ones the policy does not name).
 	Running func() ([]admit.Domain, error)
-	// Refresh, when set, returns the policy in force now (the
-	// controller's: a VM that runs elsewhere or nowhere may have changed
-	// without this host's desired state changing); when it fails, the
-	// policy last set decides.
-	Refresh func(ctx context.Context) (*policy.Policy, error)
+	// Ask, when set, asks the controller whether dom may start on Host:
+	// known is false when the controller does not know the VM; err when
+	// it could not be asked. Then the agent decides itself.
+	Ask func(ctx context.Context, dom admit.Domain) (d admit.Decision, known bool, err error)
 
 	mu       sync.Mutex
 	p        *policy.Policy
@@ -60,14 +64,16 @@ func (a *Admitter) Set(p *policy.Policy, starting []string) {
 // Decide is the answer for dom: admit.Decide with the domains that run
 // and those that hold reservations while starting.
 func (a *Admitter) Decide(ctx context.Context, dom admit.Domain) (admit.Decision, error) {
-	if a.Refresh != nil {
-		rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
-		np, err := a.Refresh(rctx)
+	note := ""
+	if a.Ask != nil {
+		actx, cancel := context.WithTimeout(ctx, askTimeout)
+		d, known, err := a.Ask(actx, dom)
 		cancel()
-		if err == nil && np != nil {
-			a.mu.Lock()
-			a.p = np
-			a.mu.Unlock()
+		switch {
+		case err == nil && known:
+			return d, nil
+		case err != nil:
+			note = fmt.Sprintf(" (decided by this host without the controller, which did not answer: %v; the pool and datastore quotas of the cluster were not checked)", err)
 		}
 	}
 	a.mu.Lock()
@@ -85,11 +91,13 @@ func (a *Admitter) Decide(ctx context.Context, dom admit.Domain) (admit.Decision
 			running = append(running, admit.Domain{Name: vm})
 		}
 	}
-	return admit.Decide(p, a.Host, dom, running), nil
+	d := admit.Decide(p, a.Host, dom, running)
+	d.Why += note
+	return d, nil
 }
 
-// refreshTimeout bounds Refresh: the hook waits for the answer.
-const refreshTimeout = 3 * time.Second
+// askTimeout bounds Ask: the hook waits for the answer.
+const askTimeout = 3 * time.Second
 
 // admitRequest is the body of POST /v1/admit.
 type admitRequest struct {

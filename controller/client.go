@@ -171,6 +171,13 @@ func (c *Client) PowerOn(ctx context.Context, vm string, req PowerOnRequest) (Re
 	return r, c.do(ctx, "POST", "/v1/vms/"+url.PathEscape(vm)+"/power-on", req, &r)
 }
 
+// Admit asks whether a domain may start on req.Host (the agents ask, for
+// their libvirt hook).
+func (c *Client) Admit(ctx context.Context, vm string, req AdmitRequest) (AdmitAnswer, error) {
+	var a AdmitAnswer
+	return a, c.do(ctx, "POST", "/v1/vms/"+url.PathEscape(vm)+"/admit", req, &a)
+}
+
 // Migrate moves a VM (the agents carry it out).
 func (c *Client) Migrate(ctx context.Context, vm string, req MigrateRequest) (Result, error) {
 	var r Result

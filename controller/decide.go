@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"sluice/admit"
 	"sluice/placement"
 	"sluice/policy"
 )
@@ -261,6 +262,57 @@ func (v view) powerOn(vm, host, reason string, choose bool) (*next, error) {
 	n.starting[vm] = Start{Host: host, AtNs: v.nowNs}
 	n.events = []Event{{Kind: "power-on", Subject: vm, Message: fmt.Sprintf("%s powered on on %s (%s): it holds its reservations there while it starts", vm, host, why), Reason: reason}}
 	return n, nil
+}
+
+// admit answers a host whose hypervisor is about to start a domain (the
+// libvirt hook, through the host's agent). A VM starting or moving to the
+// host, or already running there, is admitted as it is; a VM that runs on
+// another host is coming by a migration sluice did not decide: admitted
+// when it fits here (the agents then report where it runs); a VM that is
+// off is powered on here (powerOn: it holds its reservations while it
+// starts) or refused with the reason. A name the policy does not have is
+// 404: the host decides with the policy's unnamedVMs setting.
+func (v view) admit(name string, req AdmitRequest) (*next, AdmitAnswer, error) {
+	vm := admit.VMName(v.p, admit.Domain{Name: name, UUID: req.UUID})
+	if vm == "" {
+		return nil, AdmitAnswer{}, apiErr(http.StatusNotFound, "no VM %q in the policy", name)
+	}
+	if v.p.Host(req.Host) == nil {
+		return nil, AdmitAnswer{}, apiErr(http.StatusNotFound, "no host %q in the policy", req.Host)
+	}
+	ans := AdmitAnswer{VM: vm, Revision: v.doc.Revision}
+	st, _ := v.state(vm)
+	on := v.runsOn(vm)
+	switch {
+	case (st == "starting" || st == "moving") && v.place[vm] == req.Host:
+		ans.Allow, ans.Why = true, fmt.Sprintf("%s is %s on %s: it holds its reservations there", vm, st, req.Host)
+		return nil, ans, nil
+	case on == req.Host:
+		ans.Allow, ans.Why = true, fmt.Sprintf("%s already runs on %s", vm, req.Host)
+		return nil, ans, nil
+	case on != "":
+		if _, _, err := mustParse(vm+".host="+req.Host).Apply(v.p, v.holding()); err != nil {
+			var re *placement.RefusedError
+			if !errors.As(err, &re) {
+				return nil, AdmitAnswer{}, apiErr(http.StatusBadRequest, "%v", err)
+			}
+			ans.Why = fmt.Sprintf("%s runs on %s and does not fit on %s: %s", vm, on, req.Host, re.Reason)
+			return nil, ans, nil
+		}
+		ans.Allow, ans.Why = true, fmt.Sprintf("%s runs on %s and fits on %s (a migration)", vm, on, req.Host)
+		return nil, ans, nil
+	}
+	n, err := v.powerOn(vm, req.Host, reasonOr(req.Reason, "the libvirt hook of "+req.Host+": the domain is starting"), false)
+	if err != nil {
+		var e *Error
+		if !errors.As(err, &e) || e.Status != http.StatusConflict {
+			return nil, AdmitAnswer{}, err
+		}
+		ans.Why, ans.Details = e.Body.Error, e.Body.Details
+		return nil, ans, nil
+	}
+	ans.Allow, ans.Why = true, n.events[0].Message
+	return n, ans, nil
 }
 
 // migrate moves a running VM to another host where its reservations fit:

@@ -182,8 +182,8 @@ func TestDecide(t *testing.T) {
 				return w.vms()
 			case "desired":
 				host := arg("host")
-				dh := desiredByHost(w.p, entitle.Derive(w.p, entitle.Live{Hosts: w.place}), w.place, w.starting)[host]
-				if dh == nil {
+				dh := desiredOf(w.p, w.place, w.starting, nil)[host]
+				if dh == nil || len(dh.VMs) == 0 {
 					return "nothing placed\n"
 				}
 				return fmt.Sprintf("vms %v starting %v moves %v cpu %v\n", dh.VMs, dh.Starting, dh.Moves, dh.CPU)

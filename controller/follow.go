@@ -5,20 +5,16 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sync"
 	"time"
-
-	"sluice/placement"
-	"sluice/policy"
 )
 
 // AgentSide is what Follow drives on an agent's host.
 type AgentSide interface {
-	// Apply takes the policy in force and the host's desired state: it
-	// moves in the VMs that migrate here (DesiredHost.VMs), lets go of
-	// those that left, and has the agent enforce p. An error leaves the
+	// Apply takes the host's desired state: it moves in the VMs that
+	// migrate here (DesiredHost.Moves) and has the agent enforce the
+	// host's part of the policy (DesiredHost.Policy). An error leaves the
 	// agent enforcing what it had; Follow tries again.
-	Apply(p *policy.Policy, d DesiredHost) error
+	Apply(d DesiredHost) error
 	// Report is what the host reports now: its VMs, uplinks and measured
 	// per-port rates.
 	Report() Report
@@ -26,7 +22,7 @@ type AgentSide interface {
 
 // Follower keeps an agent on the controller: it registers the host (a
 // lease, renewed by the reports), watches the host's desired state and
-// hands each new one to the agent with the policy in force. When the
+// hands each new one to the agent. When the
 // controller or etcd is unreachable the agent keeps enforcing the last
 // state; the follower retries every RetryEvery and registers again when
 // its lease expired.
@@ -41,9 +37,6 @@ type Follower struct {
 	// Logf gets a line when the connection is lost or back, and errors of
 	// Apply; nil discards.
 	Logf func(format string, args ...any)
-	// Policies caches the policy in force; nil: a cache of the
-	// follower's own.
-	Policies *PolicyCache
 
 	// applied is signalled after a desired state with other VMs than the
 	// last one was applied: the host reports at once, so that a
@@ -67,9 +60,6 @@ func (f *Follower) Run(ctx context.Context) {
 		f.Wait = 30 * time.Second
 	}
 	f.applied = make(chan struct{}, 1)
-	if f.Policies == nil {
-		f.Policies = &PolicyCache{}
-	}
 	done := make(chan struct{})
 	go func() { defer close(done); f.lease(ctx) }()
 	f.watch(ctx)
@@ -135,44 +125,6 @@ func (f *Follower) lease(ctx context.Context) {
 	}
 }
 
-// PolicyCache holds the policy in force as last read from the controller,
-// built again only from the changes made since (BuildFrom). It is safe for
-// concurrent use: the follower reads it for each new desired state, and
-// the agent's admission for each domain that starts (a VM's settings may
-// change while its host's desired state does not: it runs elsewhere or
-// nowhere).
-type PolicyCache struct {
-	mu sync.Mutex
-	ps PolicyState
-	p  *policy.Policy
-}
-
-// Get reads the stored policy and returns the policy in force.
-func (pc *PolicyCache) Get(ctx context.Context, cl *Client) (*policy.Policy, error) {
-	ps, err := cl.Policy(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reading the policy: %w", err)
-	}
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	if pc.p != nil && ps.Revision == pc.ps.Revision {
-		return pc.p, nil
-	}
-	np, err := ps.BuildFrom(pc.ps, pc.p)
-	if err != nil {
-		return nil, err
-	}
-	pc.ps, pc.p = ps, np
-	return np, nil
-}
-
-// Last is the policy last read (nil before the first).
-func (pc *PolicyCache) Last() *policy.Policy {
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	return pc.p
-}
-
 // watch hands every new desired state to the agent.
 func (f *Follower) watch(ctx context.Context) {
 	var rev int64
@@ -199,14 +151,14 @@ func (f *Follower) watch(ctx context.Context) {
 		if d.Revision == 0 || d.Revision == rev {
 			continue // nothing published yet, or the wait ended
 		}
-		p, err := f.Policies.Get(ctx, f.Client)
-		if err != nil {
-			if !fail(err) {
-				return
-			}
+		if d.Policy == nil {
+			// Written by a controller that publishes no part of the
+			// policy: the agent keeps what it enforces.
+			fail(fmt.Errorf("desired state %d of %s has no policy: enforcing the last one (upgrade the controller)", d.Revision, f.Host))
+			rev = d.Revision
 			continue
 		}
-		if err := f.Agent.Apply(p, d); err != nil {
+		if err := f.Agent.Apply(d); err != nil {
 			if !fail(fmt.Errorf("desired state %d: %w", d.Revision, err)) {
 				return
 			}
@@ -221,31 +173,4 @@ func (f *Follower) watch(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// Build returns the policy in force: the document with the changes made
-// again.
-func (ps PolicyState) Build() (*policy.Policy, error) {
-	return rebuild(ps, placement.Placement{})
-}
-
-// BuildFrom returns the policy in force like Build, but from p, the policy
-// of prev, when ps is prev's document with changes added: only those are
-// made (with 30,000 VMs, decoding the document again takes most of a
-// second).
-func (ps PolicyState) BuildFrom(prev PolicyState, p *policy.Policy) (*policy.Policy, error) {
-	n := len(prev.Changes)
-	if p == nil || ps.File != prev.File || ps.Document != prev.Document || len(ps.Changes) < n || !slices.Equal(ps.Changes[:n], prev.Changes) {
-		return ps.Build()
-	}
-	for _, spec := range ps.Changes[n:] {
-		ch, err := placement.ParseChange(spec)
-		if err != nil {
-			return nil, fmt.Errorf("stored change %q: %v", spec, err)
-		}
-		if p, _, err = ch.Apply(p, placement.Placement{}); err != nil {
-			return nil, fmt.Errorf("stored change %q no longer applies: %v", spec, err)
-		}
-	}
-	return p, nil
 }

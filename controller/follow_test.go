@@ -2,12 +2,10 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,13 +22,13 @@ type fakeAgent struct {
 	fail    error
 }
 
-func (a *fakeAgent) Apply(p *policy.Policy, d DesiredHost) error {
+func (a *fakeAgent) Apply(d DesiredHost) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.fail != nil {
 		return a.fail
 	}
-	a.applied, a.policy, a.vms = append(a.applied, d), p, d.VMs
+	a.applied, a.policy, a.vms = append(a.applied, d), d.Policy, d.VMs
 	return nil
 }
 
@@ -145,64 +143,6 @@ func TestFollowerRetriesApply(t *testing.T) {
 	ag.fail = nil
 	ag.mu.Unlock()
 	waitFor(t, 2*time.Second, "apply after failures", func() bool { return ag.reservation() == 7.5e9 })
-}
-
-// TestBuildFrom: a policy built from the previous one and the changes
-// added is the policy built from scratch; the previous one is not
-// modified; a new document, or changes that are not an extension, build
-// from scratch.
-func TestBuildFrom(t *testing.T) {
-	doc := string(readExample(t, "netioc-fig2.yaml"))
-	ps0 := PolicyState{Revision: 1, File: "fig2.yaml", Document: doc}
-	p0, err := ps0.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap0, _ := json.Marshal(p0)
-	ps1 := ps0
-	ps1.Revision, ps1.Changes = 2, []string{"vm1/nic0.reservation=5Gbps"}
-	ps2 := ps1
-	ps2.Revision, ps2.Changes = 3, []string{"vm1/nic0.reservation=5Gbps", "vm2/nic0.reservation=1Gbps", "vm3/nic0.shares=80"}
-	other := ps2
-	other.Revision, other.Changes = 4, []string{"vm2/nic0.limit=2Gbps"} // a new apply: changes reset
-	for _, c := range []struct {
-		name     string
-		prev, ps PolicyState
-		p        *policy.Policy
-	}{
-		{"one change added", ps0, ps1, p0},
-		{"three changes, two added", ps1, ps2, mustBuild(t, ps1)},
-		{"changes reset", ps2, other, mustBuild(t, ps2)},
-		{"another document", ps0, PolicyState{Revision: 5, File: "x.yaml", Document: doc + "\n# edited\n"}, p0},
-		{"nothing built before", PolicyState{}, ps2, nil},
-	} {
-		got, err := c.ps.BuildFrom(c.prev, c.p)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		gb, _ := json.Marshal(got)
-		wb, _ := json.Marshal(mustBuild(t, c.ps))
-		if string(gb) != string(wb) {
-			t.Errorf("%s: built from the previous policy:\n%s\nfrom scratch:\n%s", c.name, gb, wb)
-		}
-	}
-	if b, _ := json.Marshal(p0); string(b) != string(snap0) {
-		t.Error("the previous policy was modified")
-	}
-	bad := ps1
-	bad.Changes = append(slices.Clone(ps1.Changes), "vm9/nic0.shares=10")
-	if _, err := bad.BuildFrom(ps1, mustBuild(t, ps1)); err == nil || !strings.Contains(err.Error(), "vm9") {
-		t.Errorf("a change naming no VM: %v", err)
-	}
-}
-
-func mustBuild(t *testing.T, ps PolicyState) *policy.Policy {
-	t.Helper()
-	p, err := ps.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // TestFollowerReportsArrival: when a VM migrates to the follower's host,

@@ -119,6 +119,7 @@ func (c *Controller) Register(ctx context.Context, host string, r Report) (Lease
 	if st.p != nil && st.p.Host(host) == nil {
 		return Lease{}, apiErr(http.StatusNotFound, "no host %q in the policy", host)
 	}
+	r = named(r, c.vmNames(st.p))
 	g, err := c.cfg.Client.Grant(ctx, c.cfg.HostTTLSeconds)
 	if err != nil {
 		return Lease{}, fmt.Errorf("etcd lease grant: %w", err)
@@ -189,6 +190,11 @@ func (c *Controller) Report(ctx context.Context, host string, lease int64, r Rep
 			old = nil
 		}
 	}
+	st, err := c.load(ctx)
+	if err != nil {
+		return err
+	}
+	r = named(r, c.vmNames(st.p))
 	if err := c.putReport(ctx, host, lease, r); err != nil {
 		return err
 	}

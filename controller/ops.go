@@ -184,6 +184,18 @@ func (c *Controller) PowerOn(ctx context.Context, vm string, req PowerOnRequest)
 	return c.decide(ctx, true, func(v view) (*next, error) { return v.powerOn(vm, req.Host, req.Reason, c.cfg.ChooseHosts) })
 }
 
+// Admit answers whether a domain may start on req.Host (view.admit); an
+// admitted VM that was off holds its reservations there while it starts.
+func (c *Controller) Admit(ctx context.Context, vm string, req AdmitRequest) (AdmitAnswer, error) {
+	var ans AdmitAnswer
+	_, err := c.decide(ctx, true, func(v view) (*next, error) {
+		n, a, err := v.admit(vm, req)
+		ans = a
+		return n, err
+	})
+	return ans, err
+}
+
 func mustParse(spec string) placement.Change {
 	ch, err := placement.ParseChange(spec)
 	if err != nil {

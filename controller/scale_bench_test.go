@@ -19,7 +19,6 @@ import (
 	"sluice/entitle"
 	"sluice/internal/cputime"
 	"sluice/placement"
-	"sluice/policy"
 )
 
 // scalePolicy is a cluster of hosts hosts (one 25 GbE uplink each) and
@@ -157,8 +156,13 @@ type rateAgent struct {
 	vms  []string
 }
 
-func (a *rateAgent) Apply(p *policy.Policy, d DesiredHost) error {
-	n := entitle.NewNet(&entitle.Desired{Uplinks: d.UplinkSpecs()})
+func (a *rateAgent) Apply(d DesiredHost) error {
+	// As the agent does: the host's part, derived with its VMs running.
+	live := entitle.Live{Hosts: map[string]string{}}
+	for _, vm := range d.Policy.VMs {
+		live.Hosts[vm.Name] = d.Host
+	}
+	n := entitle.NewNet(entitle.Derive(d.Policy, live))
 	n.Compute()
 	rate := -1.0
 	if ps := n.Port(a.port); len(ps) > 0 {
@@ -487,59 +491,36 @@ func BenchmarkRegisterInProcess(b *testing.B) {
 	}
 }
 
-// BenchmarkFollowerPolicy is what an agent's Follower does after its
-// watch returns a new desired state while the policy changed, on
-// SLUICE_SCALE_HOSTS × SLUICE_SCALE_VMS with 5 changes made: decode the
-// stored policy and build it from scratch (rebuild: what it did before
-// BuildFrom), or make only the one change it has not seen on the policy
-// it has (incremental). Both in one run.
-func BenchmarkFollowerPolicy(b *testing.B) {
+// BenchmarkFollowerDesired is what an agent does with a new desired state
+// of its host on SLUICE_SCALE_HOSTS × SLUICE_SCALE_VMS: decode it (the
+// host's part of the policy with what it derives to) and derive the
+// host's trees from the part, as the agent does with its VMs running.
+func BenchmarkFollowerDesired(b *testing.B) {
 	nh, nv := envInt("SLUICE_SCALE_HOSTS", 1000), envInt("SLUICE_SCALE_VMS", 30000)
 	c := scaleController(b, nh, nv)
 	ctx := context.Background()
-	var prev PolicyState
-	for i := 0; i < 5; i++ {
-		if i == 4 {
-			var err error
-			if prev, err = c.Policy(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if _, err := c.Set(ctx, SetRequest{Changes: []string{fmt.Sprintf("vm%05d/nic0.reservation=200Mbps", i*7)}}); err != nil {
+	if _, err := c.Set(ctx, SetRequest{Changes: []string{"vm00007/nic0.reservation=200Mbps"}}); err != nil {
+		b.Fatal(err)
+	}
+	host := fmt.Sprintf("h%04d", min(7/max(nv/nh, 1), nh-1)) // vm00007's
+	d, err := c.WatchDesired(ctx, host, 0, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wire, _ := json.Marshal(d)
+	b.SetBytes(int64(len(wire)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var got DesiredHost
+		if err := json.Unmarshal(wire, &got); err != nil {
 			b.Fatal(err)
 		}
-	}
-	ps, err := c.Policy(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	prevP, err := prev.Build()
-	if err != nil {
-		b.Fatal(err)
-	}
-	wire, _ := json.Marshal(ps)
-	for _, incremental := range []bool{false, true} {
-		name := "rebuild"
-		if incremental {
-			name = "incremental"
+		live := entitle.Live{Hosts: map[string]string{}}
+		for _, vm := range got.Policy.VMs {
+			live.Hosts[vm.Name] = host
 		}
-		b.Run(fmt.Sprintf("%s-%dx%d", name, nh, nv), func(b *testing.B) {
-			b.SetBytes(int64(len(wire)))
-			for i := 0; i < b.N; i++ {
-				var got PolicyState
-				if err := json.Unmarshal(wire, &got); err != nil {
-					b.Fatal(err)
-				}
-				var err error
-				if incremental {
-					_, err = got.BuildFrom(prev, prevP)
-				} else {
-					_, err = got.Build()
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		if len(entitle.Derive(got.Policy, live).HostUplinks(host)) == 0 {
+			b.Fatal("no uplink derived")
+		}
 	}
 }

@@ -56,6 +56,7 @@ func Handler(c *Controller, tokens *Tokens, errLog *log.Logger) http.Handler {
 	mux.HandleFunc("GET /v1/explain", s.explain)
 	mux.HandleFunc("POST /v1/vms/{vm}/power-on", s.powerOn)
 	mux.HandleFunc("POST /v1/vms/{vm}/migrate", s.migrate)
+	mux.HandleFunc("POST /v1/vms/{vm}/admit", s.admit)
 	mux.HandleFunc("POST /v1/hosts/{host}/register", s.register)
 	mux.HandleFunc("POST /v1/hosts/{host}/heartbeat", s.heartbeat)
 	mux.HandleFunc("POST /v1/hosts/{host}/report", s.report)
@@ -372,6 +373,16 @@ func (s *server) powerOn(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.c.PowerOn(r.Context(), r.PathValue("vm"), req)
 	s.reply(w, res, err)
+}
+
+func (s *server) admit(w http.ResponseWriter, r *http.Request) {
+	var req AdmitRequest
+	if err := decode(r, &req); err != nil {
+		s.reply(w, nil, err)
+		return
+	}
+	ans, err := s.c.Admit(r.Context(), r.PathValue("vm"), req)
+	s.reply(w, ans, err)
 }
 
 func (s *server) migrate(w http.ResponseWriter, r *http.Request) {

@@ -19,7 +19,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"sluice/entitle"
 	"sluice/placement"
 	"sluice/policy"
 )
@@ -342,7 +341,7 @@ func (c *Controller) publishOps(ctx context.Context, st *state) ([]clientv3.Op, 
 	for _, kv := range resp.Kvs {
 		have[strings.TrimPrefix(string(kv.Key), c.key(dirDesired))] = string(kv.Value)
 	}
-	byHost := desiredByHost(st.p, entitle.Derive(st.p, entitle.Live{Hosts: st.place}), st.place, st.starting)
+	byHost := desiredOf(st.p, st.place, st.starting, nil)
 	var ops []clientv3.Op
 	for _, h := range st.p.Hosts {
 		dh := emptyDesired(h.Name)

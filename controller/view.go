@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -267,6 +269,40 @@ func (c *Controller) vmNames(p *policy.Policy) map[string]bool {
 	}
 	c.namesOf, c.names = p, m
 	return m
+}
+
+// named is r with the domains of r.Unnamed that the policy names (known,
+// by their name or by the UUID the agent reports for them) moved to r.VMs
+// under the policy's name: a host's agent knows only the VMs of its part
+// of the policy, so a VM placed elsewhere that runs on the host comes as
+// an unnamed domain.
+func named(r Report, known map[string]bool) Report {
+	var vms, unnamed []string
+	for _, d := range r.Unnamed {
+		vm := ""
+		if known[d] {
+			vm = d
+		} else if u := r.UUIDs[d]; u != "" {
+			for _, name := range []string{u, strings.ToLower(u), strings.ToUpper(u)} {
+				if known[name] {
+					vm = name
+					break
+				}
+			}
+		}
+		if vm == "" {
+			unnamed = append(unnamed, d)
+		} else if !slices.Contains(r.VMs, vm) {
+			vms = append(vms, vm)
+		}
+	}
+	if len(vms) == 0 {
+		return r
+	}
+	r.VMs = append(slices.Clone(r.VMs), vms...)
+	sort.Strings(r.VMs)
+	r.Unnamed = unnamed
+	return r
 }
 
 // viewOf is the view of state st with the agents' reports.

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"math"
+	"sort"
 	"time"
 
 	"sluice/alloc"
@@ -50,6 +51,27 @@ type SetRequest struct {
 type PowerOnRequest struct {
 	Host   string `json:"host,omitempty"`
 	Reason string `json:"reason,omitempty"`
+}
+
+// AdmitRequest asks whether a domain may start on Host: the libvirt hook
+// of Host asks its agent, which asks the controller. The domain is the
+// policy's VM of the path's name, or of UUID (a policy may name VMs by
+// their libvirt UUID).
+type AdmitRequest struct {
+	Host   string `json:"host"`
+	UUID   string `json:"uuid,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// AdmitAnswer is the controller's answer: a refusal says why, with the
+// per-host shortfalls; an admission holds the VM's reservations on Host
+// while it starts (as a power-on does).
+type AdmitAnswer struct {
+	Allow    bool     `json:"allow"`
+	VM       string   `json:"vm"` // the policy's name of the domain
+	Why      string   `json:"why"`
+	Details  []string `json:"details,omitempty"`
+	Revision int64    `json:"revision"` // the policy revision decided on
 }
 
 // MigrateRequest asks to move a VM to host To.
@@ -159,6 +181,10 @@ type Report struct {
 	// Unnamed are running domains the policy does not name: classed as
 	// the policy's unnamedVMs setting says.
 	Unnamed []string `json:"unnamed,omitempty"`
+	// UUIDs are the unnamed domains' UUIDs, by domain name: the controller
+	// finds among them the VMs of a policy that names VMs by UUID (a VM
+	// placed on another host is unnamed in this host's part).
+	UUIDs map[string]string `json:"uuids,omitempty"`
 	// Failed are the moves in (DesiredHost.Moves) the host could not
 	// carry out, VM → why: the controller records the decision failed.
 	Failed map[string]string `json:"failed,omitempty"`
@@ -185,10 +211,14 @@ type ReportRequest struct {
 	Report  Report `json:"report"`
 }
 
-// DesiredHost is the desired state of one host: its uplink trees and its
-// disks, derived with entitle.Derive from the policy and where VMs run.
-// Revision is the etcd revision at which it last changed; a watch returns
-// when it is larger than the one the agent has.
+// DesiredHost is the desired state of one host: its part of the policy
+// in force (Policy: entitle.HostParts), which its agent and its storage
+// gateway enforce with the VMs their hypervisor runs, and what that part
+// derives to when every VM placed there runs (Uplinks, Disks, CPU: what
+// `sluice alloc` and placement count for the host). Revision is the etcd
+// revision at which it last changed; a watch returns when it is larger
+// than the one the agent has. A host's desired state changes only when
+// its part, its VMs or the moves to it change.
 type DesiredHost struct {
 	Host     string `json:"host"`
 	Revision int64  `json:"revision"` // 0: nothing published yet
@@ -208,6 +238,12 @@ type DesiredHost struct {
 	Disks    []WireDisk   `json:"disks"`
 	// CPU is each placed VM's CPU and memory setting.
 	CPU []WireCPU `json:"cpu,omitempty"`
+	// Policy is the host's part of the policy in force: the host, the VMs
+	// placed on it (running or not, each with its host set), and the
+	// cluster-wide definitions (classes, pools, port groups, datastores,
+	// unnamedVMs), in sluice's policy types. Nil when nothing is
+	// published yet.
+	Policy *policy.Policy `json:"policy,omitempty"`
 }
 
 // Move is a VM to migrate in from the host that runs it.
@@ -277,57 +313,54 @@ func limitOf(p *float64) float64 {
 	return *p
 }
 
-// desiredByHost renders every host's share of d, visiting each VM, uplink
-// and disk once: VMs in name order, uplinks and disks in d's order. A host
-// without any is absent (emptyDesired).
-func desiredByHost(p *policy.Policy, d *entitle.Desired, place map[string]string, starting map[string]Start) map[string]*DesiredHost {
-	out := map[string]*DesiredHost{}
-	of := func(host string) *DesiredHost {
-		dh := out[host]
-		if dh == nil {
-			e := emptyDesired(host)
-			dh = &e
-			out[host] = dh
+// desiredOf renders the desired state of the hosts in only (nil: every
+// host of p): each host's part of the policy (entitle.HostParts), what it
+// derives to with every VM placed there running, and the VMs starting or
+// moving in. Each host is derived from its part alone, as its agent and
+// gateway derive it: VMs in name order, uplinks and disks in file order.
+func desiredOf(p *policy.Policy, place map[string]string, starting map[string]Start, only map[string]bool) map[string]*DesiredHost {
+	parts := entitle.HostParts(p, place, only)
+	out := make(map[string]*DesiredHost, len(parts))
+	for host, part := range parts {
+		dh := emptyDesired(host)
+		dh.Policy = part
+		live := entitle.Live{Hosts: make(map[string]string, len(part.VMs))}
+		for i := range part.VMs {
+			live.Hosts[part.VMs[i].Name] = host
+			dh.VMs = append(dh.VMs, part.VMs[i].Name)
 		}
-		return dh
-	}
-	vms := make(map[string]*policy.VM, len(p.VMs))
-	for i := range p.VMs {
-		vms[p.VMs[i].Name] = &p.VMs[i]
-	}
-	for _, vm := range sortedKeys(place) {
-		dh := of(place[vm])
-		dh.VMs = append(dh.VMs, vm)
-		if s, ok := starting[vm]; ok && s.Host == place[vm] {
-			dh.Starting = append(dh.Starting, vm)
-			if s.Move && s.From != "" {
-				dh.Moves = append(dh.Moves, Move{VM: vm, From: s.From})
+		sort.Strings(dh.VMs)
+		for _, vm := range dh.VMs {
+			if s, ok := starting[vm]; ok && s.Host == host {
+				dh.Starting = append(dh.Starting, vm)
+				if s.Move && s.From != "" {
+					dh.Moves = append(dh.Moves, Move{VM: vm, From: s.From})
+				}
 			}
-		}
-		if v := vms[vm]; v != nil {
+			v := part.VM(vm)
 			dh.CPU = append(dh.CPU, WireCPU{VM: vm, VCPUs: v.CPU.VCPUs, ReservationMHz: v.CPU.ReservationMHz, Shares: v.CPU.Shares,
 				LimitMHz: v.CPU.LimitMHz, MemoryBytes: int64(v.Memory)})
 		}
-	}
-	for _, u := range d.Uplinks {
-		dh := of(u.Host)
-		wu := WireUplink{Uplink: u.Uplink, SpeedBps: u.SpeedBps, UsableBps: u.UsableBps, Down: u.Down}
-		for _, c := range u.Classes {
-			wc := WireClass{Name: c.Name, Class: c.Class, ReservationBps: c.ReservationBps, Shares: c.Shares,
-				LimitBps: limitPtr(c.LimitBps), Declared: c.Declared}
-			for _, v := range c.VNICs {
-				wc.VNICs = append(wc.VNICs, WireVNIC{Port: v.Port, ReservationBps: v.ReservationBps, Shares: v.Shares, LimitBps: limitPtr(v.LimitBps)})
+		d := entitle.Derive(part, live)
+		for _, u := range d.Uplinks {
+			wu := WireUplink{Uplink: u.Uplink, SpeedBps: u.SpeedBps, UsableBps: u.UsableBps, Down: u.Down}
+			for _, c := range u.Classes {
+				wc := WireClass{Name: c.Name, Class: c.Class, ReservationBps: c.ReservationBps, Shares: c.Shares,
+					LimitBps: limitPtr(c.LimitBps), Declared: c.Declared}
+				for _, v := range c.VNICs {
+					wc.VNICs = append(wc.VNICs, WireVNIC{Port: v.Port, ReservationBps: v.ReservationBps, Shares: v.Shares, LimitBps: limitPtr(v.LimitBps)})
+				}
+				wu.Classes = append(wu.Classes, wc)
 			}
-			wu.Classes = append(wu.Classes, wc)
+			dh.Uplinks = append(dh.Uplinks, wu)
 		}
-		dh.Uplinks = append(dh.Uplinks, wu)
-	}
-	for _, ds := range d.Datastores {
-		for _, dk := range ds.Disks {
-			dh := of(dk.Host)
-			dh.Disks = append(dh.Disks, WireDisk{Name: dk.Name, Datastore: ds.Name, ReservationIOPS: dk.ReservationIOPS,
-				Shares: dk.Shares, LimitIOPS: limitPtr(dk.LimitIOPS)})
+		for _, ds := range d.Datastores {
+			for _, dk := range ds.Disks {
+				dh.Disks = append(dh.Disks, WireDisk{Name: dk.Name, Datastore: ds.Name, ReservationIOPS: dk.ReservationIOPS,
+					Shares: dk.Shares, LimitIOPS: limitPtr(dk.LimitIOPS)})
+			}
 		}
+		out[host] = &dh
 	}
 	return out
 }

@@ -30,10 +30,14 @@ const netnsDir = "/run/netns"
 // State is what a lab consists of, written to the state file before each
 // thing is created, so that Down can remove it after a crash.
 type State struct {
-	Cluster    string      `json:"cluster"`
-	Policy     string      `json:"policy"`
-	Namespaces []Namespace `json:"namespaces"`
-	Processes  []Process   `json:"processes"`
+	Cluster string `json:"cluster"`
+	Policy  string `json:"policy"`
+	// Layout is the policy the lab was built from: an agent that follows
+	// a controller (which sends each host only its part of the policy)
+	// finds the lab's devices by it (PlanOf).
+	Layout     *policy.Policy `json:"layout,omitempty"`
+	Namespaces []Namespace    `json:"namespaces"`
+	Processes  []Process      `json:"processes"`
 	// Cgroups are the VMs' CPU cgroups (VMCgroup), relative to the root
 	// of the cgroup hierarchy; Down finds them by prefix too.
 	Cgroups []string `json:"cgroups,omitempty"`
@@ -113,6 +117,29 @@ func ReadState(stateDir, cluster string) (*State, error) {
 	return &s, nil
 }
 
+// PlanOf is the plan of the lab of cluster that is up under stateDir, as
+// it was built (State.Layout; the policy file of the state for a lab
+// brought up before layouts were recorded).
+func PlanOf(stateDir, cluster string) (*Plan, error) {
+	st, err := ReadState(stateDir, cluster)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return nil, fmt.Errorf("lab %s is not up (no state file %s)", cluster, StatePath(stateDir, cluster))
+	}
+	p := st.Layout
+	if p == nil {
+		if st.Policy == "" {
+			return nil, fmt.Errorf("%s records neither the lab's layout nor its policy file", StatePath(stateDir, cluster))
+		}
+		if p, err = policy.Load(st.Policy); err != nil {
+			return nil, err
+		}
+	}
+	return NewPlan(p)
+}
+
 func writeState(stateDir string, s *State) error {
 	if err := os.MkdirAll(stateDirOr(stateDir), 0o755); err != nil {
 		return err
@@ -174,7 +201,7 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 		logw = io.Discard
 	}
 	pl.useStateDir(o.StateDir)
-	st = &State{Cluster: p.Cluster, Policy: o.PolicyFile, Namespaces: pl.Namespaces()}
+	st = &State{Cluster: p.Cluster, Policy: o.PolicyFile, Layout: p, Namespaces: pl.Namespaces()}
 	for i, ns := range st.Namespaces {
 		if ns.Kind == policy.LabQemu {
 			st.Namespaces[i].Console = guestConsole(o.StateDir, p.Cluster, ns.Entity)

@@ -167,6 +167,43 @@ func dsByName(p *policy.Policy, name string) (policy.Datastore, bool) {
 	return policy.Datastore{}, false
 }
 
+// wanted are the disks of p's VMs on host, by export name, with their
+// volumes: what host's gateway serves.
+func wanted(p *policy.Policy, host string) (map[string]policy.Disk, map[string]Volume) {
+	want := map[string]policy.Disk{}
+	vols := map[string]Volume{}
+	for _, vm := range p.VMs {
+		if vm.Host != host {
+			continue
+		}
+		for _, d := range vm.Disks {
+			v := Volume{VM: vm.Name, Disk: d.Name, SizeBytes: DiskBytes(d)}
+			want[v.Export()] = d
+			vols[v.Export()] = v
+		}
+	}
+	return want, vols
+}
+
+// HostDisk is a disk a host's gateway serves for a policy: its export
+// (VM/DISK), datastore, size and scheduler parameters.
+type HostDisk struct {
+	Export, Datastore string
+	SizeBytes         uint64
+	Params            mclock.Params
+}
+
+// HostDisks lists the disks host's gateway serves for p, in export order.
+func HostDisks(p *policy.Policy, host string) []HostDisk {
+	want, vols := wanted(p, host)
+	out := make([]HostDisk, 0, len(want))
+	for name, d := range want {
+		out = append(out, HostDisk{Export: name, Datastore: d.Datastore, SizeBytes: vols[name].SizeBytes, Params: mclockParams(d)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Export < out[j].Export })
+	return out
+}
+
 // mclockParams are a disk's scheduler settings from the policy.
 func mclockParams(d policy.Disk) mclock.Params {
 	m := mclock.Params{Shares: float64(max(d.Shares, 1))}
@@ -315,18 +352,7 @@ func (g *Gateway) SetPolicy(p *policy.Policy) error {
 func (g *Gateway) reconcile(p *policy.Policy, first bool) error {
 	g.polMu.Lock()
 	defer g.polMu.Unlock()
-	want := map[string]policy.Disk{} // export name → disk
-	wantVol := map[string]Volume{}
-	for _, vm := range p.VMs {
-		if vm.Host != g.opts.Host {
-			continue
-		}
-		for _, d := range vm.Disks {
-			v := Volume{VM: vm.Name, Disk: d.Name, SizeBytes: DiskBytes(d)}
-			want[v.Export()] = d
-			wantVol[v.Export()] = v
-		}
-	}
+	want, wantVol := wanted(p, g.opts.Host)
 	var errs []error
 	// Disks that left, or whose datastore or size changed.
 	g.exports.mu.RLock()

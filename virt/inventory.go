@@ -336,6 +336,19 @@ func (inv *Inventory) Unnamed() []string {
 	return out
 }
 
+// UUIDs returns the UUID of each running domain, by domain name.
+func (inv *Inventory) UUIDs() map[string]string {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	out := make(map[string]string, len(inv.doms))
+	for n, d := range inv.doms {
+		if d.UUID != "" {
+			out[n] = d.UUID
+		}
+	}
+	return out
+}
+
 // UnnamedVMs returns the running domains that the policy does not name
 // (Unnamed), each with its interfaces that have a host-side device (the
 // agent classifies there), an index, and a way out through an uplink

@@ -108,22 +108,25 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		agentUsage(stderr)
 		return exitUsage
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "sluice agent: "+format+"\n", args...) }
 	var p *policy.Policy
 	var cl *controller.Client
 	var desired controller.DesiredHost
 	if ctlf.server != "" {
 		var err error
 		if cl, err = ctlf.client(); err != nil {
-			fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+			logf("%s", labOneLine(err))
 			return exitBad
 		}
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		p, desired, err = ctlf.startState(sctx, cl, *host)
-		cancel()
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+		// The controller sends the host its part of the policy (the host,
+		// the VMs placed on it, the cluster-wide definitions).
+		if desired, err = ctlf.startState(ctx, cl, *host, logf); err != nil {
+			logf("%s", labOneLine(err))
 			return exitBad
 		}
+		p = desired.Policy
 		*file = ctlf.server
 	} else {
 		var code int
@@ -135,28 +138,33 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice agent: host %q is not in %s\n", *host, *file)
 		return exitBad
 	}
+	pl, err := src.labPlan(p, *stateDir, cl != nil)
+	if err != nil {
+		logf("%s", labOneLine(err))
+		return exitBad
+	}
 	ns := src.netns(*nsName, p.Cluster, *host)
 	k, err := agent.NewNetlinkKernel(ns)
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+		logf("%s", labOneLine(err))
 		return exitBad
 	}
 	defer k.Close()
-	inv, closeInv, err := src.open(p, *host, k.Master)
+	inv, closeInv, err := src.open(p, pl, *host, k.Master)
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+		logf("%s", labOneLine(err))
 		return exitBad
 	}
 	defer closeInv()
 	policies := make(chan *policy.Policy)
 	var side *agentSide
 	if cl != nil {
-		side, inv, err = newAgentSide(src, &ctlf.mig, p, *host, inv, policies)
+		side, inv, err = newAgentSide(src, &ctlf.mig, pl, *host, inv, policies)
 		if err != nil {
-			fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+			logf("%s", labOneLine(err))
 			return exitBad
 		}
-		side.logf = func(format string, args ...any) { fmt.Fprintf(stderr, "sluice agent: "+format+"\n", args...) }
+		side.logf = logf
 		// A move this host cannot make is reported to the controller
 		// (a failed decision), not a reason to stop enforcing.
 		if err := side.arrive(desired); err != nil {
@@ -188,8 +196,6 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "applied: %s\n", ch)
 		return exitOK
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	// The libvirt hook asks this agent whether a domain may start: one
 	// source of truth for admission (agent.Admitter).
 	adm := &agent.Admitter{Host: *host, Running: func() ([]admit.Domain, error) { return runningDomains(libvirtRunDir) }}
@@ -235,11 +241,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	if side != nil {
 		side.ctx = ctx
 		side.admitter = adm
-		pc := &controller.PolicyCache{}
-		adm.Refresh = func(ctx context.Context) (*policy.Policy, error) { return pc.Get(ctx, cl) }
-		fol := &controller.Follower{Client: cl, Host: *host, Agent: side, Policies: pc, Logf: func(format string, args ...any) {
-			fmt.Fprintf(stderr, "sluice agent: "+format+"\n", args...)
-		}}
+		adm.Ask = askController(cl, *host)
+		fol := &controller.Follower{Client: cl, Host: *host, Agent: side, Logf: logf}
 		go fol.Run(ctx)
 	} else {
 		// A new policy file goes to the agent and to the admitter.

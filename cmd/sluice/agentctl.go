@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"net/http"
 	"net/netip"
 	"slices"
 	"sort"
 	"sync"
 	"time"
 
+	"sluice/admit"
 	"sluice/agent"
 	"sluice/controller"
 	"sluice/lab"
@@ -43,21 +45,69 @@ func (f *controllerFlags) client() (*controller.Client, error) {
 	return controller.NewClient(f.server, tok, f.ca)
 }
 
-// startState reads the policy in force and host's desired state.
-func (f *controllerFlags) startState(ctx context.Context, cl *controller.Client, host string) (*policy.Policy, controller.DesiredHost, error) {
-	ps, err := cl.Policy(ctx)
-	if err != nil {
-		return nil, controller.DesiredHost{}, fmt.Errorf("controller %s: %w", f.server, err)
+// startState waits for host's desired state, which holds the host's
+// part of the policy: the controller publishes it once a policy naming
+// the host is applied. Until then, and while the controller cannot be
+// reached, the agent waits and says why in one line (a daemon does not
+// exit because the cluster is not as planned); a refused token is an
+// error.
+func (f *controllerFlags) startState(ctx context.Context, cl *controller.Client, host string, logf func(format string, args ...any)) (controller.DesiredHost, error) {
+	said := ""
+	var wait time.Duration // the first read does not wait
+	for {
+		d, err := cl.WatchDesired(ctx, host, 0, wait)
+		why := ""
+		switch st := controller.StatusOf(err); {
+		case err == nil && d.Policy != nil:
+			return d, nil
+		case ctx.Err() != nil:
+			return controller.DesiredHost{}, ctx.Err()
+		case st == http.StatusUnauthorized || st == http.StatusForbidden:
+			return controller.DesiredHost{}, fmt.Errorf("controller %s: %w", f.server, err)
+		case err == nil:
+			why = fmt.Sprintf("the controller has published no desired state for host %s yet (no policy applied)", host)
+		case st == http.StatusNotFound:
+			why = fmt.Sprintf("controller %s: %v", f.server, err)
+		default:
+			why = fmt.Sprintf("controller %s unreachable: %v", f.server, err)
+		}
+		if why != said {
+			logf("%s; waiting", why)
+			said = why
+		}
+		wait = 30 * time.Second
+		if err != nil && !sleepCtx(ctx, time.Second) {
+			return controller.DesiredHost{}, ctx.Err()
+		}
 	}
-	p, err := ps.Build()
-	if err != nil {
-		return nil, controller.DesiredHost{}, err
+}
+
+// askController is an Admitter's Ask: the controller decides whether a
+// domain may start on host. A domain it does not know (404: the policy
+// does not name it) is left to the agent.
+func askController(cl *controller.Client, host string) func(ctx context.Context, dom admit.Domain) (admit.Decision, bool, error) {
+	return func(ctx context.Context, dom admit.Domain) (admit.Decision, bool, error) {
+		a, err := cl.Admit(ctx, dom.Name, controller.AdmitRequest{Host: host, UUID: dom.UUID})
+		switch {
+		case controller.StatusOf(err) == http.StatusNotFound:
+			return admit.Decision{}, false, nil
+		case err != nil:
+			return admit.Decision{}, false, err
+		}
+		return admit.Decision{Allow: a.Allow, VM: a.VM, Why: a.Why, Details: a.Details}, true, nil
 	}
-	d, err := cl.WatchDesired(ctx, host, 0, 0)
-	if err != nil {
-		return nil, controller.DesiredHost{}, fmt.Errorf("controller %s: %w", f.server, err)
+}
+
+// sleepCtx waits for d or until ctx ends (false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
-	return p, d, nil
 }
 
 // movableInventory is the lab's inventory of a host whose VMs come and go
@@ -143,10 +193,11 @@ type agentSide struct {
 	stats    agent.Stats
 	vms      func() []string
 	unnamed  func() []string
-	failed   map[string]string    // VM → why its last move in failed, while the move is asked
-	since    map[string]time.Time // VM → when it was first seen running here
-	lastVMs  []string             // the running VMs of the last report or step
-	changed  chan struct{}        // the running VMs changed: report now
+	uuids    func() map[string]string // domain name → UUID
+	failed   map[string]string        // VM → why its last move in failed, while the move is asked
+	since    map[string]time.Time     // VM → when it was first seen running here
+	lastVMs  []string                 // the running VMs of the last report or step
+	changed  chan struct{}            // the running VMs changed: report now
 }
 
 // arrive carries out d's moves in and, on a lab host, sets the inventory's
@@ -188,11 +239,12 @@ func (s *agentSide) arrive(d controller.DesiredHost) error {
 	return errors.Join(errs...)
 }
 
-// Apply takes a new desired state and policy: moves carried out (or their
-// failure recorded), then the policy handed to the agent. Only a stopped
-// agent is an error: a move that cannot be made is reported, not retried
-// here (the controller decides again).
-func (s *agentSide) Apply(p *policy.Policy, d controller.DesiredHost) error {
+// Apply takes a new desired state: moves carried out (or their failure
+// recorded), then the host's part of the policy handed to the agent. Only
+// a stopped agent is an error: a move that cannot be made is reported,
+// not retried here (the controller decides again).
+func (s *agentSide) Apply(d controller.DesiredHost) error {
+	p := d.Policy
 	if err := s.ctx.Err(); err != nil {
 		return err
 	}
@@ -291,6 +343,15 @@ func (s *agentSide) Report() controller.Report {
 	if s.unnamed != nil {
 		r.Unnamed = s.unnamed()
 	}
+	if s.uuids != nil && len(r.Unnamed) > 0 {
+		all := s.uuids()
+		r.UUIDs = map[string]string{}
+		for _, d := range r.Unnamed {
+			if u := all[d]; u != "" {
+				r.UUIDs[d] = u
+			}
+		}
+	}
 	for _, u := range st.Uplinks {
 		r.Uplinks = append(r.Uplinks, u.Uplink)
 		for _, pt := range u.Ports {
@@ -304,19 +365,18 @@ func (s *agentSide) Report() controller.Report {
 // a lab host gets a movableInventory (VMs re-plug between hosts) that
 // replaces inv; a libvirt host keeps its inventory and migrates VMs in
 // live as mig says.
-func newAgentSide(src *inventoryFlags, mig *migrateFlags, p *policy.Policy, host string, inv agent.Inventory, policies chan<- *policy.Policy) (*agentSide, agent.Inventory, error) {
+func newAgentSide(src *inventoryFlags, mig *migrateFlags, pl *lab.Plan, host string, inv agent.Inventory, policies chan<- *policy.Policy) (*agentSide, agent.Inventory, error) {
 	s := &agentSide{policies: policies, ctx: context.Background(), changed: make(chan struct{}, 1)}
 	if u, ok := inv.(interface{ Unnamed() []string }); ok {
 		s.unnamed = u.Unnamed
+	}
+	if u, ok := inv.(interface{ UUIDs() map[string]string }); ok {
+		s.uuids = u.UUIDs
 	}
 	if src.kind != "lab" {
 		s.vms = func() []string { vms, _ := inv.VMs(); return vms }
 		s.mover = mig.mover(host, src.socket)
 		return s, inv, nil
-	}
-	pl, err := lab.NewPlan(p)
-	if err != nil {
-		return nil, nil, err
 	}
 	mi, err := newMovableInventory(pl, host)
 	if err != nil {

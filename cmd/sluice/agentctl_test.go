@@ -34,7 +34,7 @@ func TestAgentSideExecutor(t *testing.T) {
 	src.kind = "lab"
 	pl, _ := lab.NewPlan(p)
 	base, _ := pl.Inventory("h2")
-	s, inv, err := newAgentSide(&src, &migrateFlags{}, p, "h2", base, policies)
+	s, inv, err := newAgentSide(&src, &migrateFlags{}, pl, "h2", base, policies)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestAgentSideExecutor(t *testing.T) {
 		moved = append(moved, vm)
 		return nil
 	}
-	err = s.Apply(p, controller.DesiredHost{Host: "h2", VMs: []string{"vm2", "vm3"}})
+	err = s.Apply(controller.DesiredHost{Host: "h2", VMs: []string{"vm2", "vm3"}, Policy: p})
 	if err != nil || !slices.Equal(moved, []string{"vm2"}) {
 		t.Fatalf("apply: %v, moved %v", err, moved)
 	}
@@ -71,7 +71,7 @@ func TestAgentSideExecutor(t *testing.T) {
 		t.Fatal("vm1/nic0 known on h2")
 	}
 	// vm2 leaves again: let go without the executor.
-	if err := s.Apply(p, controller.DesiredHost{Host: "h2", VMs: []string{}}); err != nil {
+	if err := s.Apply(controller.DesiredHost{Host: "h2", VMs: []string{}, Policy: p}); err != nil {
 		t.Fatal(err)
 	}
 	<-policies
@@ -86,7 +86,7 @@ func TestAgentSideExecutor(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	s.ctx = ctx
-	if err := s.Apply(p, controller.DesiredHost{Host: "h2"}); err == nil {
+	if err := s.Apply(controller.DesiredHost{Host: "h2", Policy: p}); err == nil {
 		t.Fatal("apply with the agent gone: no error")
 	}
 }

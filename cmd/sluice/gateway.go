@@ -160,16 +160,18 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 			return exitBad
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		p, desired, err = ctl.startState(ctx, cl, *host)
+		// The controller sends the host its part of the policy: the VMs
+		// placed here, with their disks, and the datastores.
+		ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		desired, err = ctl.startState(ctx, cl, *host, func(format string, args ...any) {
+			fmt.Fprintf(stderr, "sluice gateway: "+format+"\n", args...)
+		})
 		cancel()
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 			return exitBad
 		}
-		if desired.Revision > 0 { // else nothing published yet: the policy's placement
-			p = placedOn(p, *host, desired.VMs)
-		}
+		p = desired.Policy
 	} else {
 		var code int
 		stamp = fileStamp(*pol) // before loading: a change in between is applied
@@ -286,23 +288,6 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// placedOn is p with the VMs of the controller's desired state for host
-// (vms) placed on host and every other VM placed elsewhere: the
-// controller's placement, migrations included, is what the gateway serves.
-func placedOn(p *policy.Policy, host string, vms []string) *policy.Policy {
-	q := *p
-	q.VMs = append([]policy.VM(nil), p.VMs...)
-	for i := range q.VMs {
-		switch {
-		case slices.Contains(vms, q.VMs[i].Name):
-			q.VMs[i].Host = host
-		case q.VMs[i].Host == host:
-			q.VMs[i].Host = "" // runs elsewhere
-		}
-	}
-	return &q
-}
-
 // followController applies the controller's desired state for host to g
 // whenever its revision changes (a long poll; errors are retried every
 // second, reported once): VMs that migrate in get their disks served,
@@ -312,7 +297,6 @@ func followController(g *storage.Gateway, cl *controller.Client, host string, re
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-stop; cancel() }()
 	lastErr := ""
-	var pc controller.PolicyCache // built again from the changes since, not from the document
 	fail := func(err error) {
 		if ctx.Err() == nil && err.Error() != lastErr {
 			fmt.Fprintf(stderr, "sluice gateway: controller: %v\n", err)
@@ -332,12 +316,12 @@ func followController(g *storage.Gateway, cl *controller.Client, host string, re
 		if d.Revision == 0 || d.Revision == rev {
 			continue
 		}
-		p, err := pc.Get(ctx, cl)
-		if err != nil {
-			fail(err)
+		if d.Policy == nil {
+			fail(fmt.Errorf("desired state %d of %s has no policy: serving the last one (upgrade the controller)", d.Revision, host))
+			rev = d.Revision
 			continue
 		}
-		if err := g.SetPolicy(placedOn(p, host, d.VMs)); err != nil {
+		if err := g.SetPolicy(d.Policy); err != nil {
 			fail(err)
 			continue
 		}

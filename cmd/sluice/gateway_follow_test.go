@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"sluice/controller"
+	"sluice/entitle"
 	"sluice/policy"
 	"sluice/storage"
 	"sluice/storage/nbd"
@@ -107,20 +108,6 @@ func TestGatewayFollowsPolicyFile(t *testing.T) {
 	waitSock(true)
 }
 
-// placedOn puts the controller's VMs for the host on it and every other
-// VM of the host elsewhere, without touching the policy it was given.
-func TestPlacedOn(t *testing.T) {
-	p := &policy.Policy{VMs: []policy.VM{{Name: "a", Host: "h1"}, {Name: "b", Host: "h2"}, {Name: "c", Host: "h1"}}}
-	q := placedOn(p, "h1", []string{"a", "b"})
-	got := []string{q.VMs[0].Host, q.VMs[1].Host, q.VMs[2].Host}
-	if strings.Join(got, ",") != "h1,h1," {
-		t.Errorf("hosts %v, want h1,h1,\"\"", got)
-	}
-	if p.VMs[1].Host != "h2" || p.VMs[2].Host != "h1" {
-		t.Error("placedOn changed the policy it was given")
-	}
-}
-
 // `sluice gateway` on a host without VMs keeps running and serves a VM
 // that the policy file moves there: its socket appears and opens its disk;
 // SIGTERM stops it.
@@ -191,21 +178,32 @@ func TestGatewayCommandWaitsForVMs(t *testing.T) {
 	}
 }
 
-// The gateway follows the controller: the VMs of the host's desired state
-// are the ones it serves, whatever the policy document says (an HTTP
-// stand-in answers the controller's two requests; the real controller is
-// exercised in livetest/ctllive).
+// The gateway follows the controller: the VMs of the host's part of the
+// policy in its desired state are the ones it serves, whatever the policy
+// document says; it never asks for the whole policy (an HTTP stand-in
+// answers the desired state only; the real controller is exercised in
+// livetest/ctllive).
 func TestGatewayFollowsController(t *testing.T) {
+	p, err := policy.Parse("p.yaml", []byte(followPolicyYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := func(rev int64, place map[string]string) controller.DesiredHost {
+		part := entitle.HostParts(p, place, nil)["h2"]
+		d := controller.DesiredHost{Host: "h2", Revision: rev, VMs: []string{}, Policy: part}
+		for _, vm := range part.VMs {
+			d.VMs = append(d.VMs, vm.Name)
+		}
+		return d
+	}
 	var mu sync.Mutex
-	desired := controller.DesiredHost{Host: "h2", Revision: 1, VMs: []string{"vm2"}}
+	desired := on(1, map[string]string{"vm1": "h1", "vm2": "h2"})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer tok" {
 			http.Error(w, `{"error": "unauthorized"}`, http.StatusUnauthorized)
 			return
 		}
 		switch r.URL.Path {
-		case "/v1/policy":
-			json.NewEncoder(w).Encode(controller.PolicyState{Revision: 1, File: "p.yaml", Document: followPolicyYAML})
 		case "/v1/hosts/h2/desired":
 			after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
 			deadline := time.Now().Add(200 * time.Millisecond) // a short long poll
@@ -227,10 +225,6 @@ func TestGatewayFollowsController(t *testing.T) {
 	cl := &controller.Client{Server: srv.URL, Token: "tok", HTTP: srv.Client()}
 
 	dir := t.TempDir()
-	p, err := policy.Parse("p.yaml", []byte(followPolicyYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
 	vols := filepath.Join(dir, "ds1")
 	os.Mkdir(vols, 0o700)
 	if _, err := storage.CreateVolumes(vols, p, "ds1"); err != nil {
@@ -256,7 +250,7 @@ func TestGatewayFollowsController(t *testing.T) {
 	}
 	waitExports("vm2/d0") // the policy has vm2 on h1; the controller put it on h2
 	mu.Lock()
-	desired = controller.DesiredHost{Host: "h2", Revision: 2, VMs: []string{"vm1"}}
+	desired = on(2, map[string]string{"vm1": "h2", "vm2": "h1"})
 	mu.Unlock()
 	waitExports("vm1/d0")
 }

@@ -42,15 +42,26 @@ func (f *inventoryFlags) netns(flagNS, cluster, host string) string {
 	return agentNetns(flagNS, cluster, host)
 }
 
-// open builds the inventory. The libvirt one has read every running
-// domain when it returns; master tells the bridge of an uplink device (in
-// the agent's namespace), for the domains the policy does not name.
-func (f *inventoryFlags) open(p *policy.Policy, host string, master func(dev string) (string, error)) (agent.Inventory, func(), error) {
+// labPlan is the plan of the lab the agent's host is in: the plan of its
+// policy file, or, for an agent that follows a controller (which sends the
+// host only its part of the policy), the plan the lab was built from (its
+// state file under stateDir). Nil for a libvirt inventory.
+func (f *inventoryFlags) labPlan(p *policy.Policy, stateDir string, followsController bool) (*lab.Plan, error) {
+	switch {
+	case f.kind != "lab":
+		return nil, nil
+	case followsController:
+		return lab.PlanOf(stateDir, p.Cluster)
+	}
+	return lab.NewPlan(p)
+}
+
+// open builds the inventory: of the lab's plan pl, or of libvirt. The
+// libvirt one has read every running domain when it returns; master tells
+// the bridge of an uplink device (in the agent's namespace), for the
+// domains the policy does not name.
+func (f *inventoryFlags) open(p *policy.Policy, pl *lab.Plan, host string, master func(dev string) (string, error)) (agent.Inventory, func(), error) {
 	if f.kind == "lab" {
-		pl, err := lab.NewPlan(p)
-		if err != nil {
-			return nil, nil, err
-		}
 		inv, err := pl.Inventory(host)
 		if err != nil {
 			return nil, nil, err
