@@ -13,7 +13,7 @@
 #   ROUNDS=2 ...                              # runs of each (default 1)
 #
 # Then the in-process benchmarks (no HTTP): one set, one registration,
-# the Follower's policy rebuild, and every host's desired state rendered
+# the Follower applying a host's desired state, and every host's desired state rendered
 # host by host (the rendering before) and in one pass.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,6 +39,6 @@ for r in $(seq "$rounds"); do
 	done
 done
 echo "== in process"
-go test -run '^$' -bench 'InProcess|FollowerPolicy|RenderDesired' -benchtime=3x -benchmem ./controller 2>&1 |
+go test -run '^$' -bench 'InProcess|FollowerDesired|RenderDesired' -benchtime=3x -benchmem ./controller 2>&1 |
 	grep -E '^Benchmark' || status=1
 exit $status

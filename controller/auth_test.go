@@ -25,6 +25,7 @@ var routes = []struct{ method, path, body string }{
 	{"GET", "/v1/explain?port=vm1/nic0", ""},
 	{"POST", "/v1/vms/vm3/power-on", `{}`},
 	{"POST", "/v1/vms/vm2/migrate", `{"to":"h2"}`},
+	{"POST", "/v1/vms/vm3/admit", `{"host":"h1"}`},
 	{"POST", "/v1/hosts/h1/register", `{"vms":["vm1"],"uplinks":["vmnic0"]}`},
 	{"POST", "/v1/hosts/h1/heartbeat", `{"lease_id":1}`},
 	{"POST", "/v1/hosts/h1/report", `{"lease_id":1,"report":{"vms":[]}}`},

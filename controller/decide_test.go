@@ -156,6 +156,19 @@ func TestDecide(t *testing.T) {
 				return w.take(w.view().powerOn(arg("vm"), arg("on"), "", true))
 			case "migrate":
 				return w.take(w.view().migrate(arg("vm"), arg("to"), ""))
+			case "admit":
+				n, ans, err := w.view().admit(arg("vm"), AdmitRequest{Host: arg("on"), UUID: arg("uuid")})
+				if err != nil {
+					return w.take(nil, err)
+				}
+				out := fmt.Sprintf("allow %v vm %s: %s\n", ans.Allow, ans.VM, ans.Why)
+				for _, d := range ans.Details {
+					out += "  " + d + "\n"
+				}
+				if n == nil {
+					return out + "nothing to write\n"
+				}
+				return out + w.take(n, nil)
 			case "approve":
 				seq, _ := strconv.ParseInt(arg("seq"), 10, 64)
 				for _, dec := range w.decisions {

@@ -26,7 +26,6 @@ import (
 	"go.uber.org/zap"
 
 	"sluice/controller"
-	"sluice/policy"
 )
 
 var bin string // the sluice binary built for the tests
@@ -250,7 +249,7 @@ type agent struct {
 	vms  []string
 }
 
-func (a *agent) Apply(p *policy.Policy, d controller.DesiredHost) error {
+func (a *agent) Apply(d controller.DesiredHost) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.vms = d.VMs
