@@ -26,9 +26,9 @@ import (
 // classes, network pools, datastores, VMs with vNICs, disks and CPU
 // settings placed anywhere or nowhere.
 func TestHostSideFromSpec(t *testing.T) {
-	n := 1500
+	n := 5000
 	if testing.Short() {
-		n = 300
+		n = 500
 	}
 	rng := rand.New(rand.NewPCG(23, 2026))
 	checked, hosts, vms, tries := 0, 0, 0, 0
