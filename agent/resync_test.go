@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"sluice/policy"
 )
@@ -40,7 +41,7 @@ func mustPolicy(t *testing.T, text string) *policy.Policy {
 // runAgent starts Run in the background with a fake clock; step sends a
 // tick and returns that step's statistics and error.
 func runAgent(t *testing.T, a *Agent) (step func(now int64) (Stats, error), cancel func()) {
-	clock := fakeClock{ch: make(chan int64)}
+	clock := fakeClock{ch: make(chan time.Time)}
 	ctx, stop := context.WithCancel(context.Background())
 	type rep struct {
 		s   Stats
@@ -55,7 +56,7 @@ func runAgent(t *testing.T, a *Agent) (step func(now int64) (Stats, error), canc
 		t.Fatalf("first step: %v", r.err)
 	}
 	return func(now int64) (Stats, error) {
-			clock.ch <- now
+			clock.ch <- time.Unix(0, now)
 			r := <-reports
 			return r.s, r.err
 		}, func() {
@@ -207,7 +208,7 @@ func TestWatchPolicy(t *testing.T) {
 		}
 	}
 	write(followPolicy)
-	clock := fakeClock{ch: make(chan int64)}
+	clock := fakeClock{ch: make(chan time.Time)}
 	hup := make(chan struct{})
 	out := make(chan *policy.Policy, 1)
 	logs := make(chan string, 10)
@@ -220,7 +221,7 @@ func TestWatchPolicy(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	// A change is loaded at the second poll that sees it; the third send
 	// returns once the second poll is done.
-	tick := func() { clock.ch <- 0; clock.ch <- 0; clock.ch <- 0 }
+	tick := func() { clock.ch <- time.Unix(0, 0); clock.ch <- time.Unix(0, 0); clock.ch <- time.Unix(0, 0) }
 	tick()
 	if len(out) != 0 {
 		t.Fatal("an unchanged file was sent")
@@ -253,7 +254,7 @@ func TestWatchPolicy(t *testing.T) {
 	}
 	write(followPolicy)
 	hup <- struct{}{}
-	clock.ch <- 0
+	clock.ch <- time.Unix(0, 0)
 	if len(out) != 1 {
 		t.Error("SIGHUP with a good file did not send it")
 	}

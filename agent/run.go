@@ -9,38 +9,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"sluice/internal/clock"
 	"sluice/internal/inputfile"
 )
-
-// Clock gives the agent its time: a ticker of nanosecond timestamps. nil
-// means real time.
-type Clock interface {
-	// Ticks returns a channel that receives the time (ns) every interval,
-	// and a function that stops it.
-	Ticks(intervalNs int64) (<-chan int64, func())
-}
-
-type realClock struct{}
-
-func (realClock) Ticks(intervalNs int64) (<-chan int64, func()) {
-	t := time.NewTicker(time.Duration(intervalNs))
-	ch := make(chan int64, 1)
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case now := <-t.C:
-				select {
-				case ch <- now.UnixNano():
-				default: // the step is slow: skip a tick
-				}
-			case <-done:
-				return
-			}
-		}
-	}()
-	return ch, func() { t.Stop(); close(done) }
-}
 
 // NowNs is the real time in nanoseconds, for the first step of Run.
 func NowNs() int64 { return time.Now().UnixNano() }
@@ -54,10 +25,7 @@ func NowNs() int64 { return time.Now().UnixNano() }
 // each policy of Config.Policies (SetPolicy); the next step, at most one
 // interval later, applies them. A policy or a re-derivation that fails
 // leaves the agent as it was; its error is reported with the next step's.
-func Run(ctx context.Context, a *Agent, clock Clock, nowNs, intervalNs int64, report func(Stats, Changes, error)) error {
-	if clock == nil {
-		clock = realClock{}
-	}
+func Run(ctx context.Context, a *Agent, clk clock.Clock, nowNs, intervalNs int64, report func(Stats, Changes, error)) error {
 	ch, err := a.Step(nowNs)
 	report(a.Stats(), ch, err)
 	if err != nil && ch.Total() == 0 {
@@ -67,7 +35,7 @@ func Run(ctx context.Context, a *Agent, clock Clock, nowNs, intervalNs int64, re
 	if n, ok := a.cfg.Inventory.(ChangeNotifier); ok {
 		changes = n.Changes()
 	}
-	ticks, stop := clock.Ticks(intervalNs)
+	ticks, stop := clock.Or(clk).NewTicker(time.Duration(intervalNs))
 	defer stop()
 	var pending []error
 	for {
@@ -83,7 +51,7 @@ func Run(ctx context.Context, a *Agent, clock Clock, nowNs, intervalNs int64, re
 				pending = append(pending, fmt.Errorf("new policy not applied, keeping the last good one: %w", err))
 			}
 		case now := <-ticks:
-			ch, err := a.Step(now)
+			ch, err := a.Step(now.UnixNano())
 			report(a.Stats(), ch, errors.Join(append(pending, err)...))
 			pending = nil
 		}

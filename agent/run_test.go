@@ -3,14 +3,19 @@ package agent
 import (
 	"context"
 	"testing"
+	"time"
 
 	"sluice/policy"
 )
 
 // fakeClock hands the agent ticks that the test sends.
-type fakeClock struct{ ch chan int64 }
+type fakeClock struct{ ch chan time.Time }
 
-func (c fakeClock) Ticks(int64) (<-chan int64, func()) { return c.ch, func() {} }
+func (c fakeClock) Now() time.Time { return time.Time{} }
+
+func (c fakeClock) NewTicker(time.Duration) (<-chan time.Time, func()) { return c.ch, func() {} }
+
+func (c fakeClock) AfterFunc(time.Duration, func()) func() bool { return func() bool { return true } }
 
 // TestRunSteps drives Run with a fake clock: one step at start, one per
 // tick, each reported with the time it was given; cancel ends it.
@@ -27,7 +32,7 @@ vms: [{name: vm1, host: h1, nics: [{name: nic0}]}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := fakeClock{ch: make(chan int64)}
+	clock := fakeClock{ch: make(chan time.Time)}
 	ctx, cancel := context.WithCancel(context.Background())
 	reports := make(chan Stats)
 	done := make(chan error)
@@ -43,7 +48,7 @@ vms: [{name: vm1, host: h1, nics: [{name: nic0}]}]
 		t.Errorf("first step at %d, want 1e9", s.NowNs)
 	}
 	for _, now := range []int64{1.1e9, 1.2e9} {
-		clock.ch <- now
+		clock.ch <- time.Unix(0, now)
 		if s := <-reports; s.NowNs != now {
 			t.Errorf("step at %d reported %d", now, s.NowNs)
 		}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
+	"sluice/internal/clock"
 	"sluice/policy"
 )
 
@@ -16,12 +18,9 @@ import (
 // sends the new policy on out. A file that fails to load is not sent (the
 // agent keeps the last good policy); logf gets one line per distinct
 // failure. It returns when ctx ends.
-func WatchPolicy(ctx context.Context, path string, clock Clock, pollNs int64, hup <-chan struct{},
+func WatchPolicy(ctx context.Context, path string, clk clock.Clock, pollNs int64, hup <-chan struct{},
 	load func(string) (*policy.Policy, error), out chan<- *policy.Policy, logf func(string)) {
-	if clock == nil {
-		clock = realClock{}
-	}
-	ticks, stop := clock.Ticks(pollNs)
+	ticks, stop := clock.Or(clk).NewTicker(time.Duration(pollNs))
 	defer stop()
 	last := fileStamp(path) // of the file last loaded
 	seen := last            // at the last poll

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"sluice/internal/clock"
 	"sluice/mclock"
 	"sluice/parda"
 	"sluice/policy"
@@ -37,7 +38,7 @@ func ioCost(n int) float64 {
 // host on it, their mClock scheduler, the dispatcher under the window, and
 // the stats volume shared with the other hosts.
 type datastoreGate struct {
-	clk   Clock
+	clk   clock.Clock
 	name  string
 	ds    policy.Datastore
 	st    store

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"sluice/internal/clock"
 	"sluice/internal/inputfile"
 	"sluice/mclock"
 	"sluice/policy"
@@ -42,7 +43,7 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// Clock is the source of time for the control period, the schedulers'
 	// tags and latency measurement (nil: real time).
-	Clock Clock
+	Clock clock.Clock
 	// PollNs, if > 0, turns on bounded busy polling at queue depth 1: after
 	// a reply to a VM with nothing else in flight on that connection the
 	// gateway polls the VM's socket for up to PollNs for its next request,
@@ -61,7 +62,7 @@ type Options struct {
 // Gateway serves the disks of one host and controls their I/O.
 type Gateway struct {
 	opts    Options
-	clk     Clock
+	clk     clock.Clock
 	gates   []*datastoreGate
 	exports *exportSet
 	srv     *nbd.Server
@@ -118,7 +119,7 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{opts: opts, clk: opts.Clock, exports: &exportSet{m: map[string]*disk{}}, stop: make(chan struct{}), pol: p}
 	if g.clk == nil {
-		g.clk = realClock{}
+		g.clk = clock.Real
 	}
 	if g.opts.Logf == nil {
 		g.opts.Logf = func(string, ...any) {}
@@ -218,7 +219,7 @@ func mclockParams(d policy.Disk) mclock.Params {
 
 // newGate opens datastore ds at loc and its stats volume, and learns the
 // datastore's identity.
-func newGate(clk Clock, ds policy.Datastore, loc string, pollNs int64) (*datastoreGate, error) {
+func newGate(clk clock.Clock, ds policy.Datastore, loc string, pollNs int64) (*datastoreGate, error) {
 	st, err := openStore(clk, loc, pollNs)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: datastore %s: %w", ds.Name, err)

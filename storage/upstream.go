@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"sluice/internal/clock"
 	"sluice/storage/nbd"
 )
 
@@ -18,7 +19,7 @@ import (
 // checked by onRedial before use (same size, same datastore); a check that
 // fails makes the upstream fail every request from then on.
 type upstream struct {
-	clk                   Clock
+	clk                   clock.Clock
 	network, addr, export string
 	retryWindow           time.Duration
 	pollNs                int64 // nbd.DialPoll
@@ -33,7 +34,7 @@ type upstream struct {
 	failed error // sticky: set when a replacement connection failed its check
 }
 
-func newUpstream(clk Clock, network, addr, export string, pollNs int64) *upstream {
+func newUpstream(clk clock.Clock, network, addr, export string, pollNs int64) *upstream {
 	return &upstream{clk: clk, network: network, addr: addr, export: export, retryWindow: 15 * time.Second, pollNs: pollNs}
 }
 
@@ -115,7 +116,7 @@ func (u *upstream) do(fn func(c *nbd.Client) error) error {
 		if !u.clk.Now().Before(deadline) {
 			return err
 		}
-		sleep(u.clk, backoff) // reconnect back-off
+		clock.Sleep(u.clk, backoff) // reconnect back-off
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
 }

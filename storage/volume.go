@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"sluice/internal/clock"
 	"sluice/storage/nbd"
 )
 
@@ -36,7 +37,7 @@ type store interface {
 // (a directory of volumes: a local file system or an NFS mount), or an NBD
 // server "nbd://HOST[:PORT]" or "nbd+unix:///?socket=PATH" serving one
 // export per volume (nbdkit's file plugin with dir=, qemu-storage-daemon).
-func openStore(clk Clock, loc string, pollNs int64) (store, error) {
+func openStore(clk clock.Clock, loc string, pollNs int64) (store, error) {
 	if dir, ok := strings.CutPrefix(loc, "dir:"); ok || strings.HasPrefix(loc, "/") {
 		if !ok {
 			dir = loc
@@ -86,7 +87,7 @@ func ioErr(err error) error {
 
 // nbdStore is an NBD server with one export per volume.
 type nbdStore struct {
-	clk           Clock
+	clk           clock.Clock
 	network, addr string
 	pollNs        int64
 	loc           string
