@@ -41,21 +41,9 @@ type Config struct {
 	Cgroups cpuctl.Cgroups
 }
 
-// Demand estimation: a port that used at least SaturatedFraction of its
-// guaranteed rate in the last interval may want more (unbounded demand);
-// otherwise its demand is Headroom × what it used plus HeadroomOfLine × the
-// line rate, so that a flow that is still ramping up (TCP) can grow by half
-// its rate and 2% of the line per interval instead of being held where it is.
-const (
-	SaturatedFraction = 0.8
-	Headroom          = 1.5
-	HeadroomOfLine    = 0.02
-	// DemandWindowNs is how long a measurement counts for demand.
-	DemandWindowNs = int64(1e9)
-	// rateSmoothing is the weight of the newest interval in the measured
-	// rate (an exponentially weighted moving average).
-	rateSmoothing = 0.5
-)
+// rateSmoothing is the weight of the newest interval in a port's measured
+// rate (an exponentially weighted moving average).
+const rateSmoothing = 0.5
 
 // Agent reconciles the HTB trees of one host's uplinks.
 type Agent struct {
@@ -82,9 +70,7 @@ type portState struct {
 	rateBps     float64 // smoothed wire rate
 	lastRateBps float64 // wire rate of the last interval
 	samples     int
-	window      []float64 // wire rates of the last intervals (DemandWindowNs)
-	windowNs    []int64
-	satUntilNs  int64   // saturated recently: unbounded demand until then
+	demand      demand  // wire rates of the last intervals
 	entBps      float64 // last entitlement, payload
 	guarantee   float64 // last HTB rate set, wire
 }
@@ -314,7 +300,7 @@ func (a *Agent) Decide(m Measurement) Decision {
 				// ramps up against neighbours that take all they get.
 				ps.lastBytes, ps.haveLast = 0, true
 				if n.IsNIC {
-					ps.satUntilNs = nowNs + DemandWindowNs
+					ps.demand.saturate(nowNs)
 				}
 				continue
 			}
@@ -327,14 +313,7 @@ func (a *Agent) Decide(m Measurement) Decision {
 				}
 				ps.lastRateBps = r
 				ps.samples++
-				ps.window = append(ps.window, r)
-				ps.windowNs = append(ps.windowNs, nowNs)
-				for len(ps.windowNs) > 0 && ps.windowNs[0] <= nowNs-DemandWindowNs {
-					ps.window, ps.windowNs = ps.window[1:], ps.windowNs[1:]
-				}
-				if r >= SaturatedFraction*float64(c.RateBps) {
-					ps.satUntilNs = nowNs + DemandWindowNs
-				}
+				ps.demand.add(nowNs, r, r >= SaturatedFraction*float64(c.RateBps))
 			}
 			ps.lastBytes, ps.haveLast = c.Bytes, true
 			if n.Leaf && !first && ps.haveLast && demand[n.Name] == 0 {
@@ -391,17 +370,14 @@ func (a *Agent) port(t *Tree, n *Node) *portState {
 // of the line. The window keeps a sender that is briefly short of CPU (or
 // of TCP window) from losing its entitlement.
 func estimateDemand(ps *portState, nowNs int64, t *Tree) float64 {
-	if nowNs < ps.satUntilNs {
+	if ps.demand.saturated(nowNs) {
 		return alloc.Inf
 	}
-	r := ps.lastRateBps
-	for _, v := range ps.window {
-		r = max(r, v)
-	}
+	r := max(ps.lastRateBps, ps.demand.peak())
 	if r < float64(t.minRate())/2 {
 		return 0 // idle: keeps the HTB floor only
 	}
-	return float64(t.Payload(Headroom*r + HeadroomOfLine*float64(t.SpeedBps)))
+	return float64(t.Payload(grown(r, HeadroomOfLine*float64(t.SpeedBps))))
 }
 
 // RateDeadBand is the relative change below which dynamic enforcement leaves

@@ -7,7 +7,6 @@ import (
 	"math"
 	"sort"
 
-	"sluice/alloc"
 	"sluice/cpuctl"
 	"sluice/policy"
 )
@@ -19,13 +18,6 @@ import (
 type CgroupInventory interface {
 	VMCgroup(vm string) (group string, ok bool)
 }
-
-// CPU demand estimation (dynamic mode), as for the network: a VM that used
-// at least SaturatedFraction of its entitlement, or was throttled, in some
-// interval of the last DemandWindowNs may want more (unbounded demand);
-// otherwise its demand is Headroom × the most it used in that window plus
-// CPUHeadroomOfCore of one core.
-const CPUHeadroomOfCore = 0.02
 
 // defaultSetting is the kernel's setting of a new group: what a VM's group
 // gets back when the VM stops or leaves the policy.
@@ -39,13 +31,8 @@ type cpuVM struct {
 	prevNs int64
 	have   bool
 	rates  cpuctl.Rates
-	// window holds the MHz used in the intervals of the last
-	// DemandWindowNs; satUntilNs is when a recent saturation stops
-	// counting.
-	window     []float64
-	windowNs   []int64
-	satUntilNs int64
-	entMHz     float64
+	demand demand // MHz used in the intervals of the last DemandWindowNs
+	entMHz float64
 }
 
 // CPUReading is one VM's cgroup counters as Measure read them.
@@ -197,13 +184,14 @@ func (a *Agent) decideCPU(m Measurement, d *Decision) {
 		if ok && r.Err == nil {
 			if c.have && m.NowNs > c.prevNs {
 				c.rates = r.Stats.Rates(c.prev, m.NowNs-c.prevNs)
-				c.addSample(m.NowNs, c.rates.UsedCores*float64(hc.MHz), c.rates.NrThrottled > 0)
+				used := c.rates.UsedCores * float64(hc.MHz)
+				c.demand.add(m.NowNs, used, c.rates.NrThrottled > 0 || (c.entMHz > 0 && used >= SaturatedFraction*c.entMHz))
 			}
 			c.prev, c.prevNs, c.have = r.Stats, m.NowNs, true
 		}
 		vms[i] = cpuctl.FromPolicy(c.vm)
 		if a.cfg.Dynamic {
-			vms[i].DemandMHz = c.demandMHz(m.NowNs, hc.MHz)
+			vms[i].DemandMHz = c.demand.estimate(m.NowNs, CPUHeadroomOfCore*float64(hc.MHz))
 		}
 	}
 	set := cpuctl.Derive(hc, vms)
@@ -240,33 +228,6 @@ func (a *Agent) decideCPU(m Measurement, d *Decision) {
 }
 
 func round1(v float64) float64 { return math.Round(v*10) / 10 }
-
-// addSample records the MHz used in the interval ending at nowNs.
-func (c *cpuVM) addSample(nowNs int64, usedMHz float64, throttled bool) {
-	c.window = append(c.window, usedMHz)
-	c.windowNs = append(c.windowNs, nowNs)
-	for len(c.windowNs) > 0 && c.windowNs[0] <= nowNs-DemandWindowNs {
-		c.window, c.windowNs = c.window[1:], c.windowNs[1:]
-	}
-	if throttled || (c.entMHz > 0 && usedMHz >= SaturatedFraction*c.entMHz) {
-		c.satUntilNs = nowNs + DemandWindowNs
-	}
-}
-
-// demandMHz is the VM's CPU demand: unbounded before it was measured or
-// when it was recently saturated (or throttled), else Headroom × the most
-// it used in the window plus CPUHeadroomOfCore of a core. Derive keeps at
-// least the reservation.
-func (c *cpuVM) demandMHz(nowNs int64, coreMHz int) float64 {
-	if len(c.window) == 0 || nowNs < c.satUntilNs {
-		return alloc.Inf
-	}
-	used := 0.0
-	for _, v := range c.window {
-		used = max(used, v)
-	}
-	return Headroom*used + CPUHeadroomOfCore*float64(coreMHz)
-}
 
 // applyCPU reconciles each cgroup with its action and returns the number
 // of files written. A reset group that is gone (libvirt removes a stopped
