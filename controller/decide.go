@@ -34,6 +34,9 @@ type next struct {
 	decisions []Decision // new ones (numbered at commit)
 	rewrites  []Decision // recorded ones with a new status
 	settled   []string   // VMs no longer starting or moving (for summary)
+	// scope names the hosts whose part of the policy can differ between
+	// v.p and p (a set's targets); nil with a new p: every host.
+	scope map[string]bool
 }
 
 // from is a next that changes nothing yet.
@@ -129,6 +132,14 @@ func (v view) set(chs []placement.Change, reason string, mode DRSMode) (*next, e
 	}
 	n := v.from()
 	n.p = p
+	// A change edits its host, or its VM (on the host where the VM is
+	// placed, and the host a move names): only their parts change.
+	n.scope = map[string]bool{}
+	for _, ch := range chs {
+		for _, h := range ch.Hosts(v.p, v.place) {
+			n.scope[h] = true
+		}
+	}
 	n.doc.Revision++
 	n.doc.Changes = append(slices.Clone(v.doc.Changes), specs(chs)...)
 	n.doc.AppliedAt = time.Unix(0, v.nowNs).UTC()

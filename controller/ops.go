@@ -245,7 +245,7 @@ func (c *Controller) decide(ctx context.Context, needPolicy bool, d func(v view)
 
 // stateOf is the state after n, read as old.
 func (c *Controller) stateOf(old *state, n *next) *state {
-	st := &state{doc: n.doc, p: n.p, place: n.place, history: n.history, starting: n.starting}
+	st := &state{doc: n.doc, p: n.p, place: n.place, history: n.history, starting: n.starting, scope: n.scope}
 	for _, d := range n.rewrites {
 		st.extra = append(st.extra, c.rewrite(d))
 	}

@@ -122,6 +122,11 @@ type state struct {
 	policyRev, placeRev, seqRev, startRev int64
 	// extra are further writes of the commit (a decision's new status).
 	extra []clientv3.Op
+	// scope names the hosts whose part of the policy can differ from the
+	// state read before (next.scope); nil with another policy: every
+	// host. Commit publishes those and the hosts whose placed, starting
+	// or moving VMs changed.
+	scope map[string]bool
 }
 
 // load reads the state. The document and the placement (megabytes in a
@@ -285,7 +290,7 @@ func (c *Controller) commit(ctx context.Context, old, st *state, evs []Event, de
 		// The desired states derive from the policy, the placement and
 		// the moves under way only: a commit that changes none of them
 		// (an event, a decision's status) leaves them as published.
-		pub, err := c.publishOps(ctx, st)
+		pub, err := c.publishOps(ctx, st, publishScope(old, st))
 		if err != nil {
 			return nil, err
 		}
@@ -327,23 +332,79 @@ func sameMap[K comparable, V any](a, b map[K]V) bool {
 
 var errConflict = errors.New("the cluster state changed during the request (another controller?); try again")
 
-// publishOps returns the puts of every host's desired state that differs
-// from the published one, and the deletes of hosts no longer in the policy.
-func (c *Controller) publishOps(ctx context.Context, st *state) ([]clientv3.Op, error) {
+// publishScope names the hosts whose desired state can differ between
+// old and st (nil: every host): the hosts st.scope names when the policy
+// changed within them, and the hosts a VM was placed on, started or moved
+// to or from, before or after.
+func publishScope(old, st *state) map[string]bool {
+	if old.p == nil || (st.p != old.p && st.scope == nil) || len(st.p.Hosts) != len(old.p.Hosts) {
+		return nil
+	}
+	hosts := map[string]bool{}
+	if st.p != old.p {
+		maps.Copy(hosts, st.scope)
+	}
+	if !sameMap(st.place, old.place) {
+		for vm, h := range st.place {
+			if o := old.place[vm]; o != h {
+				hosts[h], hosts[o] = true, true
+			}
+		}
+		for vm, o := range old.place {
+			if _, ok := st.place[vm]; !ok {
+				hosts[o] = true
+			}
+		}
+	}
+	if !sameMap(st.starting, old.starting) {
+		for vm, s := range st.starting {
+			if o, ok := old.starting[vm]; !ok || o != s {
+				hosts[s.Host], hosts[o.Host] = true, true
+			}
+		}
+		for vm, o := range old.starting {
+			if _, ok := st.starting[vm]; !ok {
+				hosts[o.Host] = true
+			}
+		}
+	}
+	delete(hosts, "")
+	return hosts
+}
+
+// publishOps returns the puts of the desired states of the hosts in only
+// (nil: every host) that differ from what is published, and the deletes
+// of hosts no longer in the policy (only nil).
+func (c *Controller) publishOps(ctx context.Context, st *state, only map[string]bool) ([]clientv3.Op, error) {
 	if st.p == nil {
 		return nil, nil
 	}
-	resp, err := c.cfg.Client.Get(ctx, c.key(dirDesired), clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("etcd get: %w", err)
-	}
 	have := map[string]string{}
-	for _, kv := range resp.Kvs {
-		have[strings.TrimPrefix(string(kv.Key), c.key(dirDesired))] = string(kv.Value)
+	if only == nil {
+		resp, err := c.cfg.Client.Get(ctx, c.key(dirDesired), clientv3.WithPrefix())
+		if err != nil {
+			return nil, fmt.Errorf("etcd get: %w", err)
+		}
+		for _, kv := range resp.Kvs {
+			have[strings.TrimPrefix(string(kv.Key), c.key(dirDesired))] = string(kv.Value)
+		}
+	} else {
+		for h := range only {
+			resp, err := c.cfg.Client.Get(ctx, c.key(dirDesired+h))
+			if err != nil {
+				return nil, fmt.Errorf("etcd get: %w", err)
+			}
+			for _, kv := range resp.Kvs {
+				have[h] = string(kv.Value)
+			}
+		}
 	}
-	byHost := desiredOf(st.p, st.place, st.starting, nil)
+	byHost := desiredOf(st.p, st.place, st.starting, only)
 	var ops []clientv3.Op
 	for _, h := range st.p.Hosts {
+		if only != nil && !only[h.Name] {
+			continue
+		}
 		dh := emptyDesired(h.Name)
 		if p := byHost[h.Name]; p != nil {
 			dh = *p
@@ -358,7 +419,9 @@ func (c *Controller) publishOps(ctx context.Context, st *state) ([]clientv3.Op, 
 		delete(have, h.Name)
 	}
 	for h := range have {
-		ops = append(ops, clientv3.OpDelete(c.key(dirDesired+h)))
+		if only == nil {
+			ops = append(ops, clientv3.OpDelete(c.key(dirDesired+h)))
+		}
 	}
 	return ops, nil
 }

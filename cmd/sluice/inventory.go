@@ -23,12 +23,14 @@ type inventoryFlags struct {
 	kind    string
 	uplinks virt.Uplinks
 	socket  string
+	labDir  string
 }
 
 func (f *inventoryFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.kind, "inventory", "lab", "where the agent learns the host's VMs: lab (the lab's namespace VMs) or libvirt")
 	fs.Var(&f.uplinks, "uplink", "NAME=DEVICE: the host device of the policy's uplink NAME (libvirt inventory; repeated)")
 	fs.StringVar(&f.socket, "libvirt-socket", virt.DefaultSocket, "libvirtd's socket (libvirt inventory)")
+	fs.StringVar(&f.labDir, "lab-state-dir", "", "DIR where sluice lab up recorded the lab (its --state-dir; default: the agent's --state-dir), read by an agent that follows a controller on a lab host")
 }
 
 func (f *inventoryFlags) valid() bool { return f.kind == "lab" || f.kind == "libvirt" }
@@ -45,11 +47,14 @@ func (f *inventoryFlags) netns(flagNS, cluster, host string) string {
 // labPlan is the plan of the lab the agent's host is in: the plan of its
 // policy file, or, for an agent that follows a controller (which sends the
 // host only its part of the policy), the plan the lab was built from (its
-// state file under stateDir). Nil for a libvirt inventory.
+// state file under --lab-state-dir, else stateDir). Nil for a libvirt
+// inventory.
 func (f *inventoryFlags) labPlan(p *policy.Policy, stateDir string, followsController bool) (*lab.Plan, error) {
 	switch {
 	case f.kind != "lab":
 		return nil, nil
+	case followsController && f.labDir != "":
+		return lab.PlanOf(f.labDir, p.Cluster)
 	case followsController:
 		return lab.PlanOf(stateDir, p.Cluster)
 	}

@@ -132,7 +132,7 @@ func TestFig2DRSLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, h := range []string{"h1", "h2"} {
-		startAgent(t, dir, h, server, filepath.Join(data, "token"), ca)
+		startAgent(t, dir, state, h, server, filepath.Join(data, "token"), ca)
 	}
 	if err := poll(ctx, 15*time.Second, func() bool {
 		hs, err := cl.Hosts(ctx)
@@ -549,11 +549,12 @@ func (s *drsRun) judge(name string, ws []*hostWatch, want map[string]float64, fr
 }
 
 // startAgent runs `sluice agent --host host --controller server` (dynamic,
-// the lab's inventory) with its log in dir; it is killed at cleanup.
-func startAgent(t *testing.T, dir, host, server, token, ca string) {
+// the lab's inventory, the lab recorded in labDir) with its log in dir; it
+// is killed at cleanup.
+func startAgent(t *testing.T, dir, labDir, host, server, token, ca string) {
 	t.Helper()
 	startSluice(t, dir, "agent-"+host, syscall.SIGKILL, "agent", "--host", host, "--controller", server, "--token-file", token, "--ca", ca,
-		"--state-dir", filepath.Join(dir, "agent-"+host))
+		"--state-dir", filepath.Join(dir, "agent-"+host), "--lab-state-dir", labDir)
 }
 
 // startSluice runs the sluice binary with args until the test ends, when

@@ -1,0 +1,115 @@
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestScopedPublish: a commit publishes only the hosts whose desired state
+// can have changed (publishScope); after every operation of a random
+// sequence (sets of every field kind on VMs, vNICs, disks and hosts,
+// power-ons, migrations, agents' reports) the desired state of every host
+// in etcd equals what publishing every host would give.
+func TestScopedPublish(t *testing.T) {
+	f := newFixture(t, true)
+	rng := rand.New(rand.NewPCG(7, 2026))
+	const nh, nv = 5, 30
+	var doc strings.Builder
+	doc.WriteString("cluster: pub\ndatastores: [{name: ds1, array: {slots: 8, serviceTime: 5ms}}]\nhosts:\n")
+	for h := range nh {
+		fmt.Fprintf(&doc, "  - {name: h%d, cpu: {cores: 16, mhz: 2000}, memory: 256GiB, uplinks: [{name: up0, speed: 10Gbps}, {name: up1, speed: 10Gbps}]}\n", h)
+	}
+	doc.WriteString("vms:\n")
+	for v := range nv {
+		host := ""
+		if v%4 != 3 {
+			host = fmt.Sprintf(", host: h%d", v%nh)
+		}
+		fmt.Fprintf(&doc, "  - {name: vm%d%s, cpu: {vcpus: 1}, memory: 1GiB, nics: [{name: nic0, reservation: 10Mbps}], disks: [{name: d0, datastore: ds1, size: 1GiB, reservationIOPS: 10}]}\n", v, host)
+	}
+	f.apply(doc.String())
+	ops := 0
+	for i := 0; i < 150; i++ {
+		vm := fmt.Sprintf("vm%d", rng.IntN(nv))
+		host := fmt.Sprintf("h%d", rng.IntN(nh))
+		var err error
+		switch k := rng.IntN(12); k {
+		case 0:
+			_, err = f.c.Set(f.ctx, SetRequest{Changes: []string{fmt.Sprintf("%s/nic0.reservation=%dMbps", vm, 1+rng.IntN(50))}})
+		case 1:
+			_, err = f.c.Set(f.ctx, SetRequest{Changes: []string{fmt.Sprintf("%s/nic0.shares=%d", vm, 1+rng.IntN(100))}})
+		case 2:
+			_, err = f.c.Set(f.ctx, SetRequest{Changes: []string{fmt.Sprintf("%s/nic0.uplink=up%d", vm, rng.IntN(2))}})
+		case 3:
+			_, err = f.c.Set(f.ctx, SetRequest{Changes: []string{fmt.Sprintf("%s.cpu.reservation=%dMHz", vm, 100*rng.IntN(5))}})
+		case 4:
+			_, err = f.c.Set(f.ctx, SetRequest{Changes: []string{fmt.Sprintf("%s.cpu.shares=%d", vm, 100+rng.IntN(2000)), fmt.Sprintf("%s.memory=%dGiB", vm, 1+rng.IntN(3))}})
+		case 5:
+			_, err = f.c.Set(f.ctx, SetRequest{Changes: []string{fmt.Sprintf("%s/d0.reservation=%d", vm, 1+rng.IntN(100))}})
+		case 6:
+			_, err = f.c.Set(f.ctx, SetRequest{Changes: []string{fmt.Sprintf("%s.host=%s", vm, host)}})
+		case 7:
+			_, err = f.c.Set(f.ctx, SetRequest{Changes: []string{fmt.Sprintf("%s.cores=%d", host, 8+rng.IntN(16))}})
+		case 8:
+			_, err = f.c.PowerOn(f.ctx, vm, PowerOnRequest{Host: host})
+		case 9:
+			_, err = f.c.Migrate(f.ctx, vm, MigrateRequest{To: host})
+		default:
+			// host's agent reports a random subset of the VMs placed there
+			st, lerr := f.c.load(f.ctx)
+			if lerr != nil {
+				t.Fatal(lerr)
+			}
+			r := Report{VMs: []string{}}
+			for v, h := range st.place {
+				if h == host && rng.IntN(2) == 0 {
+					r.VMs = append(r.VMs, v)
+				}
+			}
+			_, err = f.c.Register(f.ctx, host, r)
+		}
+		if err != nil {
+			continue // refused: nothing written
+		}
+		ops++
+		checkPublished(t, f, i)
+	}
+	if ops < 75 {
+		t.Fatalf("only %d of 150 operations were made: the sequence tests too little", ops)
+	}
+	t.Logf("%d operations, each followed by every host's desired state checked", ops)
+}
+
+// checkPublished compares every host's desired state in etcd with the
+// rendering of every host from the state.
+func checkPublished(t *testing.T, f *fixture, step int) {
+	t.Helper()
+	st, err := f.c.load(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.c.cfg.Client.Get(f.ctx, f.c.key(dirDesired), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]string{}
+	for _, kv := range resp.Kvs {
+		have[strings.TrimPrefix(string(kv.Key), f.c.key(dirDesired))] = string(kv.Value)
+	}
+	want := desiredOf(st.p, st.place, st.starting, nil)
+	for _, h := range st.p.Hosts {
+		dh := emptyDesired(h.Name)
+		if w := want[h.Name]; w != nil {
+			dh = *w
+		}
+		b, _ := json.Marshal(dh)
+		if have[h.Name] != string(b) {
+			t.Fatalf("step %d: the published desired state of %s is stale:\nhave %s\nwant %s", step, h.Name, have[h.Name], b)
+		}
+	}
+}
