@@ -113,3 +113,23 @@ func checkPublished(t *testing.T, f *fixture, step int) {
 		}
 	}
 }
+
+// TestRepublish: a desired state written by an older controller (no part
+// of the policy) is rewritten at start (Republish), once; the next start
+// rewrites nothing.
+func TestRepublish(t *testing.T) {
+	f := newFixture(t, true)
+	f.apply(readExample(t, "netioc-fig2.yaml"))
+	key := f.c.key(dirDesired + "h1")
+	if _, err := f.c.cfg.Client.Put(f.ctx, key, `{"host":"h1","revision":0,"vms":["vm1"]}`); err != nil {
+		t.Fatal(err)
+	}
+	n, err := f.c.Republish(f.ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("Republish: %d rewritten (%v), want 1", n, err)
+	}
+	checkPublished(t, f, 0)
+	if n, err := f.c.Republish(f.ctx); err != nil || n != 0 {
+		t.Fatalf("Republish again: %d rewritten (%v), want 0", n, err)
+	}
+}

@@ -425,3 +425,33 @@ func (c *Controller) publishOps(ctx context.Context, st *state, only map[string]
 	}
 	return ops, nil
 }
+
+// Republish rewrites every host's desired state that differs from what
+// this controller renders from the stored state (one written by another
+// version of sluice, e.g. without the host's part of the policy, or never
+// written) and returns how many it rewrote. A controller runs it at start,
+// so that an upgrade reaches the agents without a change to the policy.
+func (c *Controller) Republish(ctx context.Context) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, err := c.load(ctx)
+	if err != nil || st.p == nil {
+		return 0, err
+	}
+	ops, err := c.publishOps(ctx, st, nil)
+	if err != nil || len(ops) == 0 {
+		return 0, err
+	}
+	resp, err := c.cfg.Client.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(c.key(keyPolicy)), "=", st.policyRev),
+		clientv3.Compare(clientv3.ModRevision(c.key(keyPlacement)), "=", st.placeRev),
+		clientv3.Compare(clientv3.ModRevision(c.key(keySeq)), "=", st.seqRev),
+	).Then(ops...).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("etcd txn: %w%s", err, txnHint(err))
+	}
+	if !resp.Succeeded {
+		return 0, errConflict
+	}
+	return len(ops), nil
+}

@@ -128,6 +128,11 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	}
 	c := controller.New(controller.Config{Client: e.Client, Prefix: *prefix, ChooseHosts: *choose, HostTTLSeconds: *ttl,
 		DRS: mode, RebalanceThreshold: *threshold})
+	if n, err := c.Republish(context.Background()); err != nil {
+		fmt.Fprintf(stderr, "sluice controller: the hosts' desired states were not checked at start: %v\n", err)
+	} else if n > 0 {
+		fmt.Fprintf(stderr, "sluice controller: rewrote %d host desired state(s) written by another version\n", n)
+	}
 	l, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fail("%v", err)
