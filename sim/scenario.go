@@ -50,9 +50,15 @@ type ModelSpec struct {
 		PortQueue int    `yaml:"portQueue"`
 		VMotion   string `yaml:"vmotionRate"`
 	} `yaml:"net"`
+	// CPU, when it gives any field, replaces the CPU model as a whole
+	// (a calibration of another machine): the fields it leaves out are 0
+	// (peakMHz 0: the host's clock).
 	CPU struct {
 		CyclesPerByte   float64 `yaml:"cyclesPerByte"`
 		CyclesPerPacket float64 `yaml:"cyclesPerPacket"`
+		CyclesPerAck    float64 `yaml:"cyclesPerAck"`
+		AckBytes        float64 `yaml:"ackBytes"`
+		MaxAckRate      float64 `yaml:"maxAckRate"`
 		OverheadMHz     float64 `yaml:"overheadMHz"`
 		PeakMHz         float64 `yaml:"peakMHz"`
 	} `yaml:"cpu"`

@@ -35,9 +35,9 @@ Why a port (VM/NIC, HOST/CLASS) or a disk (VM/DISK) gets what it gets,
 level by level; --unnamed as for alloc. For a vNIC it also says whether
 its VM's CPU entitlement can drive its network entitlement, at the CPU
 cost of sending measured on its host (the policy's cpu.sendMHzPerGbps
-above cpu.sendOverheadMHz), or else 129.4 MHz per Gbps above 115 MHz (the
-simulator's seed-003 model); --cpu-mhz-per-gbps replaces the cost per
-Gbps.
+above cpu.sendOverheadMHz), or else the simulator's seed-003 model (105.7
+MHz per Gbps, plus 96.3 MHz per Gbps of ACKs up to 507 MHz);
+--cpu-mhz-per-gbps replaces the cost per Gbps.
 
 example:
   sluice explain examples/netioc-fig2.yaml vm1/nic0`,
