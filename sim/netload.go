@@ -243,26 +243,34 @@ func (st *stream) sent(_ int64, b int64) {
 	})
 }
 
-// rr is a request/response workload served by a VM: users each send a
-// request (arriving after half the base RTT), the VM works serverNs and
-// answers with respBytes through its port; the response time is measured
-// at the client. thinkNs separates a user's requests (0 for netperf TCP_RR).
+// rr is a request/response workload served by a VM: users each start an
+// operation, a run of exchanges one after the other: a request arrives
+// after half the base RTT, the VM works serverNs and answers with
+// respBytes through its port, which reach the client after the other
+// half; the next request follows at once. The operation's response time
+// is measured at the client (from its first request to the last byte of
+// its last response); then the user thinks (exponential, mean thinkNs; 0
+// for netperf TCP_RR). This is a closed queueing model: the users, their
+// think time, and per exchange the VM's work and its response's wait in
+// the port's queue under the uplink's scheduler.
 type rr struct {
 	s         *Sim
 	portName  string
 	cpu       *vcpu
-	respBytes int64
-	serverNs  int64
+	respBytes int64 // per exchange
+	serverNs  int64 // per exchange
 	thinkNs   int64
+	exchanges int // per operation (≥ 1)
 	active    bool
 	series    *Series
 }
 
 type rrReq struct {
 	w     *rr
-	t0    int64
+	t0    int64 // the operation's start
 	bytes int64
 	left  int64 // bytes of the response not yet sent
+	more  int   // exchanges of the operation after this one
 }
 
 func (q *rrReq) sent(nowNs int64, b int64) {
@@ -272,12 +280,16 @@ func (q *rrReq) sent(nowNs int64, b int64) {
 		return
 	}
 	w.s.eng.After(w.s.net.BaseRTTNs/2, func() {
+		if q.more > 0 {
+			w.exchange(q.t0, q.more-1)
+			return
+		}
 		w.series.add(float64(w.s.eng.NowNs()-q.t0)/1e3, 1)
 		w.user()
 	})
 }
 
-// user starts one user's next request after its think time.
+// user starts one user's next operation after its think time.
 func (w *rr) user() {
 	if !w.active {
 		return
@@ -290,15 +302,24 @@ func (w *rr) user() {
 		if !w.active {
 			return
 		}
-		q := &rrReq{w: w, t0: w.s.eng.NowNs(), bytes: w.respBytes, left: w.respBytes}
-		w.s.eng.After(w.s.net.BaseRTTNs/2+w.serverNs, func() {
-			pkts := (q.bytes + w.s.net.MSSBytes - 1) / w.s.net.MSSBytes
-			w.cpu.run(q.bytes, pkts, func() {
-				// The response leaves in segments of at most SegmentBytes.
-				for off := int64(0); off < q.bytes; off += w.s.net.SegmentBytes {
-					w.push(q, min(w.s.net.SegmentBytes, q.bytes-off))
-				}
-			})
+		w.exchange(w.s.eng.NowNs(), max(w.exchanges, 1)-1)
+	})
+}
+
+// exchange sends one request of an operation that started at t0; more
+// exchanges follow it.
+func (w *rr) exchange(t0 int64, more int) {
+	if !w.active {
+		return
+	}
+	q := &rrReq{w: w, t0: t0, bytes: w.respBytes, left: w.respBytes, more: more}
+	w.s.eng.After(w.s.net.BaseRTTNs/2+w.serverNs, func() {
+		pkts := (q.bytes + w.s.net.MSSBytes - 1) / w.s.net.MSSBytes
+		w.cpu.run(q.bytes, pkts, func() {
+			// The response leaves in segments of at most SegmentBytes.
+			for off := int64(0); off < q.bytes; off += w.s.net.SegmentBytes {
+				w.push(q, min(w.s.net.SegmentBytes, q.bytes-off))
+			}
 		})
 	})
 }

@@ -67,16 +67,21 @@ type ModelSpec struct {
 
 // WorkloadSpec is one workload.
 type WorkloadSpec struct {
-	Name        string `yaml:"name"`
-	Type        string `yaml:"type"` // bulk | transfer | rr | oltp | iometer
-	Port        string `yaml:"port"`
-	Disk        string `yaml:"disk"`
-	Streams     int    `yaml:"streams"`
-	Window      string `yaml:"window"`
-	Rate        string `yaml:"rate"`
-	Bytes       string `yaml:"bytes"`
-	Response    string `yaml:"response"`
-	ServerTime  string `yaml:"serverTime"`
+	Name       string `yaml:"name"`
+	Type       string `yaml:"type"` // bulk | transfer | rr | oltp | iometer
+	Port       string `yaml:"port"`
+	Disk       string `yaml:"disk"`
+	Streams    int    `yaml:"streams"`
+	Window     string `yaml:"window"`
+	Rate       string `yaml:"rate"`
+	Bytes      string `yaml:"bytes"`
+	Response   string `yaml:"response"`
+	ServerTime string `yaml:"serverTime"`
+	// Requests is the number of request/response exchanges of one rr
+	// operation, one after the other (default 1; an Olio page is 20 HTTP
+	// requests on average); Response and ServerTime are the operation's
+	// totals, split evenly over them.
+	Requests    int    `yaml:"requests"`
 	Users       int    `yaml:"users"`
 	Think       string `yaml:"think"`
 	IOsPerOrder int    `yaml:"iosPerOrder"`
