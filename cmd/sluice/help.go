@@ -71,12 +71,14 @@ A change SPEC is TARGET.FIELD[=VALUE]:
 example:
   sluice place examples/netioc-fig2.yaml --change vm2/nic0.reservation=4.5Gbps`,
 
-	"sim": `usage: sluice sim SCENARIO [-o DIR] [-q]
+	"sim": `usage: sluice sim SCENARIO [-o DIR] [-q] [-live FILE]
 
 Run a simulation scenario: CSV time series, a summary (JSON and text:
 measured vs expected) and plots into DIR (default out/sim/NAME); -q leaves
-out the summary table. Exit 1 when the scenario is bad or an expectation
-fails.
+out the summary table. -live FILE gives the live figures (JSON, written by
+make reproduce-live) that the scenario's kind: live expectations are judged
+on; without them those are pending. Exit 1 when the scenario is bad or an
+expectation fails.
 
 example:
   sluice sim scenarios/seeds/netioc-fig2.yaml -o out/fig2`,
