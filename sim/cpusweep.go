@@ -247,8 +247,6 @@ func PlotSweeps(base, title string, curves ...SweepCurve) error {
 	p.Title.Text = title
 	p.X.Label.Text = "CPU allocation (% of one core)"
 	p.Y.Label.Text = "throughput / throughput at a 100% limit"
-	p.Legend.Top = true
-	p.Legend.Left = true
 	p.X.Min, p.Y.Min = 0, 0
 	var args []any
 	for _, c := range curves {
@@ -271,12 +269,7 @@ func PlotSweeps(base, title string, curves ...SweepCurve) error {
 	if err := plotutil.AddLinePoints(p, args...); err != nil {
 		return err
 	}
-	for _, ext := range []string{"svg", "png"} {
-		if err := p.Save(8*vg.Inch, 5*vg.Inch, base+"."+ext); err != nil {
-			return err
-		}
-	}
-	return nil
+	return savePlot(p, 10*vg.Inch, 5*vg.Inch, base)
 }
 
 // Sweep reads the result of a sweep scenario (as scenarios/seeds/
