@@ -22,9 +22,13 @@ type heldOut struct {
 	expect []string
 }
 
+var exp2Met = []string{"reservation: response vs alone", "no reservation: slower than with", "no reservation: faster than FIFO"}
+
 var heldOuts = []heldOut{
-	{name: "exp2 seed 2", file: "netioc-exp2.yaml", edits: [][2]string{{"seed: 1\n", "seed: 2\n"}}},
-	{name: "exp2 75 users", file: "netioc-exp2.yaml", edits: [][2]string{{"users: 150,", "users: 75,"}}},
+	// Exp. 2's row at 500 users is not met in the seed scenario itself
+	// (docs/sim.md); the variants check the rows met there.
+	{name: "exp2 seed 2", file: "netioc-exp2.yaml", edits: [][2]string{{"seed: 1\n", "seed: 2\n"}}, expect: exp2Met},
+	{name: "exp2 75 users", file: "netioc-exp2.yaml", edits: [][2]string{{"users: 150,", "users: 75,"}}, expect: exp2Met},
 	{name: "test1 seed 3", file: "sioc-test1.yaml", edits: [][2]string{{"seed: 1\n", "seed: 3\n"}}},
 	{name: "test1 VM4 96 users", file: "sioc-test1.yaml", edits: [][2]string{{"users: 72,", "users: 96,"}},
 		expect: []string{"sioc: VM4 share of IOPS", "sioc: VM1 share of IOPS", "VM4 latency sioc/default", "VM4 orders sioc/default", "VM4 order time sioc/default"}},
