@@ -39,7 +39,7 @@ section() {
 		echo "\`$test\` ($pkg) on $host ($machine), $(date -u '+%Y-%m-%d %H:%M UTC'), $secs s: **$verdict**. Its measures, as the test logged them:"
 		echo
 		echo '```'
-		grep -E '^\s+[a-z_]+_test\.go:[0-9]+:|^\s{8}' "$log" | sed 's/^    //' | head -200
+		grep -E '^\s+[A-Za-z0-9_]+\.go:[0-9]+:|^\s{8}' "$log" | sed 's/^    //' | head -200
 		echo '```'
 		echo
 	} >"$OUT/$name.md"
