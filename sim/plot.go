@@ -82,7 +82,8 @@ func (res *Result) drawPlot(r *RunResult, ps PlotSpec, dir string) error {
 	p.Y.Label.Text = ps.YLabel
 	iv := float64(rec.IntervalNs) / 1e9
 	nb := int(untilNs / rec.IntervalNs)
-	var args []any
+	var lines []plotter.XYs
+	var labels []string
 	yMax := 0.0
 	for _, n := range names {
 		s := rec.series[n]
@@ -96,7 +97,7 @@ func (res *Result) drawPlot(r *RunResult, ps PlotSpec, dir string) error {
 			yMax = math.Max(yMax, v*scale)
 		}
 		label := n[strings.IndexByte(n, ':')+1:]
-		args = append(args, label, pts)
+		lines, labels = append(lines, pts), append(labels, label)
 	}
 	bands := res.seedBands(r.Name, names, scale)
 	for _, b := range bands {
@@ -119,8 +120,21 @@ func (res *Result) drawPlot(r *RunResult, ps PlotSpec, dir string) error {
 		sw := draw.LineStyle{Color: bandColor, Width: vg.Points(8)}
 		p.Legend.Add("seed's range (series' colour)", legendSwatch{sw})
 	}
-	if err := plotutil.AddLines(p, args...); err != nil {
-		return err
+	for i, pts := range lines {
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return err
+		}
+		l.Color, l.Dashes = plotutil.Color(i), plotutil.Dashes(i)
+		p.Add(l)
+		// A legend longer than the plot is tall says nothing: the first
+		// ones, then how many more.
+		switch {
+		case len(lines) <= maxLegend || i < maxLegend-1:
+			p.Legend.Add(labels[i], l)
+		case i == maxLegend-1:
+			p.Legend.Add(fmt.Sprintf("… and %d more", len(lines)-i), legendSwatch{})
+		}
 	}
 	// Steps: a dashed line and a label at every event of the run.
 	steps := stepMarks(res.runEvents(r.Name), float64(untilNs)/1e9)
@@ -147,6 +161,9 @@ func (res *Result) drawPlot(r *RunResult, ps PlotSpec, dir string) error {
 	return savePlot(p, 10*vg.Inch, 5*vg.Inch, filepath.Join(dir, ps.Name))
 }
 
+// maxLegend is the most entries a time series' legend lists.
+const maxLegend = 20
+
 // bandColor fills the seed's expected ranges.
 var bandColor = color.NRGBA{R: 120, G: 120, B: 120, A: 60}
 
@@ -154,6 +171,9 @@ var bandColor = color.NRGBA{R: 120, G: 120, B: 120, A: 60}
 type legendSwatch struct{ sty draw.LineStyle }
 
 func (s legendSwatch) Thumbnail(c *draw.Canvas) {
+	if s.sty.Width == 0 {
+		return
+	}
 	y := (c.Min.Y + c.Max.Y) / 2
 	c.StrokeLine2(s.sty, c.Min.X, y, c.Max.X, y)
 }
