@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/sluice
 SHELL   := /bin/bash
 
-.PHONY: all build demo test deps fuzz bench reproduce clean
+.PHONY: all build demo test deps fuzz bench reproduce reproduce-live clean
 
 all: build
 
@@ -37,6 +37,14 @@ test: deps build
 # Every seed experiment in the simulator; writes out/report.md.
 reproduce: build
 	./scripts/reproduce.sh
+
+# The live reproductions (root: lab namespaces, QEMU guests): Fig. 2 with
+# DRS, Exp. 1, Exp. 3's costs, SIOC Test 3 with guests, seed 003's sweep;
+# their results go to out/live/ and beside the simulator's rows in
+# out/report.md (scripts/reproduce-live.sh). Load-sensitive: run it on a
+# quiet machine.
+reproduce-live: build
+	./scripts/reproduce-live.sh
 
 # Fuzz each parser and protocol for FUZZTIME (default 10m) each.
 FUZZTIME ?= 10m

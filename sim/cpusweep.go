@@ -49,6 +49,90 @@ var Seed003 = func() []SweepPoint {
 	return out
 }()
 
+// Seed003Unlimited is seed 003's unlimited run, Gbps.
+const Seed003Unlimited = 20.2
+
+// FitKnee fits the CPU model of CPUParams to a sweep of limited points
+// (LimitMHz > 0) and the unlimited rate (Gbps): throughput
+// max(s1·C, s2·(C − o)) against the limit C, the two regimes of the ACK
+// path (every ACK a pass below the knee, passes capped above it). For
+// each split of the points into a lower and an upper part it fits s1
+// through the origin to the lower part by least maximum relative error
+// and s2, o to the upper part by least squares of the relative error;
+// it keeps the split whose curve has the least maximum relative error
+// over all points, then the least sum of squares. From s1, s2 (Gbps per
+// GHz) and o (MHz), with one ACK per ackBytes of payload:
+// CyclesPerByte = 8/s2, CyclesPerAck = ackBytes·(8/s1 − 8/s2),
+// MaxAckRate = o·10⁶/CyclesPerAck, and PeakMHz is where the upper
+// regime gives unlimitedGbps. Fewer than four limited points give a
+// zero CPUParams.
+func FitKnee(pts []SweepPoint, unlimitedGbps float64, ackBytes int64) CPUParams {
+	var c, t []float64
+	for _, p := range pts {
+		if p.LimitMHz > 0 && p.Gbps > 0 {
+			c = append(c, float64(p.LimitMHz)/1000)
+			t = append(t, p.Gbps)
+		}
+	}
+	idx := make([]int, len(c))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return c[idx[a]] < c[idx[b]] })
+	n := len(idx)
+	if n < 4 {
+		return CPUParams{}
+	}
+	var best struct{ worst, sse, s1, s2, o float64 }
+	best.worst = math.Inf(1)
+	for k := 2; k <= n-2; k++ {
+		// Lower part, through the origin: the ratio t/c spans [lo, hi];
+		// s1 = 2/(1/lo + 1/hi) balances the largest errors.
+		rmin, rmax := math.Inf(1), 0.0
+		for _, i := range idx[:k] {
+			r := c[i] / t[i]
+			rmin, rmax = math.Min(rmin, r), math.Max(rmax, r)
+		}
+		s1 := 2 / (rmin + rmax)
+		// Upper part: t = a·c + b, weights 1/t².
+		var sw, sx, sy, sxx, sxy float64
+		for _, i := range idx[k:] {
+			w := 1 / (t[i] * t[i])
+			sw += w
+			sx += w * c[i]
+			sy += w * t[i]
+			sxx += w * c[i] * c[i]
+			sxy += w * c[i] * t[i]
+		}
+		a := (sw*sxy - sx*sy) / (sw*sxx - sx*sx)
+		b := (sy - a*sx) / sw
+		if !(a > s1) || b >= 0 {
+			continue // no knee: the upper line must be steeper and start above 0 MHz
+		}
+		s2, o := a, -b/a
+		var worst, sse float64
+		for i := range c {
+			e := (math.Max(s1*c[i], s2*(c[i]-o)) - t[i]) / t[i]
+			worst, sse = math.Max(worst, math.Abs(e)), sse+e*e
+		}
+		if worst < best.worst-1e-12 || (math.Abs(worst-best.worst) <= 1e-12 && sse < best.sse) {
+			best.worst, best.sse, best.s1, best.s2, best.o = worst, sse, s1, s2, o
+		}
+	}
+	if math.IsInf(best.worst, 1) {
+		return CPUParams{}
+	}
+	ab := float64(ackBytes)
+	perAck := ab * (8/best.s1 - 8/best.s2)
+	return CPUParams{
+		CyclesPerByte: 8 / best.s2,
+		CyclesPerAck:  perAck,
+		AckBytes:      ab,
+		MaxAckRate:    best.o * 1e9 / perAck, // o in GHz
+		PeakMHz:       1000 * (unlimitedGbps/best.s2 + best.o),
+	}
+}
+
 // FitLine fits y = slope·x + intercept by least squares and returns the
 // coefficient of determination R² (1 − residual/total sum of squares).
 // Fewer than two points or no spread in x give NaN.
@@ -163,8 +247,6 @@ func PlotSweeps(base, title string, curves ...SweepCurve) error {
 	p.Title.Text = title
 	p.X.Label.Text = "CPU allocation (% of one core)"
 	p.Y.Label.Text = "throughput / throughput at a 100% limit"
-	p.Legend.Top = true
-	p.Legend.Left = true
 	p.X.Min, p.Y.Min = 0, 0
 	var args []any
 	for _, c := range curves {
@@ -187,12 +269,7 @@ func PlotSweeps(base, title string, curves ...SweepCurve) error {
 	if err := plotutil.AddLinePoints(p, args...); err != nil {
 		return err
 	}
-	for _, ext := range []string{"svg", "png"} {
-		if err := p.Save(8*vg.Inch, 5*vg.Inch, base+"."+ext); err != nil {
-			return err
-		}
-	}
-	return nil
+	return savePlot(p, 10*vg.Inch, 5*vg.Inch, base)
 }
 
 // Sweep reads the result of a sweep scenario (as scenarios/seeds/
@@ -201,8 +278,11 @@ func PlotSweeps(base, title string, curves ...SweepCurve) error {
 // the model's peak clock) against a core of coreMHz.
 func (res *Result) Sweep(coreMHz float64) ([]SweepPoint, error) {
 	peak := DefaultCPUParams.PeakMHz
-	if v := res.Scenario.Models.CPU.PeakMHz; v != 0 {
-		peak = v
+	if c := res.Scenario.Models.CPU; c != (ModelSpec{}).CPU {
+		peak = c.PeakMHz // the scenario's own CPU model
+		if peak == 0 {
+			peak = coreMHz
+		}
 	}
 	limits := map[string]int{}
 	for _, r := range res.Scenario.Runs {

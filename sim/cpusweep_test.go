@@ -30,3 +30,40 @@ func TestSweepFitAndCSV(t *testing.T) {
 		t.Errorf("read back: %v %v %v", com, pts, err)
 	}
 }
+
+// The CPU model fitted to seed 003's whole sweep: the knee's two slopes
+// and offset as docs/sim.md gives them, every limited point within 10%,
+// the unlimited point exact, and SendBps the inverse of SendMHz.
+func TestSeed003Fit(t *testing.T) {
+	p := DefaultCPUParams
+	seg := float64(DefaultNetParams.SegmentBytes)
+	lowGbpsPerGHz := 8 / (p.CyclesPerByte + p.CyclesPerAck/p.AckBytes)
+	highGbpsPerGHz := 8 / p.CyclesPerByte
+	offsetMHz := p.CyclesPerAck * p.MaxAckRate / 1e6
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"low slope, Gbps per GHz", lowGbpsPerGHz, 4.95},
+		{"high slope, Gbps per GHz", highGbpsPerGHz, 9.457},
+		{"offset, MHz", offsetMHz, 506.8},
+		{"peak, MHz", p.PeakMHz, 2642.8},
+		{"cycles per ACK", p.CyclesPerAck, 2231},
+	} {
+		if math.Abs(c.got-c.want) > 0.001*c.want {
+			t.Errorf("%s = %.4g, want %.4g", c.name, c.got, c.want)
+		}
+	}
+	for _, pt := range Seed003 {
+		got := p.SendBps(float64(pt.LimitMHz), seg) / 1e9
+		if e := math.Abs(got-pt.Gbps) / pt.Gbps; e > 0.101 {
+			t.Errorf("%d MHz: model %.2f Gbps, seed %.2f (%.0f%% off)", pt.LimitMHz, got, pt.Gbps, 100*e)
+		}
+		if back := p.SendMHz(got*1e9, seg); math.Abs(back-float64(pt.LimitMHz)) > 1e-6 {
+			t.Errorf("%d MHz: SendMHz(SendBps) = %.6f", pt.LimitMHz, back)
+		}
+	}
+	if got := p.SendBps(p.PeakMHz, seg) / 1e9; math.Abs(got-Seed003Unlimited) > 1e-9 {
+		t.Errorf("unlimited: model %.4f Gbps, seed %.1f", got, Seed003Unlimited)
+	}
+}

@@ -11,6 +11,9 @@ import (
 	"sluice/policy"
 )
 
+// maxRequests bounds the exchanges of one rr operation.
+const maxRequests = 10_000
+
 func (s *Sim) addWorkload(w WorkloadSpec) error {
 	if w.Name == "" {
 		return lineErr(s.file, w.Line, "name", "a workload needs a name")
@@ -37,7 +40,11 @@ func (s *Sim) addWorkload(w WorkloadSpec) error {
 			if err != nil {
 				return lineErr(s.file, w.Line, "think", "%v", err)
 			}
-			wl.rr = &rr{s: s, respBytes: resp, serverNs: srv, thinkNs: think, series: s.rec.Series(prefRR + w.Name)}
+			if w.Requests < 0 || w.Requests > maxRequests {
+				return lineErr(s.file, w.Line, "requests", "%d: want 1 to %d exchanges per operation", w.Requests, maxRequests)
+			}
+			n := int64(max(w.Requests, 1))
+			wl.rr = &rr{s: s, respBytes: max(resp/n, 1), serverNs: srv / n, thinkNs: think, exchanges: int(n), series: s.rec.Series(prefRR + w.Name)}
 			break
 		}
 		var err error

@@ -39,6 +39,14 @@ type Outcome struct {
 	Verdict string `json:"verdict,omitempty"`
 	Pass    bool   `json:"pass"`
 	Error   string `json:"error,omitempty"`
+	// Source is "sim" (measured in the simulator) or "live" (a live
+	// measurement: kind: live); How says with which calibration, or by
+	// which live measurement.
+	Source string `json:"source"`
+	How    string `json:"how,omitempty"`
+	// Pending marks a live expectation without its live measurement: not
+	// judged, neither met nor missed.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // Summary is the result of a scenario.
@@ -120,7 +128,7 @@ func Run(sc *Scenario) (*Result, error) {
 	}
 	for _, x := range sc.Expect {
 		o := res.evaluate(x)
-		if !o.Pass {
+		if !o.Pass && !o.Pending {
 			sum.Passed = false
 		}
 		sum.Expect = append(sum.Expect, o)
@@ -233,14 +241,20 @@ func (res *Result) metric(run, metric, of string, fromNs, toNs int64) (float64, 
 
 func (res *Result) evaluate(x ExpectSpec) Outcome {
 	sc := res.Scenario
-	o := Outcome{Name: x.Name, Run: x.Run, Metric: x.Metric, Of: x.Of, Seed: x.Seed}
-	if o.Run == "" {
-		o.Run = sc.Runs[0].Name
+	o := Outcome{Name: x.Name, Run: x.Run, Metric: x.Metric, Of: x.Of, Seed: x.Seed, Source: "sim", How: sc.Calibration}
+	if o.How == "" {
+		o.How = "model defaults"
 	}
 	fail := func(err error) Outcome {
-		o.Pass, o.Verdict = false, ""
+		o.Pass, o.Verdict, o.Pending = false, "", false
 		o.Error = fmt.Sprintf("%s:%d: %v", sc.file, x.Line, err)
 		return o
+	}
+	if x.Kind == "live" {
+		return res.evaluateLive(x, o, fail)
+	}
+	if o.Run == "" {
+		o.Run = sc.Runs[0].Name
 	}
 	from, err := durNs(x.From, 0)
 	if err != nil {
@@ -289,6 +303,44 @@ func (res *Result) evaluate(x ExpectSpec) Outcome {
 			v, unit = v/b, "ratio"
 		}
 	}
+	return judge(x, o, v, unit, fail)
+}
+
+// evaluateLive judges a kind: live expectation against its live figure,
+// or marks it pending when there is none.
+func (res *Result) evaluateLive(x ExpectSpec, o Outcome, fail func(error) Outcome) Outcome {
+	o.Source, o.How, o.Run, o.Window = "live", x.Live, "live", "—"
+	if x.Live == "" {
+		return fail(fmt.Errorf("live: a kind: live expectation names its live measurement"))
+	}
+	unit := x.Unit
+	if unit == "" {
+		unit = "ratio"
+	}
+	var f LiveFigure
+	ok := false
+	if lf := res.Scenario.Live; lf != nil {
+		f, ok = lf.Figures[x.Name]
+		if ok && lf.Source != "" {
+			o.How = x.Live + "; " + lf.Source
+		}
+	}
+	if !ok {
+		o = judge(x, o, math.NaN(), unit, fail)
+		o.Measured = 0 // not measured (and JSON has no NaN)
+		if o.Error == "" {
+			o.Pending, o.Verdict = true, "needs the live measurement"
+		}
+		return o
+	}
+	if f.Unit != unit {
+		return fail(fmt.Errorf("live figure in %q, want %q", f.Unit, unit))
+	}
+	return judge(x, o, f.Value, unit, fail)
+}
+
+// judge compares the measure v (in unit) with the expectation.
+func judge(x ExpectSpec, o Outcome, v float64, unit string, fail func(error) Outcome) Outcome {
 	o.Measured, o.Unit = v, unit
 	want, err := parseValue(x.Value)
 	if err != nil {
@@ -335,8 +387,9 @@ func (res *Result) evaluate(x ExpectSpec) Outcome {
 		if !o.Pass {
 			o.Verdict = "calibration difference"
 		}
+	case "live":
 	default:
-		return fail(fmt.Errorf("kind: unknown %q (control, baseline)", x.Kind))
+		return fail(fmt.Errorf("kind: unknown %q (control, baseline, live)", x.Kind))
 	}
 	if x.Better != "" {
 		sv := want
@@ -402,6 +455,17 @@ func fmtVal(v float64, unit string) string {
 	return fmt.Sprintf("%.4g %s", v, unit)
 }
 
+// measuredText is the measure as the report shows it.
+func (o *Outcome) measuredText() string {
+	switch {
+	case o.Error != "":
+		return o.Error
+	case o.Pending:
+		return "— (not measured here)"
+	}
+	return fmtVal(o.Measured, o.Unit)
+}
+
 // Text renders the summary as a table: measured vs expected.
 func (sum *Summary) Text() string {
 	var b bytes.Buffer
@@ -416,19 +480,31 @@ func (sum *Summary) Text() string {
 	fmt.Fprintln(tw, "\nresult\texpectation\trun\twindow\tmeasured\texpected\tseed\tvs seed")
 	for _, o := range sum.Expect {
 		st := "ok"
-		if !o.Pass {
+		switch {
+		case o.Pending:
+			st = "live"
+		case !o.Pass:
 			st = "FAIL"
 		}
-		m := fmtVal(o.Measured, o.Unit)
-		if o.Error != "" {
-			m = o.Error
-		}
+		m := o.measuredText()
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st, o.Name, o.Run, o.Window, m, o.Expected, o.Seed, o.Verdict)
 	}
 	tw.Flush()
-	if sum.Passed {
+	pending := 0
+	for _, o := range sum.Expect {
+		if o.Pending {
+			pending++
+		}
+	}
+	if pending > 0 {
+		fmt.Fprintf(&b, "%d live expectations not measured here (make reproduce-live)\n", pending)
+	}
+	switch {
+	case sum.Passed && pending > 0:
+		fmt.Fprintln(&b, "every simulated expectation met")
+	case sum.Passed:
 		fmt.Fprintln(&b, "all expectations met")
-	} else {
+	default:
 		fmt.Fprintln(&b, "SOME EXPECTATIONS FAILED")
 	}
 	return b.String()
@@ -448,17 +524,16 @@ func (res *Result) Markdown(dir string) string {
 		}
 		fmt.Fprintf(&b, "%s (%d events)", r.Name, r.Events)
 	}
-	b.WriteString(".\n\n| | expectation | run | window | seed | sluice (measured) | expected | vs seed |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString(".\n\n| | expectation | measured by | run | window | seed | sluice (measured) | expected | vs seed |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, o := range sum.Expect {
 		st := "✅"
-		if !o.Pass {
+		switch {
+		case o.Pending:
+			st = "⏳"
+		case !o.Pass:
 			st = "❌"
 		}
-		m := fmtVal(o.Measured, o.Unit)
-		if o.Error != "" {
-			m = o.Error
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", st, o.Name, o.Run, o.Window, o.Seed, m, o.Expected, o.Verdict)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", st, o.Name, o.Source+": "+o.How, o.Run, o.Window, o.Seed, o.measuredText(), o.Expected, o.Verdict)
 	}
 	for _, r := range sum.Runs {
 		if len(r.Log) > 0 {

@@ -36,6 +36,13 @@ type Scenario struct {
 	// the CSV files; empty: all. Expectations and plots see every series.
 	Record []string          `yaml:"record"`
 	Seed2  map[string]string `yaml:"seedValues"` // free text shown in the report: seed figure per expectation name
+	// Calibration says which model parameters of this setup were fitted,
+	// to what, once for all its runs (shown on every simulated row of the
+	// report); empty: the defaults of docs/sim.md.
+	Calibration string `yaml:"calibration"`
+	// Live holds the live measurements of the kind: live expectations
+	// (LoadLiveFigures); nil: none, they stay pending.
+	Live *LiveFigures `yaml:"-"`
 
 	file            string
 	pol             *policy.Policy
@@ -50,9 +57,15 @@ type ModelSpec struct {
 		PortQueue int    `yaml:"portQueue"`
 		VMotion   string `yaml:"vmotionRate"`
 	} `yaml:"net"`
+	// CPU, when it gives any field, replaces the CPU model as a whole
+	// (a calibration of another machine): the fields it leaves out are 0
+	// (peakMHz 0: the host's clock).
 	CPU struct {
 		CyclesPerByte   float64 `yaml:"cyclesPerByte"`
 		CyclesPerPacket float64 `yaml:"cyclesPerPacket"`
+		CyclesPerAck    float64 `yaml:"cyclesPerAck"`
+		AckBytes        float64 `yaml:"ackBytes"`
+		MaxAckRate      float64 `yaml:"maxAckRate"`
 		OverheadMHz     float64 `yaml:"overheadMHz"`
 		PeakMHz         float64 `yaml:"peakMHz"`
 	} `yaml:"cpu"`
@@ -61,16 +74,21 @@ type ModelSpec struct {
 
 // WorkloadSpec is one workload.
 type WorkloadSpec struct {
-	Name        string `yaml:"name"`
-	Type        string `yaml:"type"` // bulk | transfer | rr | oltp | iometer
-	Port        string `yaml:"port"`
-	Disk        string `yaml:"disk"`
-	Streams     int    `yaml:"streams"`
-	Window      string `yaml:"window"`
-	Rate        string `yaml:"rate"`
-	Bytes       string `yaml:"bytes"`
-	Response    string `yaml:"response"`
-	ServerTime  string `yaml:"serverTime"`
+	Name       string `yaml:"name"`
+	Type       string `yaml:"type"` // bulk | transfer | rr | oltp | iometer
+	Port       string `yaml:"port"`
+	Disk       string `yaml:"disk"`
+	Streams    int    `yaml:"streams"`
+	Window     string `yaml:"window"`
+	Rate       string `yaml:"rate"`
+	Bytes      string `yaml:"bytes"`
+	Response   string `yaml:"response"`
+	ServerTime string `yaml:"serverTime"`
+	// Requests is the number of request/response exchanges of one rr
+	// operation, one after the other (default 1; an Olio page is 20 HTTP
+	// requests on average); Response and ServerTime are the operation's
+	// totals, split evenly over them.
+	Requests    int    `yaml:"requests"`
 	Users       int    `yaml:"users"`
 	Think       string `yaml:"think"`
 	IOsPerOrder int    `yaml:"iosPerOrder"`
@@ -136,8 +154,16 @@ type ExpectSpec struct {
 	SeedValue string `yaml:"seedValue"`
 	// Kind "baseline" marks a figure of the uncontrolled baseline or of
 	// the hardware: two-sided, and a miss is a model calibration
-	// difference.
+	// difference. Kind "live" marks a figure that only a live measurement
+	// can give (a cost of the implementation that the simulator does not
+	// model): the simulator does not judge it; Value, Op, Tol and Max are
+	// judged against the live figure of the same name (Scenario.Live),
+	// in Unit ("ratio" by default), and the row is pending without one.
 	Kind string `yaml:"kind"`
+	// Live names the live measurement of a kind: live expectation (the
+	// command that makes it).
+	Live string `yaml:"live"`
+	Unit string `yaml:"unit"`
 	Line int    `yaml:"-"`
 }
 
@@ -307,8 +333,12 @@ func ParseScenario(file string, data []byte) (*Scenario, error) {
 		switch {
 		case x.Better != "" && x.Better != "higher" && x.Better != "lower":
 			return nil, lineErr(file, x.Line, "better", "unknown %q (higher, lower)", x.Better)
-		case x.Kind != "" && x.Kind != "control" && x.Kind != "baseline":
-			return nil, lineErr(file, x.Line, "kind", "unknown %q (control, baseline)", x.Kind)
+		case x.Kind != "" && x.Kind != "control" && x.Kind != "baseline" && x.Kind != "live":
+			return nil, lineErr(file, x.Line, "kind", "unknown %q (control, baseline, live)", x.Kind)
+		case x.Kind == "live" && x.Live == "":
+			return nil, lineErr(file, x.Line, "live", "a kind: live expectation names its live measurement")
+		case x.Kind != "live" && (x.Live != "" || x.Unit != ""):
+			return nil, lineErr(file, x.Line, "live", "live and unit are for kind: live")
 		case x.Better != "" && x.Kind == "baseline":
 			return nil, lineErr(file, x.Line, "better", "a baseline figure is two-sided; better is for control outcomes")
 		case x.SeedValue != "" && x.Better == "":

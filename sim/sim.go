@@ -103,10 +103,10 @@ func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 			*dst = v
 		}
 	}
-	setF(&s.cpu.CyclesPerByte, m.CPU.CyclesPerByte)
-	setF(&s.cpu.CyclesPerPacket, m.CPU.CyclesPerPacket)
-	setF(&s.cpu.OverheadMHz, m.CPU.OverheadMHz)
-	setF(&s.cpu.PeakMHz, m.CPU.PeakMHz)
+	if c := m.CPU; c != (ModelSpec{}).CPU {
+		s.cpu = CPUParams{CyclesPerByte: c.CyclesPerByte, CyclesPerPacket: c.CyclesPerPacket, CyclesPerAck: c.CyclesPerAck,
+			AckBytes: c.AckBytes, MaxAckRate: c.MaxAckRate, OverheadMHz: c.OverheadMHz, PeakMHz: c.PeakMHz}
+	}
 	setF(&s.st.TransferMBps, m.Storage.TransferMBps)
 	setF(&s.st.Gamma, m.Storage.Gamma)
 	setF(&s.st.BetaPerShare, m.Storage.BetaPerShare)

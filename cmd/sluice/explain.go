@@ -26,15 +26,13 @@ const explainUsage = "usage: sluice explain FILE PORT [--demand PORT=RATE ...] [
 
 // CPU cost of sending when the host has no measured one (its policy's
 // cpu.sendMHzPerGbps): the simulator's seed-003 model
-// (sim.DefaultCPUParams, fitted once to seed 003's sweep: 1 vCPU, iperf3,
-// 2600 MHz → 19.2 Gbps and 400 MHz → 2.2 Gbps): CyclesPerByte cycles per
-// payload byte are CyclesPerByte × 125 MHz per Gbps (129.4), above an
-// overhead of OverheadMHz (115) that the guest spends on anything else.
-// --cpu-mhz-per-gbps replaces the cost per Gbps of either.
-var (
-	defaultCPUMHzPerGbps = sim.DefaultCPUParams.CyclesPerByte * 1e9 / 8 / 1e6
-	cpuOverheadMHz       = sim.DefaultCPUParams.OverheadMHz
-)
+// (sim.DefaultCPUParams, fitted once to seed 003's whole sweep: 1 vCPU,
+// iperf3): CyclesPerByte cycles per payload byte (CyclesPerByte × 125 MHz
+// per Gbps) plus the ACKs, CyclesPerAck per AckBytes of payload up to
+// MaxAckRate passes per second (sim.CPUParams.SendMHz, SendBps).
+// --cpu-mhz-per-gbps replaces the cost per Gbps of either (a linear cost
+// then, with no ACK term).
+var seed003CPU = sim.DefaultCPUParams
 
 func runExplain(args []string, stdout, stderr io.Writer) int {
 	args, cost, err := cutCPUCostFlag(args)
@@ -83,24 +81,56 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// cpuCost is the CPU cost of sending and where it came from.
+// cpuCost is the CPU cost of sending and where it came from: linear
+// (mhzPerGbps above overheadMHz) or, with model set, the simulator's
+// CPU model.
 type cpuCost struct {
 	mhzPerGbps  float64
 	overheadMHz float64
 	source      string
-	flag        bool // --cpu-mhz-per-gbps: replaces the host's cost per Gbps
+	flag        bool           // --cpu-mhz-per-gbps: replaces the host's cost per Gbps
+	model       *sim.CPUParams // the seed-003 model (no measured cost, no flag)
+}
+
+// segBytes is the segment size the simulator's CPU model charges per
+// packet at.
+var segBytes = float64(sim.DefaultNetParams.SegmentBytes)
+
+// driveBps is the payload rate that mhz of CPU can send.
+func (c cpuCost) driveBps(mhz float64) float64 {
+	if c.model != nil {
+		return c.model.SendBps(mhz, segBytes)
+	}
+	return math.Max(mhz-c.overheadMHz, 0) / c.mhzPerGbps * 1e9
+}
+
+// needMHz is what sending bps costs.
+func (c cpuCost) needMHz(bps float64) float64 {
+	if c.model != nil {
+		return c.model.SendMHz(bps, segBytes)
+	}
+	return c.overheadMHz + bps/1e9*c.mhzPerGbps
+}
+
+// String says how the cost is computed.
+func (c cpuCost) String() string {
+	if m := c.model; m != nil {
+		return fmt.Sprintf("%.1f MHz per Gbps, plus %.1f MHz per Gbps of ACKs up to %.0f MHz (%s)",
+			m.CyclesPerByte*125, m.CyclesPerAck/m.AckBytes*125, m.CyclesPerAck*m.MaxAckRate/1e6, c.source)
+	}
+	return fmt.Sprintf("%.1f MHz per Gbps above %.0f MHz (%s)", c.mhzPerGbps, c.overheadMHz, c.source)
 }
 
 // hostCost is the cost of sending on host h: its measured cost when the
 // policy gives one, else the seed-003 model; the flag's cost per Gbps
 // replaces either.
 func hostCost(h *policy.Host, flag cpuCost) cpuCost {
-	c := cpuCost{defaultCPUMHzPerGbps, cpuOverheadMHz, "seed 003's model", false}
+	c := cpuCost{seed003CPU.CyclesPerByte * 125, seed003CPU.OverheadMHz, "seed 003's model", false, &seed003CPU}
 	if h.CPU.SendMHzPerGbps > 0 {
-		c = cpuCost{float64(h.CPU.SendMHzPerGbps), float64(h.CPU.SendOverheadMHz), "measured on " + h.Name + ", cpu.sendMHzPerGbps", false}
+		c = cpuCost{float64(h.CPU.SendMHzPerGbps), float64(h.CPU.SendOverheadMHz), "measured on " + h.Name + ", cpu.sendMHzPerGbps", false, nil}
 	}
 	if flag.flag {
-		c.mhzPerGbps, c.source = flag.mhzPerGbps, flag.source
+		c.mhzPerGbps, c.source, c.model = flag.mhzPerGbps, flag.source, nil
 	}
 	return c
 }
@@ -170,7 +200,7 @@ func explainCPU(p *policy.Policy, n *entitle.Net, port string, flag cpuCost) (st
 			nics = append(nics, name)
 		}
 	}
-	driveBps := math.Max(s.EntitlementMHz-cost.overheadMHz, 0) / cost.mhzPerGbps * 1e9
+	driveBps := cost.driveBps(s.EntitlementMHz)
 	reason := s.Reason.String()
 	if s.Reason == alloc.LimitBound && (vm.CPU.LimitMHz == 0 || s.EntitlementMHz < float64(vm.CPU.LimitMHz)) {
 		reason = fmt.Sprintf("vCPUs: %d × %d MHz", vm.CPU.VCPUs, h.CPU.MHz)
@@ -179,12 +209,12 @@ func explainCPU(p *policy.Policy, n *entitle.Net, port string, flag cpuCost) (st
 	if len(nics) > 1 {
 		what = "its vNICs' (" + strings.Join(nics, " ") + ")"
 	}
-	head := fmt.Sprintf("cpu: %s is entitled to %.0f MHz (%s) of host %s's %d × %d MHz with every VM there busy; at %.1f MHz per Gbps above %.0f MHz (%s) that drives %s",
-		vm.Name, s.EntitlementMHz, reason, h.Name, h.CPU.Cores, h.CPU.MHz, cost.mhzPerGbps, cost.overheadMHz, cost.source, entitle.FormatBps(driveBps))
+	head := fmt.Sprintf("cpu: %s is entitled to %.0f MHz (%s) of host %s's %d × %d MHz with every VM there busy; at %s that drives %s",
+		vm.Name, s.EntitlementMHz, reason, h.Name, h.CPU.Cores, h.CPU.MHz, cost, entitle.FormatBps(driveBps))
 	if netBps <= driveBps {
 		return fmt.Sprintf("%s, enough for %s network entitlement %s", head, what, entitle.FormatBps(netBps)), true
 	}
-	needMHz := cost.overheadMHz + netBps/1e9*cost.mhzPerGbps
+	needMHz := cost.needMHz(netBps)
 	return fmt.Sprintf("%s: the CPU is the bottleneck, %s (%.0f%%) short of %s network entitlement %s, which needs %.0f MHz",
 		head, entitle.FormatBps(netBps-driveBps), 100*(netBps-driveBps)/netBps, what, entitle.FormatBps(netBps), needMHz), true
 }

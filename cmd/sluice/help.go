@@ -35,9 +35,9 @@ Why a port (VM/NIC, HOST/CLASS) or a disk (VM/DISK) gets what it gets,
 level by level; --unnamed as for alloc. For a vNIC it also says whether
 its VM's CPU entitlement can drive its network entitlement, at the CPU
 cost of sending measured on its host (the policy's cpu.sendMHzPerGbps
-above cpu.sendOverheadMHz), or else 129.4 MHz per Gbps above 115 MHz (the
-simulator's seed-003 model); --cpu-mhz-per-gbps replaces the cost per
-Gbps.
+above cpu.sendOverheadMHz), or else the simulator's seed-003 model (105.7
+MHz per Gbps, plus 96.3 MHz per Gbps of ACKs up to 507 MHz);
+--cpu-mhz-per-gbps replaces the cost per Gbps.
 
 example:
   sluice explain examples/netioc-fig2.yaml vm1/nic0`,
@@ -71,12 +71,14 @@ A change SPEC is TARGET.FIELD[=VALUE]:
 example:
   sluice place examples/netioc-fig2.yaml --change vm2/nic0.reservation=4.5Gbps`,
 
-	"sim": `usage: sluice sim SCENARIO [-o DIR] [-q]
+	"sim": `usage: sluice sim SCENARIO [-o DIR] [-q] [-live FILE]
 
 Run a simulation scenario: CSV time series, a summary (JSON and text:
 measured vs expected) and plots into DIR (default out/sim/NAME); -q leaves
-out the summary table. Exit 1 when the scenario is bad or an expectation
-fails.
+out the summary table. -live FILE gives the live figures (JSON, written by
+make reproduce-live) that the scenario's kind: live expectations are judged
+on; without them those are pending. Exit 1 when the scenario is bad or an
+expectation fails.
 
 example:
   sluice sim scenarios/seeds/netioc-fig2.yaml -o out/fig2`,

@@ -12,17 +12,18 @@ func init() {
 	register(command{name: "sim", summary: "run a simulation scenario (time series, summary, plots)", run: runSim})
 }
 
-// runSim is `sluice sim SCENARIO [-o DIR]`: exit 1 when the scenario is bad
+// runSim is `sluice sim SCENARIO [-o DIR] [-q] [-live FILE]`: exit 1 when the scenario is bad
 // or an expectation fails, 2 on usage errors.
 func runSim(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	out := fs.String("o", "", "directory for CSV series, summary.{json,txt} and plots (default: out/sim/NAME)")
 	quiet := fs.Bool("q", false, "do not print the summary table")
+	live := fs.String("live", "", "live figures (JSON) for the scenario's kind: live expectations")
 	var pos []string
 	for len(args) > 0 {
 		if err := fs.Parse(args); err != nil {
-			fmt.Fprintf(stderr, "sluice sim: %v; usage: sluice sim SCENARIO [-o DIR] [-q]\n", err)
+			fmt.Fprintf(stderr, "sluice sim: %v; usage: sluice sim SCENARIO [-o DIR] [-q] [-live FILE]\n", err)
 			return exitUsage
 		}
 		args = fs.Args()
@@ -32,7 +33,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "usage: sluice sim SCENARIO [-o DIR] [-q]")
+		fmt.Fprintln(stderr, "usage: sluice sim SCENARIO [-o DIR] [-q] [-live FILE]")
 		return exitUsage
 	}
 	sc, err := sim.LoadScenario(pos[0])
@@ -40,6 +41,12 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		// FILE:LINE: field: message, one line per problem.
 		fmt.Fprintln(stderr, err)
 		return exitBad
+	}
+	if *live != "" {
+		if sc.Live, err = sim.LoadLiveFigures(*live); err != nil {
+			fmt.Fprintln(stderr, "sluice sim:", err)
+			return exitBad
+		}
 	}
 	res, err := sim.Run(sc)
 	if err != nil {
