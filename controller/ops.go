@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 
@@ -210,44 +212,140 @@ func (c *Controller) Migrate(ctx context.Context, vm string, req MigrateRequest)
 	return c.decide(ctx, true, func(v view) (*next, error) { return v.migrate(vm, req.To, req.Reason) })
 }
 
-// decide is the shell of a decision: it reads the state (needPolicy: a
-// policy must be applied) and the agents' reports, calls d on their view
-// and commits what d returns in one transaction. A refusal writes nothing
-// (unless d returns a next with it: a decision found stale).
+// decide runs a decision on the state and the agents' reports and
+// commits what it returns (events and decisions recorded even when it
+// also returns an error: a refusal that records its reason). Concurrent
+// decisions are committed together (group commit): while one commits, the
+// ones that arrive wait; the next of them to run takes them all, runs
+// each on the state the ones before it left, and commits them in one
+// transaction. Each gets its own events and errors; a failed commit fails
+// them all, and nothing of theirs is written.
 func (c *Controller) decide(ctx context.Context, needPolicy bool, d func(v view) (*next, error)) (Result, error) {
+	req := &decideReq{needPolicy: needPolicy, d: d}
+	c.qmu.Lock()
+	c.queue = append(c.queue, req)
+	c.qmu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !req.done { // no other caller took it into its batch
+		c.qmu.Lock()
+		batch := c.queue
+		c.queue = nil
+		c.qmu.Unlock()
+		c.maxBatch = max(c.maxBatch, len(batch))
+		bctx := ctx
+		if len(batch) > 1 {
+			bctx = context.WithoutCancel(ctx) // the others' requests do not end with this one's
+		}
+		c.decideBatch(bctx, batch)
+	}
+	return req.res, req.err
+}
+
+// decideReq is one decision waiting for its commit; done, res and err are
+// written under Controller.mu.
+type decideReq struct {
+	needPolicy bool
+	d          func(v view) (*next, error)
+	done       bool
+	res        Result
+	err        error
+}
+
+// decideBatch runs the decisions of batch in order, each on the state the
+// ones before left, and commits them in one transaction.
+func (c *Controller) decideBatch(ctx context.Context, batch []*decideReq) {
+	finish := func(r *decideReq, res Result, err error) { r.res, r.err, r.done = res, err, true }
 	old, err := c.load(ctx)
-	if err != nil {
-		return Result{}, err
+	if err == nil {
+		var reports map[string]*Report
+		if reports, err = c.reports(ctx); err == nil {
+			c.commitBatch(ctx, old, reports, batch)
+			return
+		}
 	}
-	if needPolicy && old.p == nil {
-		return Result{}, apiErr(http.StatusConflict, "no policy applied yet (sluice ctl apply -f FILE)")
+	for _, r := range batch {
+		finish(r, Result{}, err)
 	}
-	reports, err := c.reports(ctx)
-	if err != nil {
-		return Result{}, err
+}
+
+func (c *Controller) commitBatch(ctx context.Context, old *state, reports map[string]*Report, batch []*decideReq) {
+	type made struct {
+		r        *decideReq
+		from, to int // its events in evs
+		rev      int64
+		derr     error
 	}
-	n, derr := d(c.viewOf(old, reports))
-	if n == nil {
-		return Result{}, derr
+	var (
+		mades []made
+		evs   []Event
+		decs  []Decision
+	)
+	cur := old
+	for _, r := range batch {
+		if r.needPolicy && cur.p == nil {
+			r.res, r.err, r.done = Result{}, apiErr(http.StatusConflict, "no policy applied yet (sluice ctl apply -f FILE)"), true
+			continue
+		}
+		n, derr := r.d(c.viewOf(cur, reports))
+		if n == nil {
+			r.res, r.err, r.done = Result{}, derr, true
+			continue
+		}
+		cur = c.chain(old, cur, n)
+		mades = append(mades, made{r: r, from: len(evs), to: len(evs) + len(n.events), rev: cur.doc.Revision, derr: derr})
+		evs = append(evs, n.events...)
+		decs = append(decs, n.decisions...)
 	}
-	st := c.stateOf(old, n)
-	evs, err := c.commit(ctx, old, st, n.events, n.decisions)
-	if err != nil {
-		return Result{}, err
+	if len(mades) == 0 {
+		return
 	}
-	if derr != nil {
-		return Result{}, derr
+	numbered, err := c.commit(ctx, old, cur, evs, decs)
+	for _, m := range mades {
+		switch {
+		case err != nil:
+			m.r.res, m.r.err = Result{}, err
+		case m.derr != nil:
+			m.r.res, m.r.err = Result{}, m.derr
+		default:
+			m.r.res, m.r.err = Result{Revision: m.rev, Events: numbered[m.from:m.to]}, nil
+		}
+		m.r.done = true
 	}
-	return Result{Revision: st.doc.Revision, Events: evs}, nil
 }
 
 // stateOf is the state after n, read as old.
 func (c *Controller) stateOf(old *state, n *next) *state {
-	st := &state{doc: n.doc, p: n.p, place: n.place, history: n.history, starting: n.starting, scope: n.scope}
+	return c.chain(old, old, n)
+}
+
+// chain is the state after n, made on cur, itself made on old (the state
+// read) by the decisions before n in a batch: what commit writes over old.
+func (c *Controller) chain(old, cur *state, n *next) *state {
+	st := &state{doc: n.doc, p: n.p, place: n.place, history: n.history, starting: n.starting, histChanged: cur.histChanged || n.history != nil}
+	if st.history == nil {
+		st.history = cur.history
+	}
+	if st.starting == nil {
+		st.starting = cur.starting
+	}
+	st.extra = slices.Clone(cur.extra)
 	for _, d := range n.rewrites {
 		st.extra = append(st.extra, c.rewrite(d))
+	}
+	// The hosts whose part of the policy changed since old: nil when a
+	// decision changed it without naming them (every host).
+	switch {
+	case n.p == cur.p:
+		st.scope = cur.scope
+	case n.scope == nil || (cur.p != old.p && cur.scope == nil):
+		st.scope = nil
+	default:
+		st.scope = maps.Clone(cur.scope)
+		if st.scope == nil {
+			st.scope = map[string]bool{}
+		}
+		maps.Copy(st.scope, n.scope)
 	}
 	return st
 }

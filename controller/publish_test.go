@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -132,4 +133,113 @@ func TestRepublish(t *testing.T) {
 	if n, err := f.c.Republish(f.ctx); err != nil || n != 0 {
 		t.Fatalf("Republish again: %d rewritten (%v), want 0", n, err)
 	}
+}
+
+// TestGroupCommit: concurrent decisions are committed together, each
+// with its own outcome: 40 sets of 40 vNICs, 10 sets refused (a vNIC that
+// does not exist) and 20 hosts registering at once. Every accepted set
+// gets its own event and a revision of its own, the policy has every
+// change once, the refused ones change nothing, every registration is
+// recorded, and every host's published state is the rendering of the
+// final state.
+func TestGroupCommit(t *testing.T) {
+	f := newFixture(t, true)
+	var doc strings.Builder
+	doc.WriteString("cluster: gc\nhosts:\n")
+	for h := range 20 {
+		fmt.Fprintf(&doc, "  - {name: h%d, cpu: {cores: 16, mhz: 2000}, memory: 256GiB, uplinks: [{name: up0, speed: 10Gbps}]}\n", h)
+	}
+	doc.WriteString("vms:\n")
+	for v := range 40 {
+		fmt.Fprintf(&doc, "  - {name: vm%d, host: h%d, cpu: {vcpus: 1}, memory: 1GiB, nics: [{name: nic0, reservation: 10Mbps}]}\n", v, v%20)
+	}
+	before := f.apply(doc.String()).Revision
+	type out struct {
+		i   int
+		res Result
+		err error
+	}
+	results := make(chan out, 70)
+	var wg sync.WaitGroup
+	for i := range 70 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var o out
+			o.i = i
+			switch {
+			case i < 40:
+				o.res, o.err = f.c.Set(f.ctx, SetRequest{Changes: []string{fmt.Sprintf("vm%d/nic0.reservation=%dMbps", i, 20+i)}})
+			case i < 50:
+				o.res, o.err = f.c.Set(f.ctx, SetRequest{Changes: []string{fmt.Sprintf("vm%d/nic9.reservation=1Mbps", i-40)}})
+			default:
+				h := i - 50
+				_, o.err = f.c.Register(f.ctx, fmt.Sprintf("h%d", h), Report{VMs: []string{fmt.Sprintf("vm%d", h), fmt.Sprintf("vm%d", h+20)}})
+			}
+			results <- o
+		}()
+	}
+	wg.Wait()
+	close(results)
+	f.c.mu.Lock()
+	most := f.c.maxBatch
+	f.c.mu.Unlock()
+	if most < 2 {
+		t.Fatalf("the 70 concurrent decisions were committed one at a time: no group commit to test")
+	}
+	t.Logf("at most %d decisions committed together", most)
+	revs := map[int64]bool{}
+	for o := range results {
+		switch {
+		case o.i < 40:
+			if o.err != nil {
+				t.Fatalf("set %d: %v", o.i, o.err)
+			}
+			if len(o.res.Events) != 1 || o.res.Events[0].Subject != fmt.Sprintf("vm%d/nic0", o.i) {
+				t.Errorf("set %d: events %+v, want its own set event", o.i, o.res.Events)
+			}
+			if revs[o.res.Revision] {
+				t.Errorf("set %d: revision %d given twice", o.i, o.res.Revision)
+			}
+			revs[o.res.Revision] = true
+		case o.i < 50:
+			if o.err == nil {
+				t.Errorf("set %d of a vNIC that does not exist was accepted", o.i)
+			}
+		default:
+			if o.err != nil {
+				t.Errorf("register h%d: %v", o.i-50, o.err)
+			}
+		}
+	}
+	ps, err := f.c.Policy(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps.Revision != before+40 || len(ps.Changes) != 40 {
+		t.Fatalf("policy revision %d with %d changes, want %d with 40", ps.Revision, len(ps.Changes), before+40)
+	}
+	for i := range 40 {
+		if n := strings.Count(strings.Join(ps.Changes, " "), fmt.Sprintf("vm%d/nic0.reservation=%dMbps", i, 20+i)); n != 1 {
+			t.Errorf("change of vm%d recorded %d times", i, n)
+		}
+	}
+	evs, err := f.c.Events(f.ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	regs, seqs := 0, map[int64]bool{}
+	for _, e := range evs {
+		if e.Kind == "register" {
+			regs++
+		}
+		if seqs[e.Seq] {
+			t.Errorf("event number %d given twice", e.Seq)
+		}
+		seqs[e.Seq] = true
+	}
+	if regs != 20 {
+		t.Errorf("%d registrations recorded, want 20", regs)
+	}
+	checkPublished(t, f, 0)
 }

@@ -524,3 +524,35 @@ func BenchmarkFollowerDesired(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRegisterAllInProcess is every agent of SLUICE_SCALE_HOSTS ×
+// SLUICE_SCALE_VMS registering again at once (one goroutine each), in
+// process, with the policy in force and each host's VMs running: the
+// re-registration after a controller restart, without TLS and HTTP. It
+// reports the wall time of all and the process's CPU time.
+func BenchmarkRegisterAllInProcess(b *testing.B) {
+	nh, nv := envInt("SLUICE_SCALE_HOSTS", 1000), envInt("SLUICE_SCALE_VMS", 30000)
+	c := scaleController(b, nh, nv)
+	ctx := context.Background()
+	register := func() {
+		var wg sync.WaitGroup
+		for h := range nh {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := c.Register(ctx, fmt.Sprintf("h%04d", h), Report{Uplinks: []string{"vmnic0"}, VMs: scaleVMsOn(h, nh, nv)}); err != nil {
+					b.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	register() // every host's VMs observed running once
+	runtime.GC()
+	b.ResetTimer()
+	c0 := cputime.ProcessNs()
+	for i := 0; i < b.N; i++ {
+		register()
+	}
+	b.ReportMetric(float64(cputime.ProcessNs()-c0)/1e6/float64(b.N), "cpu-ms/op")
+}

@@ -52,6 +52,11 @@ type Config struct {
 type Controller struct {
 	cfg Config
 	mu  sync.Mutex // serializes changes
+	// queue holds the decisions waiting for the next group commit
+	// (decide).
+	qmu      sync.Mutex
+	queue    []*decideReq
+	maxBatch int // the most decisions committed together (under mu)
 	// cache is the last state read or written: its document, policy and
 	// placement are reused while their keys' mod revisions hold.
 	cacheMu sync.Mutex
@@ -114,6 +119,8 @@ type state struct {
 	// kill -9) neither repeats nor reverts a move. A new state leaves it
 	// nil unless it carries a move out (withMove); commit writes it then.
 	history map[string]placement.LastMove
+	// histChanged says that history is new: commit writes it.
+	histChanged bool
 	// starting are the VMs placed by a power-on, an apply or a move and
 	// not yet observed there (view.holding). Like history, nil in a new
 	// state means unchanged; commit writes it when set.
@@ -278,7 +285,7 @@ func (c *Controller) commit(ctx context.Context, old, st *state, evs []Event, de
 		put(fmt.Sprintf("%s%020d", dirEvents, st.seq), evs[i])
 	}
 	put(keySeq, st.seq)
-	if st.history != nil {
+	if st.history != nil && st.histChanged {
 		put(keyHistory, st.history)
 	}
 	sameStarting := sameMap(st.starting, old.starting) || maps.Equal(st.starting, old.starting)
