@@ -344,7 +344,10 @@ func TestThreeMembersOneKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &agent{}
+	// fig2's VMs run on h1 from the start, as a hypervisor's would: the
+	// agent reports them at its registration, before its first desired
+	// state.
+	a := &agent{vms: []string{"vm1", "vm2", "vm3"}}
 	f := &controller.Follower{Client: cl, Host: "h1", Agent: a, RetryEvery: 200 * time.Millisecond, Wait: 5 * time.Second, Logf: t.Logf}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
