@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
@@ -12,13 +11,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"sluice/cpuctl"
 	"sluice/internal/ops"
+	"sluice/internal/ops/opstest"
 	"sluice/policy"
 )
 
@@ -34,90 +31,6 @@ vms:
   - {name: vm3, host: h1, cpu: {vcpus: 1, limitMHz: 300}, nics: [{name: nic0, limit: 100Mbps}]}
 `
 
-// scrape gets /metrics from h and parses it as the Prometheus text format.
-func scrape(t *testing.T, h http.Handler) map[string]*dto.MetricFamily {
-	t.Helper()
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/metrics: %d %s", resp.StatusCode, b)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(string(b)))
-	if err != nil {
-		t.Fatalf("/metrics does not parse as the text format: %v\n%s", err, b)
-	}
-	return fams
-}
-
-// value is the value of the sample of family name whose labels are
-// labels (name, value pairs), and whether there is one.
-func value(fams map[string]*dto.MetricFamily, name string, labels ...string) (float64, bool) {
-	f := fams[name]
-	if f == nil {
-		return 0, false
-	}
-	for _, m := range f.Metric {
-		got := map[string]string{}
-		for _, l := range m.Label {
-			got[l.GetName()] = l.GetValue()
-		}
-		ok := len(got) == len(labels)/2
-		for i := 0; ok && i+1 < len(labels); i += 2 {
-			ok = got[labels[i]] == labels[i+1]
-		}
-		if !ok {
-			continue
-		}
-		switch f.GetType() {
-		case dto.MetricType_COUNTER:
-			return m.GetCounter().GetValue(), true
-		case dto.MetricType_GAUGE:
-			return m.GetGauge().GetValue(), true
-		case dto.MetricType_HISTOGRAM:
-			return float64(m.GetHistogram().GetSampleCount()), true
-		}
-	}
-	return 0, false
-}
-
-// lint checks the names, types and help of reg's metrics with
-// Prometheus's linter. Rates stay in bits/s, as everywhere in sluice and
-// in networking (the brief's _bits_per_second), not in the bytes promlint
-// asks for.
-func lint(t *testing.T, reg prometheus.Gatherer) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		if p.Text != `use base unit "bytes" instead of "bits"` {
-			t.Errorf("lint: %s: %s", p.Metric, p.Text)
-		}
-	}
-}
-
-func status(t *testing.T, h http.Handler, path string) int {
-	t.Helper()
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
-	return rec.Code
-}
-
 // TestMetricsMatchStats: after steps with traffic and CPU use, /metrics
 // parses, follows Prometheus's conventions, and every port's and VM's
 // values are the agent's own statistics (Stats) in base units.
@@ -131,7 +44,7 @@ func TestMetricsMatchStats(t *testing.T) {
 	reg.MustRegister(m)
 	h := ops.Handler(reg, m.Ready, nil)
 
-	if code := status(t, h, "/readyz"); code != http.StatusServiceUnavailable {
+	if code, _ := opstest.Get(h, "/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz before the first step: %d, want 503", code)
 	}
 	for i, now := range []int64{1e9, 1.1e9, 1.2e9, 2.3e9} {
@@ -151,11 +64,11 @@ func TestMetricsMatchStats(t *testing.T) {
 		}
 	}
 	s := a.Stats()
-	fams := scrape(t, h)
+	fams := opstest.Scrape(t, h)
 
 	check := func(name string, want float64, labels ...string) {
 		t.Helper()
-		got, ok := value(fams, name, labels...)
+		got, ok := fams.Value(name, labels...)
 		if !ok {
 			t.Errorf("%s%v: missing", name, labels)
 		} else if got != want {
@@ -164,7 +77,7 @@ func TestMetricsMatchStats(t *testing.T) {
 	}
 	absent := func(name string, labels ...string) {
 		t.Helper()
-		if _, ok := value(fams, name, labels...); ok {
+		if _, ok := fams.Value(name, labels...); ok {
 			t.Errorf("%s%v present, want absent", name, labels)
 		}
 	}
@@ -197,7 +110,7 @@ func TestMetricsMatchStats(t *testing.T) {
 		}
 	}
 	// The test shows something: traffic measured, entitlements, limits.
-	if v, _ := value(fams, "sluice_agent_port_rate_bits_per_second", "uplink", "up0", "port", "vm1/nic0", "class", "vm"); v <= 0 {
+	if v, _ := fams.Value("sluice_agent_port_rate_bits_per_second", "uplink", "up0", "port", "vm1/nic0", "class", "vm"); v <= 0 {
 		t.Errorf("vm1/nic0's measured rate %v: the test sent no traffic", v)
 	}
 	check("sluice_agent_port_limit_bits_per_second", 100e6, "uplink", "up0", "port", "vm3/nic0", "class", "vm")
@@ -217,17 +130,17 @@ func TestMetricsMatchStats(t *testing.T) {
 	}
 	check("sluice_agent_vm_cpu_limit_hertz", 300e6, "vm", "vm3")
 	absent("sluice_agent_vm_cpu_limit_hertz", "vm", "vm1")
-	if v, _ := value(fams, "sluice_agent_vm_cpu_throttled_ratio", "vm", "vm3"); v <= 0 {
+	if v, _ := fams.Value("sluice_agent_vm_cpu_throttled_ratio", "vm", "vm3"); v <= 0 {
 		t.Errorf("vm3 throttled %v: the test throttled nothing", v)
 	}
 
-	lint(t, reg)
+	opstest.Lint(t, reg)
 
 	// Ready while the steps go on; a failed step, or none for 5 s, is not.
-	if code := status(t, h, "/readyz"); code != http.StatusOK {
+	if code, _ := opstest.Get(h, "/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz after steps: %d", code)
 	}
-	if code := status(t, h, "/healthz"); code != http.StatusOK {
+	if code, _ := opstest.Get(h, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz: %d", code)
 	}
 	clock = clock.Add(6 * time.Second)
@@ -240,10 +153,10 @@ func TestMetricsMatchStats(t *testing.T) {
 	if err == nil {
 		t.Fatal("a step without the uplink did not fail")
 	}
-	if code := status(t, h, "/readyz"); code != http.StatusServiceUnavailable {
+	if code, _ := opstest.Get(h, "/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz after a failed step: %d", code)
 	}
-	if v, _ := value(scrape(t, h), "sluice_agent_step_errors_total"); v != 1 {
+	if v, _ := opstest.Scrape(t, h).Value("sluice_agent_step_errors_total"); v != 1 {
 		t.Errorf("step errors %v, want 1", v)
 	}
 }

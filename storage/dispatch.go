@@ -63,6 +63,9 @@ type datastoreGate struct {
 	closed      bool
 	failed      error    // the datastore is not the one the gateway started with: every request fails
 	period      dsPeriod // counters of the current period
+	// statsErr is why the last period could not read or write the stats
+	// volume (nil: it could): the datastore does not answer.
+	statsErr error
 }
 
 // dsPeriod accumulates the datastore I/O of this host during one period.
@@ -224,8 +227,9 @@ type disk struct {
 	// guarded by gate.mu
 	queued, inflight int
 	cur              diskPeriod
-	reads, writes    uint64 // completed successfully since the disk was opened
-	removed          bool   // the disk left this gateway and was released
+	lat              LatencyHistogram // the closed periods' latencies, since the disk was opened
+	reads, writes    uint64           // completed successfully since the disk was opened
+	removed          bool             // the disk left this gateway and was released
 	// conns counts the connections that opened the disk. idle is set
 	// when the disk's VM left the host: the disk is then served to those
 	// connections only, and idle is closed when the last one ends.

@@ -680,6 +680,7 @@ type periodResult struct {
 	hosts                                      int
 	diskStats                                  map[int]diskPeriod
 	diskOutstanding                            map[int]int
+	diskQueued                                 map[int]int // waiting in the gateway at the period's end
 }
 
 // closePeriod ends the period on every datastore: it takes the period's
@@ -692,13 +693,15 @@ func (g *Gateway) closePeriod(now time.Time, elapsed time.Duration) Status {
 		gt.mu.Lock()
 		per := gt.period
 		gt.period = dsPeriod{peak: gt.outstanding}
-		r := periodResult{diskStats: map[int]diskPeriod{}, diskOutstanding: map[int]int{}}
+		r := periodResult{diskStats: map[int]diskPeriod{}, diskOutstanding: map[int]int{}, diskQueued: map[int]int{}}
 		for id, d := range gt.disks {
 			r.diskStats[id] = d.cur
 			r.diskOutstanding[id] = d.queued + d.inflight
+			r.diskQueued[id] = d.queued
 			if d.cur.ios > 0 || d.queued+d.inflight > 0 {
 				r.activeShares += float64(max(d.policy.Shares, 1))
 			}
+			d.lat.add(&d.cur)
 			d.cur = diskPeriod{}
 		}
 		window := gt.window
@@ -708,6 +711,7 @@ func (g *Gateway) closePeriod(now time.Time, elapsed time.Duration) Status {
 		}
 		r.hostIOPS = float64(per.ios) / elapsed.Seconds()
 		slots, err := gt.readSlots()
+		statsErr := err
 		if err != nil {
 			g.opts.Logf("gateway: datastore %s: stats volume: %v", gt.name, err)
 		}
@@ -723,8 +727,12 @@ func (g *Gateway) closePeriod(now time.Time, elapsed time.Duration) Status {
 			gt.slot, gt.scan = chooseSlot(g.opts.Host, gt.slot, slots, now.UnixNano())
 			if err := gt.writeStats(out.Publish); err != nil {
 				g.opts.Logf("gateway: datastore %s: stats volume: %v", gt.name, err)
+				statsErr = err
 			}
 		}
+		gt.mu.Lock()
+		gt.statsErr = statsErr
+		gt.mu.Unlock()
 		r.dsLatNs, r.hosts = out.View.latNs, out.View.hosts
 		if gt.parda != nil {
 			gt.mu.Lock()
@@ -791,10 +799,12 @@ func (g *Gateway) buildStatus(now time.Time, elapsed time.Duration, res []period
 		if gt.failed != nil {
 			ds.Error = gt.failed.Error()
 		}
+		first := len(st.Disks)
+		var wants []bool // of the disks from first: a request waited at the period's end
 		for id, d := range gt.disks {
 			s := DiskStatus{Disk: d.v.Export(), Datastore: gt.name, Volume: d.v.Name(), Shares: d.policy.Shares,
 				ReservationIOPS: int64(d.policy.ReservationIOPS), Outstanding: d.queued + d.inflight,
-				ReadsTotal: d.reads, WritesTotal: d.writes}
+				ReadsTotal: d.reads, WritesTotal: d.writes, Latency: d.lat}
 			if d.policy.LimitIOPS != policy.UnlimitedIOPS {
 				s.LimitIOPS = int64(d.policy.LimitIOPS)
 			}
@@ -811,8 +821,12 @@ func (g *Gateway) buildStatus(now time.Time, elapsed time.Duration, res []period
 				s.Outstanding = r.diskOutstanding[id]
 			}
 			st.Disks = append(st.Disks, s)
+			wants = append(wants, r.diskQueued[id] > 0)
 		}
 		gt.mu.Unlock()
+		if elapsed > 0 {
+			entitleDisks(st.Disks[first:], wants)
+		}
 		st.Datastores = append(st.Datastores, ds)
 	}
 	sort.Slice(st.Disks, func(a, b int) bool { return st.Disks[a].Disk < st.Disks[b].Disk })

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"sluice/alloc"
 	"sluice/parda"
 )
 
@@ -71,6 +72,78 @@ func (h *latencyHist) quantileNs(q float64) float64 {
 	return 0
 }
 
+// LatencyBoundsS are the upper bounds (seconds) of LatencyHistogram's
+// buckets, as Prometheus's le.
+var LatencyBoundsS = [...]float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
+	100e-3, 250e-3, 500e-3, 1, 2.5, 5, 10}
+
+// LatencyHistogram is a cumulative histogram of request latencies with
+// the buckets of LatencyBoundsS, folded from the per-period log-linear
+// histograms when each period closes (nothing per request). A request
+// counts in the first bucket whose bound is at least the upper end of
+// its log-linear bucket, so a bucket may miss requests up to 12.5% below
+// its bound (they count in the next one); Count and SumS are exact.
+type LatencyHistogram struct {
+	// Counts[i] is the number of requests in bucket i (not cumulative);
+	// Counts[len(LatencyBoundsS)] those above the last bound.
+	Counts [len(LatencyBoundsS) + 1]uint64
+	Count  uint64
+	SumS   float64
+}
+
+// latencyBucketOf maps each log-linear bucket to its LatencyHistogram
+// bucket.
+var latencyBucketOf = func() (m [64 * 8]uint8) {
+	for b := range m {
+		up := histUpperNs(b) / 1e9
+		i := 0
+		for i < len(LatencyBoundsS) && LatencyBoundsS[i] < up {
+			i++
+		}
+		m[b] = uint8(i)
+	}
+	return m
+}()
+
+// add folds one period's latencies into h.
+func (h *LatencyHistogram) add(p *diskPeriod) {
+	if p.ios == 0 {
+		return
+	}
+	for b, c := range p.hist.counts {
+		if c > 0 {
+			h.Counts[latencyBucketOf[b]] += uint64(c)
+		}
+	}
+	h.Count += p.ios
+	h.SumS += p.latSumNs / 1e9
+}
+
+// entitleDisks sets the EntitlementIOPS of one datastore's disks from
+// the IOPS they completed: their sum is the capacity divided by floor
+// semantics (package alloc, as mClock schedules), each disk's demand
+// unbounded when wants says a request of it waited, else what it
+// completed.
+func entitleDisks(ds []DiskStatus, wants []bool) {
+	root := &alloc.Node{Limit: alloc.Inf, Demand: alloc.Inf, Semantics: alloc.Floor}
+	var capacity float64
+	for i, d := range ds {
+		n := &alloc.Node{Name: d.Disk, Reservation: float64(d.ReservationIOPS), Shares: float64(max(d.Shares, 1)), Limit: alloc.Inf, Demand: d.IOPS}
+		if d.LimitIOPS > 0 {
+			n.Limit = float64(d.LimitIOPS)
+		}
+		if wants[i] {
+			n.Demand = alloc.Inf
+		}
+		root.Children = append(root.Children, n)
+		capacity += d.IOPS
+	}
+	alloc.Compute(root, capacity)
+	for i, n := range root.Children {
+		ds[i].EntitlementIOPS = n.Alloc
+	}
+}
+
 // Status is what a gateway reports: per disk and per datastore, measured
 // over the last complete period.
 type Status struct {
@@ -118,6 +191,16 @@ type DiskStatus struct {
 	LatencyMeanMs   float64 `json:"latency_mean_ms"`
 	LatencyP99Ms    float64 `json:"latency_p99_ms"`
 	Outstanding     int     `json:"outstanding"`
+	// EntitlementIOPS is what mClock's floor semantics give the disk of
+	// the I/Os this host completed on the disk's datastore in the period:
+	// max(its reservation, its share by shares), capped by its limit and,
+	// when none of its requests waited in the gateway at the period's end,
+	// by the IOPS it completed (it asked for no more).
+	EntitlementIOPS float64 `json:"entitlement_iops"`
+	// Latency holds the latency (as the VM sees it) of every request the
+	// disk completed here since the gateway opened it, up to the end of
+	// the last period; the metrics' histogram.
+	Latency LatencyHistogram `json:"-"`
 	// ReadsTotal and WritesTotal count the reads and writes this gateway
 	// completed successfully for the disk since it started serving it
 	// (acknowledged to the VM or about to be), up to the status's time.
