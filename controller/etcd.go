@@ -7,14 +7,17 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/logutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Default ports of the embedded etcd member: next to, never on, etcd's own
@@ -65,6 +68,9 @@ type Etcd struct {
 	Embedded *embed.Etcd
 	// StartTime is how long the start (or first contact) took.
 	StartTime time.Duration
+
+	stopping *atomic.Bool // the embedded member is stopping (quietStop)
+	log      *zap.Logger  // the embedded member's
 }
 
 // OpenEtcd starts the embedded member or connects to the external cluster
@@ -112,6 +118,12 @@ func OpenEtcd(cfg EtcdConfig) (*Etcd, error) {
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 	ec.LogLevel = "warn"
 	ec.LogOutputs = []string{filepath.Join(cfg.Dir, "etcd.log")}
+	stopping := &atomic.Bool{}
+	lg, err := etcdLogger(ec.LogOutputs[0], stopping)
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd: %w", err)
+	}
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
 	ec.MaxTxnOps, ec.MaxRequestBytes = MaxTxnOps, MaxTxnBytes
 	// Every set rewrites the policy document and every report its host's
@@ -120,6 +132,7 @@ func OpenEtcd(cfg EtcdConfig) (*Etcd, error) {
 	ec.AutoCompactionMode, ec.AutoCompactionRetention = embed.CompactorModePeriodic, AutoCompactionRetention
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
+		_ = lg.Sync()
 		return nil, fmt.Errorf("embedded etcd: %w", err)
 	}
 	select {
@@ -132,7 +145,40 @@ func OpenEtcd(cfg EtcdConfig) (*Etcd, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd: not ready after %v (see %s)", timeout, ec.LogOutputs[0])
 	}
-	return &Etcd{Client: v3client.New(e.Server), Embedded: e, StartTime: time.Since(start)}, nil
+	return &Etcd{Client: v3client.New(e.Server), Embedded: e, StartTime: time.Since(start), stopping: stopping, log: lg}, nil
+}
+
+// etcdLogger is the embedded member's logger: etcd's own format and level
+// (warn) into path, without the errors etcd logs about its listeners
+// closing once stopping is set (a clean stop is not an error).
+func etcdLogger(path string, stopping *atomic.Bool) (*zap.Logger, error) {
+	cfg := logutil.DefaultZapLoggerConfig
+	cfg.Level = zap.NewAtomicLevelAt(zap.WarnLevel)
+	cfg.OutputPaths, cfg.ErrorOutputPaths = []string{path}, []string{path}
+	return cfg.Build(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return quietStop{c, stopping} }))
+}
+
+// stopNoise are the messages etcd logs, as errors and warnings, when the
+// member's listeners close on a clean stop.
+var stopNoise = map[string]bool{
+	"setting up serving from embedded etcd failed.": true,
+	"stopping insecure grpc server due to error":    true,
+	"stopped insecure grpc server due to error":     true,
+}
+
+// quietStop drops stopNoise once stopping is set.
+type quietStop struct {
+	zapcore.Core
+	stopping *atomic.Bool
+}
+
+func (q quietStop) With(f []zapcore.Field) zapcore.Core { return quietStop{q.Core.With(f), q.stopping} }
+
+func (q quietStop) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if q.stopping.Load() && stopNoise[e.Message] {
+		return ce
+	}
+	return q.Core.Check(e, ce)
 }
 
 // Close closes the client and stops the embedded member.
@@ -140,7 +186,9 @@ func (e *Etcd) Close() error {
 	err := e.Client.Close()
 	if e.Embedded != nil {
 		// The in-process client reports its own cancellation on Close.
+		e.stopping.Store(true)
 		e.Embedded.Close()
+		_ = e.log.Sync()
 		return nil
 	}
 	return err

@@ -272,6 +272,7 @@ func (c *Controller) decideBatch(ctx context.Context, batch []*decideReq) {
 func (c *Controller) commitBatch(ctx context.Context, old *state, reports map[string]*Report, batch []*decideReq) {
 	type made struct {
 		r        *decideReq
+		n        *next
 		from, to int // its events in evs
 		rev      int64
 		derr     error
@@ -293,7 +294,7 @@ func (c *Controller) commitBatch(ctx context.Context, old *state, reports map[st
 			continue
 		}
 		cur = c.chain(old, cur, n)
-		mades = append(mades, made{r: r, from: len(evs), to: len(evs) + len(n.events), rev: cur.doc.Revision, derr: derr})
+		mades = append(mades, made{r: r, n: n, from: len(evs), to: len(evs) + len(n.events), rev: cur.doc.Revision, derr: derr})
 		evs = append(evs, n.events...)
 		decs = append(decs, n.decisions...)
 	}
@@ -301,6 +302,11 @@ func (c *Controller) commitBatch(ctx context.Context, old *state, reports map[st
 		return
 	}
 	numbered, err := c.commit(ctx, old, cur, evs, decs)
+	if err == nil {
+		for _, m := range mades {
+			c.met.committed(m.n)
+		}
+	}
 	for _, m := range mades {
 		switch {
 		case err != nil:

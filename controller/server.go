@@ -61,7 +61,7 @@ func Handler(c *Controller, tokens *Tokens, errLog *log.Logger) http.Handler {
 	mux.HandleFunc("POST /v1/hosts/{host}/heartbeat", s.heartbeat)
 	mux.HandleFunc("POST /v1/hosts/{host}/report", s.report)
 	mux.HandleFunc("GET /v1/hosts/{host}/desired", s.desired)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return c.met.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The scheme is case-insensitive (RFC 7235).
 		scheme, tok, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || !tokens.Valid(strings.TrimSpace(tok)) {
@@ -88,7 +88,7 @@ func Handler(c *Controller, tokens *Tokens, errLog *log.Logger) http.Handler {
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 		mux.ServeHTTP(w, r)
-	})
+	}))
 }
 
 type server struct {

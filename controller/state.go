@@ -67,6 +67,7 @@ type Controller struct {
 	namesMu sync.Mutex
 	namesOf *policy.Policy
 	names   map[string]bool
+	met     *metrics // what it counts for Prometheus (Collector)
 }
 
 // Key names under the prefix (docs/controller.md, "State in etcd").
@@ -102,7 +103,7 @@ func New(cfg Config) *Controller {
 	if cfg.RebalanceThreshold <= 0 {
 		cfg.RebalanceThreshold = 1
 	}
-	return &Controller{cfg: cfg}
+	return &Controller{cfg: cfg, met: newMetrics()}
 }
 
 func (c *Controller) key(name string) string { return c.cfg.Prefix + name }
