@@ -2,13 +2,16 @@
 GO      ?= go
 BIN     := bin/sluice
 SHELL   := /bin/bash
+# The version `sluice version` prints and sluice_build_info carries.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -X main.version=$(VERSION)
 
 .PHONY: all build demo test deps fuzz bench reproduce reproduce-live clean
 
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/sluice
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sluice
 
 deps:
 	./scripts/deps.sh

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"runtime/debug"
 	"strings"
 )
@@ -159,8 +160,10 @@ example:
 
 	"version": `usage: sluice version
 
-Print the version of sluice (module version and VCS revision when built
-from a checkout) and of Go.
+Print the version of sluice and of Go: the version make build sets
+(-ldflags "-X main.version=..."; git describe), else the module's, and the
+VCS revision, its time and whether the tree was modified when go build
+stamped them (a git checkout).
 
 example:
   sluice version`,
@@ -209,28 +212,67 @@ func runVersion(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// versionText is "sluice VERSION (REVISION[, modified]) GOVERSION".
-func versionText() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "sluice (unknown version)"
+// version is sluice's version when the build sets it (make build:
+// -ldflags "-X main.version=$(git describe --always --dirty)"); "" means
+// the module's version from the build information.
+var version string
+
+// build is what a binary knows of its build.
+type build struct {
+	version  string // -X main.version, else the module's, else (devel)
+	revision string // vcs.revision (go build in a git checkout)
+	time     string // vcs.time: the revision's commit time
+	modified bool   // vcs.modified: built with uncommitted changes
+	goVer    string
+}
+
+func readBuild() build { return buildFrom(version, debug.ReadBuildInfo) }
+
+// buildFrom is readBuild with the override and the build information
+// given (tests).
+func buildFrom(override string, read func() (*debug.BuildInfo, bool)) build {
+	b := build{version: override, goVer: runtime.Version()}
+	bi, ok := read()
+	if ok {
+		b.goVer = bi.GoVersion
+		if b.version == "" && bi.Main.Version != "" {
+			b.version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				b.revision = s.Value
+			case "vcs.time":
+				b.time = s.Value
+			case "vcs.modified":
+				b.modified = s.Value == "true"
+			}
+		}
 	}
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
+	if b.version == "" {
+		b.version = "(devel)"
 	}
+	return b
+}
+
+// versionText is "sluice VERSION (REVISION, TIME[, modified]) GOVERSION",
+// the parenthesis when the build knows its revision.
+func versionText() string { return readBuild().text() }
+
+func (b build) text() string {
 	var rev []string
-	for _, s := range bi.Settings {
-		switch {
-		case s.Key == "vcs.revision" && len(s.Value) >= 12:
-			rev = append([]string{s.Value[:12]}, rev...)
-		case s.Key == "vcs.modified" && s.Value == "true":
+	if b.revision != "" {
+		rev = append(rev, b.revision[:min(12, len(b.revision))])
+		if b.time != "" {
+			rev = append(rev, b.time)
+		}
+		if b.modified {
 			rev = append(rev, "modified")
 		}
 	}
-	out := "sluice " + v
+	out := "sluice " + b.version
 	if len(rev) > 0 {
 		out += " (" + strings.Join(rev, ", ") + ")"
 	}
-	return out + " " + bi.GoVersion
+	return out + " " + b.goVer
 }
