@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -215,7 +216,7 @@ func TestWatchPolicy(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		WatchPolicy(ctx, path, clock, 1, hup, policy.Load, out, func(s string) { logs <- s })
+		WatchPolicy(ctx, path, clock, 1, hup, policy.Load, out, func(_ slog.Level, s string) { logs <- s })
 		close(done)
 	}()
 	defer func() { cancel(); <-done }()

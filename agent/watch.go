@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -17,9 +18,10 @@ import (
 // read half-written), or on a value of hup (SIGHUP), it loads the file with load and
 // sends the new policy on out. A file that fails to load is not sent (the
 // agent keeps the last good policy); logf gets one line per distinct
-// failure. It returns when ctx ends.
+// failure (slog.LevelWarn) and per policy loaded (slog.LevelInfo). It
+// returns when ctx ends.
 func WatchPolicy(ctx context.Context, path string, clk clock.Clock, pollNs int64, hup <-chan struct{},
-	load func(string) (*policy.Policy, error), out chan<- *policy.Policy, logf func(string)) {
+	load func(string) (*policy.Policy, error), out chan<- *policy.Policy, logf func(level slog.Level, line string)) {
 	ticks, stop := clock.Or(clk).NewTicker(time.Duration(pollNs))
 	defer stop()
 	last := fileStamp(path) // of the file last loaded
@@ -40,7 +42,7 @@ func WatchPolicy(ctx context.Context, path string, clk clock.Clock, pollNs int64
 		p, err := load(path)
 		if err != nil {
 			if msg := err.Error(); msg != lastErr {
-				logf(fmt.Sprintf("policy %s not reloaded, keeping the last good one: %s", path, oneLine(msg)))
+				logf(slog.LevelWarn, fmt.Sprintf("policy %s not reloaded, keeping the last good one: %s", path, oneLine(msg)))
 				lastErr = msg
 			}
 			return
@@ -48,7 +50,7 @@ func WatchPolicy(ctx context.Context, path string, clk clock.Clock, pollNs int64
 		lastErr = ""
 		select {
 		case out <- p:
-			logf(fmt.Sprintf("policy %s reloaded", path))
+			logf(slog.LevelInfo, fmt.Sprintf("policy %s reloaded", path))
 		case <-ctx.Done():
 		}
 	}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"time"
@@ -34,8 +35,10 @@ type Follower struct {
 	RetryEvery time.Duration
 	// Wait is the long poll of one watch; 0 means 30 s.
 	Wait time.Duration
-	// Logf gets a line when the connection is lost or back, and errors of
-	// Apply; nil discards.
+	// Log gets, with its level, a record when the host registers, when
+	// the connection is lost or back, and errors of Apply; nil: Logf gets
+	// them as lines (nil too: discarded).
+	Log  *slog.Logger
 	Logf func(format string, args ...any)
 
 	// applied is signalled after a desired state with other VMs than the
@@ -45,8 +48,11 @@ type Follower struct {
 	applied chan struct{}
 }
 
-func (f *Follower) logf(format string, args ...any) {
-	if f.Logf != nil {
+func (f *Follower) logAt(level slog.Level, format string, args ...any) {
+	switch {
+	case f.Log != nil:
+		f.Log.Log(context.Background(), level, fmt.Sprintf(format, args...))
+	case f.Logf != nil:
 		f.Logf(format, args...)
 	}
 }
@@ -92,7 +98,7 @@ func (f *Follower) lease(ctx context.Context) {
 			var l Lease
 			if l, err = f.Client.Register(ctx, f.Host, f.Agent.Report()); err == nil {
 				id, every = l.ID, max(time.Duration(l.TTLSeconds)*time.Second/3, 100*time.Millisecond)
-				f.logf("registered %s with the controller (lease %x, %d s)", f.Host, id, l.TTLSeconds)
+				f.logAt(slog.LevelInfo, "registered %s with the controller (lease %x, %d s)", f.Host, id, l.TTLSeconds)
 			}
 		} else if err = f.Client.Report(ctx, f.Host, id, f.Agent.Report()); StatusOf(err) == http.StatusNotFound {
 			id = 0 // the lease expired: register again at once
@@ -102,9 +108,9 @@ func (f *Follower) lease(ctx context.Context) {
 			return
 		}
 		if err != nil && !down {
-			f.logf("controller unreachable (%v): enforcing the last state, retrying every %v", err, f.RetryEvery)
+			f.logAt(slog.LevelWarn, "controller unreachable (%v): enforcing the last state, retrying every %v", err, f.RetryEvery)
 		} else if err == nil && down {
-			f.logf("controller reachable again")
+			f.logAt(slog.LevelInfo, "controller reachable again")
 		}
 		down = err != nil
 		wait := every
@@ -135,7 +141,7 @@ func (f *Follower) watch(ctx context.Context) {
 			return false
 		}
 		if err.Error() != lastErr {
-			f.logf("%v", err)
+			f.logAt(slog.LevelWarn, "%v", err)
 			lastErr = err.Error()
 		}
 		return sleep(ctx, f.RetryEvery)

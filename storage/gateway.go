@@ -1,9 +1,11 @@
 package storage
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -39,7 +41,11 @@ type Options struct {
 	StatusFile string
 	// OnPeriod, if set, is called with the Status after every period.
 	OnPeriod func(Status)
-	// Logf receives one line per notable event (nil: silent).
+	// Log receives each notable event with its level; nil: Logf gets it
+	// as a line "gateway: MESSAGE" (nil too: silent). The NBD server's
+	// lines (protocol violations, refused and closed connections) go to
+	// Log as warnings.
+	Log  *slog.Logger
 	Logf func(format string, args ...any)
 	// Clock is the source of time for the control period, the schedulers'
 	// tags and latency measurement (nil: real time).
@@ -78,6 +84,16 @@ type Gateway struct {
 
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// logAt reports one notable event: to Options.Log at level, else to
+// Options.Logf as "gateway: MESSAGE".
+func (g *Gateway) logAt(level slog.Level, format string, args ...any) {
+	if g.opts.Log != nil {
+		g.opts.Log.Log(context.Background(), level, fmt.Sprintf(format, args...))
+		return
+	}
+	g.opts.Logf("gateway: "+format, args...)
 }
 
 // exportSet is the gateway's exports, changed while it serves (VMs arrive
@@ -145,7 +161,11 @@ func New(opts Options) (*Gateway, error) {
 		g.closeGates()
 		return nil, err
 	}
-	g.srv = &nbd.Server{Exports: g.exports, Logf: g.opts.Logf, PollNs: opts.PollNs, MaxConns: opts.MaxConns}
+	nbdLogf := g.opts.Logf
+	if g.opts.Log != nil {
+		nbdLogf = func(format string, args ...any) { g.opts.Log.Warn(fmt.Sprintf(format, args...)) }
+	}
+	g.srv = &nbd.Server{Exports: g.exports, Logf: nbdLogf, PollNs: opts.PollNs, MaxConns: opts.MaxConns}
 	g.status = g.snapshot(g.clk.Now(), nil)
 	return g, nil
 }
@@ -400,7 +420,7 @@ func (g *Gateway) reconcile(p *policy.Policy, first bool) error {
 		if err := g.addDisk(gt, wantVol[name], pd); err != nil {
 			errs = append(errs, err)
 		} else if !first {
-			g.opts.Logf("gateway: serving %s (volume %s on %s)", name, wantVol[name].Name(), gt.st)
+			g.logAt(slog.LevelInfo, "serving %s (volume %s on %s)", name, wantVol[name].Name(), gt.st)
 		}
 	}
 	g.mu.Lock()
@@ -427,7 +447,7 @@ func (g *Gateway) addDisk(gt *datastoreGate, v Volume, pd policy.Disk) error {
 		return fmt.Errorf("gateway: disk %s on datastore %s: volume %s has %d bytes, the disk needs %d", v.Export(), gt.name, v.Name(), vol.sizeBytes(), v.SizeBytes)
 	}
 	if fv, ok := vol.(*fileVolume); ok && !fv.direct {
-		g.opts.Logf("gateway: disk %s: the file system of volume %s refuses O_DIRECT: served through this host's page cache, which no other host sees", v.Export(), v.Name())
+		g.logAt(slog.LevelWarn, "disk %s: the file system of volume %s refuses O_DIRECT: served through this host's page cache, which no other host sees", v.Export(), v.Name())
 	}
 	d.vol = vol
 	gt.mu.Lock()
@@ -482,7 +502,7 @@ func (g *Gateway) removeDisk(d *disk) {
 	}
 	g.wg.Add(1)
 	g.mu.Unlock()
-	g.opts.Logf("gateway: disk %s left this host: served to its %d open connection(s) until they close", d.v.Export(), conns)
+	g.logAt(slog.LevelInfo, "disk %s left this host: served to its %d open connection(s) until they close", d.v.Export(), conns)
 	go func() {
 		defer g.wg.Done()
 		select {
@@ -526,10 +546,10 @@ func (g *Gateway) release(d *disk) {
 	gt.mu.Unlock()
 	startAll(dropped)
 	if err := d.vol.flush(); err != nil {
-		g.opts.Logf("gateway: disk %s left: flush of volume %s: %v", d.v.Export(), d.v.Name(), err)
+		g.logAt(slog.LevelError, "disk %s left: flush of volume %s: %v", d.v.Export(), d.v.Name(), err)
 	}
 	d.vol.close()
-	g.opts.Logf("gateway: disk %s no longer served here", d.v.Export())
+	g.logAt(slog.LevelInfo, "disk %s no longer served here", d.v.Export())
 }
 
 // Exports lists the export names ("VM/DISK") this gateway serves.
@@ -586,7 +606,7 @@ func (g *Gateway) Close() error {
 			// A datastore that does not answer: fail what is still in
 			// flight upstream. Its clients saw their connection close
 			// without a reply, so nothing acknowledged is lost.
-			g.opts.Logf("gateway: requests still at the datastore %v after close; aborting them", closeGrace)
+			g.logAt(slog.LevelWarn, "requests still at the datastore %v after close; aborting them", closeGrace)
 			for _, gt := range g.gates {
 				gt.mu.Lock()
 				for _, d := range gt.disks {
@@ -664,7 +684,7 @@ func (g *Gateway) controlLoop() {
 			g.mu.Unlock()
 			if g.opts.StatusFile != "" {
 				if err := writeStatusFile(g.opts.StatusFile, st); err != nil {
-					g.opts.Logf("gateway: status file: %v", err)
+					g.logAt(slog.LevelError, "status file: %v", err)
 				}
 			}
 			if g.opts.OnPeriod != nil {
@@ -713,7 +733,7 @@ func (g *Gateway) closePeriod(now time.Time, elapsed time.Duration) Status {
 		slots, err := gt.readSlots()
 		statsErr := err
 		if err != nil {
-			g.opts.Logf("gateway: datastore %s: stats volume: %v", gt.name, err)
+			g.logAt(slog.LevelWarn, "datastore %s: stats volume: %v", gt.name, err)
 		}
 		var recs []statsRecord
 		for _, sl := range slots {
@@ -726,7 +746,7 @@ func (g *Gateway) closePeriod(now time.Time, elapsed time.Duration) Status {
 		if err == nil {
 			gt.slot, gt.scan = chooseSlot(g.opts.Host, gt.slot, slots, now.UnixNano())
 			if err := gt.writeStats(out.Publish); err != nil {
-				g.opts.Logf("gateway: datastore %s: stats volume: %v", gt.name, err)
+				g.logAt(slog.LevelWarn, "datastore %s: stats volume: %v", gt.name, err)
 				statsErr = err
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"sluice/agent"
 	"sluice/controller"
 	"sluice/cpuctl"
+	"sluice/internal/ops"
 	"sluice/lab"
 	"sluice/policy"
 )
@@ -61,6 +63,7 @@ type agentOpts struct {
 	dynamic, once, cpu           *bool
 	src                          inventoryFlags
 	ctlf                         controllerFlags
+	ops                          opsFlags
 }
 
 // newAgentFlags is sluice agent's flag set (runAgent parses it; the help
@@ -79,6 +82,7 @@ func newAgentFlags() (*flag.FlagSet, *agentOpts) {
 	o.cpu = fs.Bool("cpu", false, "also enforce the VMs' CPU reservations, shares and limits on their cgroups (docs/cpu.md)")
 	o.src.register(fs)
 	o.ctlf.register(fs)
+	o.ops.register(fs, ops.DefaultAgentMetrics)
 	return fs, o
 }
 
@@ -87,6 +91,7 @@ func agentUsage(w io.Writer) {
 	fmt.Fprintln(w, "       sluice agent --host NAME --controller https://HOST:PORT --token-file F [--ca F] [...]")
 	fmt.Fprintln(w, "                    [--migrate-uri URI --migrate-peer HOST=URI ... [--migrate-data URI]]   (libvirt: live migrations to this host)")
 	fmt.Fprintln(w, "                    [--interval 100ms] [--dynamic=true|false] [--cpu] [--once] [--netns NS]")
+	fmt.Fprintln(w, "                    [--metrics-listen 127.0.0.1:9641|\"\"] [--log-format text|json]")
 	fmt.Fprintln(w, "       sluice agent status --host NAME [--policy FILE] [-o table|json]")
 	fmt.Fprintln(w, "       sluice agent uninstall --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--netns NS]")
 }
@@ -106,6 +111,10 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sluice agent: %v\n", err)
 		}
 		agentUsage(stderr)
+		return exitUsage
+	}
+	if err := o.ops.check(); err != nil {
+		fmt.Fprintf(stderr, "sluice agent: %v\n", err)
 		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -156,6 +165,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return exitBad
 	}
 	defer closeInv()
+	log := o.ops.logger(stderr, "agent")
 	policies := make(chan *policy.Policy)
 	var side *agentSide
 	if cl != nil {
@@ -164,7 +174,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			logf("%s", labOneLine(err))
 			return exitBad
 		}
-		side.logf = logf
+		side.logf = ops.Logf(log, slog.LevelWarn)
 		// A move this host cannot make is reported to the controller
 		// (a failed decision), not a reason to stop enforcing.
 		if err := side.arrive(desired); err != nil {
@@ -213,7 +223,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	sock := agent.AdmitSocket(*stateDir, *host)
 	go func() {
 		if err := adm.ServeAdmit(ctx, sock); err != nil {
-			fmt.Fprintf(stderr, "sluice agent: %s (the hook decides from its policy file, if it has one)\n", labOneLine(err))
+			log.Error(labOneLine(err) + " (the hook decides from its policy file, if it has one)")
 		}
 	}()
 	lastErr := ""
@@ -242,7 +252,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		side.ctx = ctx
 		side.admitter = adm
 		adm.Ask = askController(cl, *host)
-		fol := &controller.Follower{Client: cl, Host: *host, Agent: side, Logf: logf}
+		fol := &controller.Follower{Client: cl, Host: *host, Agent: side, Log: log}
 		go fol.Run(ctx)
 	} else {
 		// A new policy file goes to the agent and to the admitter.
@@ -262,22 +272,30 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 				}
 			}
 		}()
-		go agent.WatchPolicy(ctx, *file, nil, policyPollNs, hup, policy.Load, loaded, func(line string) {
-			fmt.Fprintf(stderr, "sluice agent: %s\n", line)
+		go agent.WatchPolicy(ctx, *file, nil, policyPollNs, hup, policy.Load, loaded, func(level slog.Level, line string) {
+			log.Log(context.Background(), level, line)
 		})
 	}
 	invErr := src.follow(ctx, inv, stop)
-	fmt.Fprintf(stderr, "sluice agent: host %s (netns %q, inventory %s), %d uplinks, dynamic=%v, cpu=%v, interval %s\n", *host, ns, src.kind, len(a.Trees()), *dynamic, *cpu, *interval)
+	log.Info(fmt.Sprintf("host %s (netns %q, inventory %s), %d uplinks, dynamic=%v, cpu=%v, interval %s", *host, ns, src.kind, len(a.Trees()), *dynamic, *cpu, *interval))
+	// Metrics read the last step's statistics; ready once a step applied
+	// the trees, until a step fails or none comes for 10 intervals (5 s
+	// at least).
+	met := agent.NewMetrics()
+	met.StaleAfter = max(5*time.Second, 10**interval)
+	defer o.ops.serve(log, met.Ready, met).Close()
 	err = agent.Run(ctx, a, nil, agent.NowNs(), interval.Nanoseconds(), func(s agent.Stats, ch agent.Changes, err error) {
+		// The step's time: from its tick (s.NowNs) to now.
+		met.Observe(s, time.Since(time.Unix(0, s.NowNs)), err)
 		if side != nil {
 			side.setStats(s)
 		}
 		if werr := agent.WriteStats(*stateDir, s); werr != nil && werr.Error() != lastErr {
-			fmt.Fprintf(stderr, "sluice agent: stats: %v\n", werr)
+			log.Error("stats: " + labOneLine(werr))
 			lastErr = werr.Error()
 		}
 		if err != nil && err.Error() != lastErr {
-			fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+			log.Error(labOneLine(err))
 			lastErr = err.Error()
 		}
 		if err != nil && ns != "" {
@@ -288,15 +306,15 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 	})
 	if nsGone {
-		fmt.Fprintf(stderr, "sluice agent: network namespace %s is gone; exiting\n", ns)
+		log.Error(fmt.Sprintf("network namespace %s is gone; exiting", ns))
 		return exitBad
 	}
 	if e := invErr(); e != nil {
-		fmt.Fprintf(stderr, "sluice agent: %s; exiting (a restarted agent resumes without disturbing traffic)\n", labOneLine(e))
+		log.Error(labOneLine(e) + "; exiting (a restarted agent resumes without disturbing traffic)")
 		return exitBad
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
+		log.Error(labOneLine(err))
 		return exitBad
 	}
 	return exitOK

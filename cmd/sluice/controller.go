@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"sluice/controller"
+	"sluice/internal/ops"
 )
 
 func init() {
@@ -24,6 +25,7 @@ func init() {
 	helps["controller"] = `usage: sluice controller [--data-dir DIR] [--listen ADDR:PORT] [--tls-cert FILE --tls-key FILE] [--tokens FILE]
                          [--etcd-endpoints URL,...] [--etcd-client-port N] [--etcd-peer-port N] [--prefix /sluice/] [--placement=true|false]
                          [--drs manual|automatic] [--drs-interval 30s] [--rebalance-threshold 1..5]
+                         [--metrics-listen 127.0.0.1:9643|""] [--log-format text|json]
 
 The cluster controller. It keeps the cluster's state (policy, placement,
 hosts, desired state per host, decisions, events) in etcd: a member
@@ -39,7 +41,10 @@ fault (a change that breaks a host's reservations) and of the periodic
 pass (every --drs-interval; --rebalance-threshold 2..5 also rebalances,
 1 only repairs): manual records them as recommended decisions that
 sluice ctl approve carries out; automatic carries them out at once (the
-agents move the VMs). See docs/controller.md.
+agents move the VMs). --metrics-listen: Prometheus metrics on /metrics,
+/healthz and /readyz (ready while etcd answers), loopback by default;
+"" for none. The log (stderr) is log/slog text, or JSON with
+--log-format json. See docs/controller.md.
 
 example:
   sluice controller --data-dir /var/lib/sluice/controller`
@@ -55,6 +60,10 @@ func defaultDataDir() string {
 }
 
 const defaultListen = "127.0.0.1:7443"
+
+// etcdCheckEvery is the period of the controller's etcd check (the
+// sluice_controller_etcd_up metric).
+const etcdCheckEvery = 10 * time.Second
 
 func runController(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
@@ -73,6 +82,8 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	drs := fs.String("drs", "manual", "manual (recommend; ctl approve) or automatic")
 	drsEvery := fs.Duration("drs-interval", 30*time.Second, "period of the DRS pass (0: none)")
 	threshold := fs.Int("rebalance-threshold", 1, "migration threshold of the DRS pass: 1 repairs only, 2..5 also rebalance")
+	var opsf opsFlags
+	opsf.register(fs, ops.DefaultControllerMetrics)
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		if err == nil {
 			err = fmt.Errorf("unexpected argument %s", fs.Arg(0))
@@ -91,6 +102,10 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	}
 	if _, _, err := net.SplitHostPort(*listen); err != nil {
 		fmt.Fprintf(stderr, "sluice controller: --listen %s: want ADDR:PORT (sluice controller --help)\n", *listen)
+		return exitUsage
+	}
+	if err := opsf.check(); err != nil {
+		fmt.Fprintf(stderr, "sluice controller: %v (sluice controller --help)\n", err)
 		return exitUsage
 	}
 	fail := func(format string, a ...any) int {
@@ -137,13 +152,17 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	srv := controller.NewHTTPServer(*listen, controller.Handler(c, toks, log.New(stderr, "sluice controller: ", 0)))
+	logger := opsf.logger(stderr, "controller")
+	srv := controller.NewHTTPServer(*listen, controller.Handler(c, toks, slog.NewLogLogger(logger.Handler(), slog.LevelError)))
 	fmt.Fprintf(stdout, "sluice controller: %s ready in %v; API on https://%s (certificate %s)\n", where, e.StartTime.Round(time.Millisecond), l.Addr(), certPath)
+	bg, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	if *drsEvery > 0 {
-		dctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go c.RunDRS(dctx, *drsEvery, log.New(stderr, "sluice controller: ", 0).Printf)
+		go c.RunDRS(bg, *drsEvery, ops.Logf(logger, slog.LevelWarn))
 	}
+	// etcd_up between readiness probes; /readyz checks etcd itself.
+	go c.RunHealth(bg, etcdCheckEvery)
+	defer opsf.serve(logger, c.Ready, c.Collector()).Close()
 	done := make(chan error, 1)
 	go func() { done <- srv.ServeTLS(l, certPath, keyPath) }()
 	sig := make(chan os.Signal, 1)
@@ -152,7 +171,8 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	select {
 	case err := <-done:
 		if !errors.Is(err, http.ErrServerClosed) {
-			return fail("%v", err)
+			logger.Error(err.Error())
+			return exitBad
 		}
 	case s := <-sig:
 		fmt.Fprintf(stdout, "sluice controller: %v: stopping\n", s)

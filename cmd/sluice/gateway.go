@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -24,6 +25,7 @@ import (
 
 	"sluice/controller"
 	"sluice/internal/inputfile"
+	"sluice/internal/ops"
 	"sluice/policy"
 	"sluice/storage"
 	"sluice/storage/nbd"
@@ -46,7 +48,7 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
-const gatewayUsage = "usage: sluice gateway --host H --policy FILE|--controller URL --token-file F --datastore DS=nbd://IP:PORT|dir:PATH [--reload 2s] [--socket-dir DIR|none] [--socket-owner USER[:GROUP]] [--socket-mode 0600] [--listen unix:PATH|ADDR:PORT --tls-cert F --tls-key F --tls-ca F] [--max-conns N] [--max-conns-per-vm N] [--period 4s]"
+const gatewayUsage = "usage: sluice gateway --host H --policy FILE|--controller URL --token-file F --datastore DS=nbd://IP:PORT|dir:PATH [--reload 2s] [--socket-dir DIR|none] [--socket-owner USER[:GROUP]] [--socket-mode 0600] [--listen unix:PATH|ADDR:PORT --tls-cert F --tls-key F --tls-ca F] [--max-conns N] [--max-conns-per-vm N] [--period 4s] [--metrics-listen 127.0.0.1:9642|\"\"] [--log-format text|json]"
 
 func runGateway(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "status" {
@@ -84,12 +86,18 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	ctl.register(fs)
 	var dss multiFlag
 	fs.Var(&dss, "datastore", "DS=nbd://IP:PORT, DS=nbd+unix:///?socket=PATH or DS=dir:PATH (repeatable)")
+	var opsf opsFlags
+	opsf.register(fs, ops.DefaultGatewayMetrics)
 	if err := fs.Parse(args); err != nil {
 		fmt.Fprintf(stderr, "sluice gateway: %v; %s\n", err, gatewayUsage)
 		return exitUsage
 	}
 	if *poll < 0 {
 		fmt.Fprintln(stderr, "sluice gateway: --poll must be ≥ 0")
+		return exitUsage
+	}
+	if err := opsf.check(); err != nil {
+		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return exitUsage
 	}
 	if *cpus < 0 {
@@ -193,9 +201,10 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	if *socketDir == "" {
 		*socketDir = storage.SocketDir(p.Cluster, *host)
 	}
+	log := opsf.logger(stderr, "gateway")
 	g, err := storage.New(storage.Options{Host: *host, Policy: p, Datastores: uris, Period: *period,
 		StatusFile: *statusFile, PollNs: poll.Nanoseconds(), MaxConns: *maxConns, MaxConnsPerVM: *maxConnsVM,
-		Logf: func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }})
+		Log: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return exitBad
@@ -214,7 +223,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	}
 	// The VMs' sockets follow the VMs the gateway serves (they come and
 	// go with the policy or the controller's placement).
-	vs := &vmSockets{g: g, dir: *socketDir, perm: perm, ls: map[string]net.Listener{}, stderr: stderr}
+	vs := &vmSockets{g: g, dir: *socketDir, perm: perm, ls: map[string]net.Listener{}, log: log}
 	if *socketDir != "none" {
 		if err := vs.sync(); err != nil {
 			return fail(err)
@@ -260,11 +269,13 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	if cl != nil {
-		go followController(g, cl, *host, desired.Revision, vs, closed, stderr)
+		go followController(g, cl, *host, desired.Revision, vs, closed, log)
 	} else {
-		go followPolicy(g, *pol, stamp, *reload, hup, vs, closed, stderr)
+		go followPolicy(g, *pol, stamp, *reload, hup, vs, closed, log)
 	}
-	fmt.Fprintf(stderr, "sluice gateway: host %s serving %s on %s\n", *host, strings.Join(g.Exports(), " "), strings.Join(where, ", "))
+	log.Info(fmt.Sprintf("host %s serving %s on %s", *host, strings.Join(g.Exports(), " "), strings.Join(where, ", ")))
+	// Ready while every datastore answers (storage.Gateway.Ready).
+	defer opsf.serve(log, g.Ready, storage.NewMetrics(g)).Close()
 	errs := make(chan error, len(serves))
 	for _, serve := range serves {
 		go func() { errs <- serve() }()
@@ -282,7 +293,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	g.Close()
 	_ = os.Remove(*statusFile) // a stopped gateway has no status
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		log.Error(err.Error())
 		return exitBad
 	}
 	return exitOK
@@ -293,13 +304,13 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 // second, reported once): VMs that migrate in get their disks served,
 // VMs that left have theirs drained and closed. The gateway does not
 // register the host (the agent does).
-func followController(g *storage.Gateway, cl *controller.Client, host string, rev int64, vs *vmSockets, stop <-chan struct{}, stderr io.Writer) {
+func followController(g *storage.Gateway, cl *controller.Client, host string, rev int64, vs *vmSockets, stop <-chan struct{}, log *slog.Logger) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-stop; cancel() }()
 	lastErr := ""
 	fail := func(err error) {
 		if ctx.Err() == nil && err.Error() != lastErr {
-			fmt.Fprintf(stderr, "sluice gateway: controller: %v\n", err)
+			log.Warn(fmt.Sprintf("controller: %v", err))
 			lastErr = err.Error()
 		}
 		select {
@@ -330,7 +341,7 @@ func followController(g *storage.Gateway, cl *controller.Client, host string, re
 			continue
 		}
 		rev, lastErr = d.Revision, ""
-		fmt.Fprintf(stderr, "sluice gateway: desired state %d; serving %s\n", rev, strings.Join(g.Exports(), " "))
+		log.Info(fmt.Sprintf("desired state %d; serving %s", rev, strings.Join(g.Exports(), " ")))
 	}
 }
 
@@ -351,7 +362,7 @@ func fileStamp(file string) string {
 // interval, and on SIGHUP): VMs that arrived on the host get their disks
 // served, VMs that left have theirs drained and closed. A file that does
 // not load is reported in one line and the last good policy stays.
-func followPolicy(g *storage.Gateway, file, last string, interval time.Duration, hup <-chan os.Signal, vs *vmSockets, stop <-chan struct{}, stderr io.Writer) {
+func followPolicy(g *storage.Gateway, file, last string, interval time.Duration, hup <-chan os.Signal, vs *vmSockets, stop <-chan struct{}, log *slog.Logger) {
 	stamp := func() string { return fileStamp(file) }
 	var tick <-chan time.Time
 	if interval > 0 {
@@ -372,7 +383,7 @@ func followPolicy(g *storage.Gateway, file, last string, interval time.Duration,
 		last = stamp()
 		p, err := policy.Load(file)
 		if err != nil {
-			fmt.Fprintf(stderr, "sluice gateway: policy not reloaded: %v\n", err)
+			log.Warn(fmt.Sprintf("policy not reloaded: %v", err))
 			continue
 		}
 		err = g.SetPolicy(p)
@@ -380,20 +391,20 @@ func followPolicy(g *storage.Gateway, file, last string, interval time.Duration,
 			err = errors.Join(err, serr)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "sluice gateway: policy reloaded with errors: %v\n", err)
+			log.Error(fmt.Sprintf("policy reloaded with errors: %v", err))
 			continue
 		}
-		fmt.Fprintf(stderr, "sluice gateway: policy reloaded; serving %s\n", strings.Join(g.Exports(), " "))
+		log.Info(fmt.Sprintf("policy reloaded; serving %s", strings.Join(g.Exports(), " ")))
 	}
 }
 
 // vmSockets are the per-VM sockets of a gateway (none when dir is
 // "none"), opened and closed as the VMs it serves come and go.
 type vmSockets struct {
-	g      *storage.Gateway
-	dir    string
-	perm   storage.SocketPerm
-	stderr io.Writer
+	g    *storage.Gateway
+	dir  string
+	perm storage.SocketPerm
+	log  *slog.Logger
 
 	mu sync.Mutex
 	ls map[string]net.Listener // by VM
@@ -432,7 +443,7 @@ func (v *vmSockets) sync() error {
 		v.ls[vm] = l
 		go func() {
 			if err := v.g.ServeVM(l, vm); err != nil && !errors.Is(err, net.ErrClosed) {
-				fmt.Fprintf(v.stderr, "sluice gateway: socket of %s: %v\n", vm, err)
+				v.log.Error(fmt.Sprintf("socket of %s: %v", vm, err))
 			}
 		}()
 	}

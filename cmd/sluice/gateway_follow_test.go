@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -61,12 +62,12 @@ func TestGatewayFollowsPolicyFile(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
 	socks := filepath.Join(dir, "socks")
-	vs := &vmSockets{g: g, dir: socks, perm: storage.DefaultSocketPerm, ls: map[string]net.Listener{}, stderr: io.Discard}
+	vs := &vmSockets{g: g, dir: socks, perm: storage.DefaultSocketPerm, ls: map[string]net.Listener{}, log: discardLog}
 	if err := vs.sync(); err != nil {
 		t.Fatal(err)
 	}
 	defer vs.closeAll()
-	go followPolicy(g, file, stamp, 10*time.Millisecond, nil, vs, stop, io.Discard)
+	go followPolicy(g, file, stamp, 10*time.Millisecond, nil, vs, stop, discardLog)
 	vm2Sock := func() bool { _, err := os.Stat(storage.VMSocket(socks, "vm2")); return err == nil }
 	waitExports := func(want string) {
 		t.Helper()
@@ -237,7 +238,7 @@ func TestGatewayFollowsController(t *testing.T) {
 	defer g.Close()
 	stop := make(chan struct{})
 	defer close(stop)
-	go followController(g, cl, "h2", 0, nil, stop, io.Discard)
+	go followController(g, cl, "h2", 0, nil, stop, discardLog)
 	waitExports := func(want string) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -254,3 +255,6 @@ func TestGatewayFollowsController(t *testing.T) {
 	mu.Unlock()
 	waitExports("vm1/d0")
 }
+
+// discardLog is a daemon's logger that writes nowhere.
+var discardLog = slog.New(slog.DiscardHandler)
