@@ -6,12 +6,48 @@ SHELL   := /bin/bash
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build demo test deps fuzz bench reproduce reproduce-live clean
+# make install: the binary and the systemd units (docs/deploy.md);
+# DESTDIR for a staged install (packaging).
+DESTDIR    ?=
+PREFIX     ?= /usr
+BINDIR     ?= $(PREFIX)/bin
+UNITDIR    ?= /lib/systemd/system
+UNITS      := sluice-agent.service sluice-gateway.service sluice-controller.service
+ENVDIR     ?= /etc/default
+ENVFILES   := sluice-agent sluice-gateway sluice-controller
+
+.PHONY: all build demo test deps fuzz bench reproduce reproduce-live clean install uninstall verify-units
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sluice
+
+# The binary built by make build to BINDIR, the units to UNITDIR, and an
+# example flags file per daemon to ENVDIR (never over an existing one: it
+# holds the host's flags). make build && sudo make install: the build
+# needs Go, the install only root.
+install:
+	@test -x $(BIN) || { echo "make install: no $(BIN): run make build first"; exit 1; }
+	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/sluice
+	for u in $(UNITS); do install -D -m 0644 packaging/systemd/$$u $(DESTDIR)$(UNITDIR)/$$u; done
+	for e in $(ENVFILES); do \
+		if [ -e $(DESTDIR)$(ENVDIR)/$$e ]; then echo "keeping $(DESTDIR)$(ENVDIR)/$$e"; \
+		else install -D -m 0644 packaging/systemd/$$e.env $(DESTDIR)$(ENVDIR)/$$e; fi; done
+
+# systemd-analyze verify of the units, with this build as the binary: any
+# message (an unknown key, a missing command) fails.
+verify-units: build
+	d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	for u in $(UNITS); do sed 's#/usr/bin/sluice#$(CURDIR)/$(BIN)#' packaging/systemd/$$u > "$$d/$$u"; done; \
+	out=$$(cd "$$d" && systemd-analyze verify $(addprefix "$$d"/,$(UNITS)) 2>&1); \
+	if [ -n "$$out" ]; then echo "$$out"; exit 1; fi; echo "units verified: $(UNITS)"
+
+# Removes what install put there, except the flags files (the host's
+# configuration). Stop and disable the units first (docs/deploy.md).
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/sluice
+	for u in $(UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$$u; done
 
 deps:
 	./scripts/deps.sh
