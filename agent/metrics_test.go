@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"sluice/cpuctl"
+	"sluice/internal/cputime"
 	"sluice/internal/ops"
 	"sluice/internal/ops/opstest"
 	"sluice/policy"
@@ -166,8 +167,9 @@ func TestMetricsMatchStats(t *testing.T) {
 // agent with 60 vNICs bare and with metrics: the step's statistics
 // handed to Metrics, plus a scrape (Gather and text encoding) every 100
 // steps, which is a Prometheus scrape every 10 s at the default 100-ms
-// interval. It reports both per step, their ratio, and what one scrape
-// costs.
+// interval. It reports both per step in wall and process CPU time
+// (internal/cputime), their ratios, what Observe and one scrape cost, and
+// how many samples a scrape has.
 func BenchmarkStepWithMetrics(b *testing.B) {
 	var yaml strings.Builder
 	yaml.WriteString("cluster: c\nhosts: [{name: h1, cpu: {cores: 16, mhz: 2000}, uplinks: [{name: up0, speed: 10Gbps}, {name: up1, speed: 10Gbps}]}]\nvms:\n")
@@ -190,8 +192,8 @@ func BenchmarkStepWithMetrics(b *testing.B) {
 		}
 		return a, k
 	}
-	bare, kb := mk()
-	with, kw := mk()
+	bareA, kb := mk()
+	withA, kw := mk()
 	m := NewMetrics()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
@@ -204,10 +206,15 @@ func BenchmarkStepWithMetrics(b *testing.B) {
 			}
 		}
 	}
+	series := 0
 	scrapeOnce := func() {
 		mfs, err := reg.Gather()
 		if err != nil {
 			b.Fatal(err)
+		}
+		series = 0
+		for _, mf := range mfs {
+			series += len(mf.Metric)
 		}
 		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
 		for _, mf := range mfs {
@@ -221,42 +228,54 @@ func BenchmarkStepWithMetrics(b *testing.B) {
 		now += 1e8
 		traffic(kb, 1)
 		traffic(kw, 1)
-		if _, err := bare.Step(now); err != nil {
+		if _, err := bareA.Step(now); err != nil {
 			b.Fatal(err)
 		}
-		_, err := with.Step(now)
-		m.Observe(with.Stats(), time.Millisecond, err)
+		_, err := withA.Step(now)
+		m.Observe(withA.Stats(), time.Millisecond, err)
 	}
 	runtime.GC()
-	var bareNs, withNs, scrapeNs time.Duration
+	// Wall and process CPU time (getrusage: on this shared machine wall
+	// time also counts waiting for a CPU) of each part.
+	type cost struct{ wall, cpu int64 }
+	var bare, step, observe, scrape cost
+	clock := func() cost { return cost{time.Now().UnixNano(), cputime.ProcessNs()} }
+	add := func(c *cost, from, to cost) { c.wall += to.wall - from.wall; c.cpu += to.cpu - from.cpu }
 	scrapes := 0
 	b.ResetTimer()
 	for i := range b.N {
 		now += 1e8
 		traffic(kb, i)
 		traffic(kw, i)
-		t0 := time.Now()
-		if _, err := bare.Step(now); err != nil {
+		c0 := clock()
+		if _, err := bareA.Step(now); err != nil {
 			b.Fatal(err)
 		}
-		t1 := time.Now()
-		_, err := with.Step(now)
-		m.Observe(with.Stats(), t1.Sub(t0), err)
-		t2 := time.Now()
+		c1 := clock()
+		_, err := withA.Step(now)
+		c2 := clock()
+		m.Observe(withA.Stats(), time.Duration(c2.wall-c1.wall), err)
+		c3 := clock()
+		add(&bare, c0, c1)
+		add(&step, c1, c2)
+		add(&observe, c2, c3)
 		if i%100 == 0 {
 			scrapeOnce()
+			add(&scrape, c3, clock())
 			scrapes++
-			scrapeNs += time.Since(t2)
 		}
-		bareNs += t1.Sub(t0)
-		withNs += time.Since(t1)
 	}
 	b.StopTimer()
 	n := float64(b.N)
-	b.ReportMetric(float64(bareNs.Nanoseconds())/n, "bare-ns/step")
-	b.ReportMetric(float64(withNs.Nanoseconds())/n, "metrics-ns/step")
-	b.ReportMetric(float64(withNs)/float64(bareNs), "ratio")
-	if scrapes > 0 {
-		b.ReportMetric(float64(scrapeNs.Nanoseconds())/float64(scrapes), "ns/scrape")
-	}
+	with := cost{step.wall + observe.wall + scrape.wall, step.cpu + observe.cpu + scrape.cpu}
+	b.ReportMetric(float64(bare.wall)/n, "bare-ns/step")
+	b.ReportMetric(float64(with.wall)/n, "metrics-ns/step")
+	b.ReportMetric(float64(with.wall)/float64(bare.wall), "ratio")
+	b.ReportMetric(float64(bare.cpu)/n, "bare-cpu-ns/step")
+	b.ReportMetric(float64(with.cpu)/n, "metrics-cpu-ns/step")
+	b.ReportMetric(float64(with.cpu)/float64(bare.cpu), "cpu-ratio")
+	b.ReportMetric(float64(observe.wall)/n, "observe-ns")
+	b.ReportMetric(float64(scrape.wall)/float64(scrapes), "scrape-ns")
+	b.ReportMetric(float64(scrape.cpu)/float64(scrapes), "scrape-cpu-ns")
+	b.ReportMetric(float64(series), "series")
 }
