@@ -33,6 +33,10 @@ type Config struct {
 	// changes on the host before changing it (RecordPath()); "": the
 	// record is kept in memory only (tests).
 	RecordPath string
+	// RootsDir keeps, device by device, a copy of each root qdisc the
+	// agent replaces (DefaultRootsDir), where `sluice agent uninstall`
+	// finds it whatever the state file's directory; "": none (tests).
+	RootsDir string
 	// Cgroups sets and reads the CPU cgroups of the VMs (cpuctl.Detect for
 	// the host's hierarchy, cpuctl.NewFake in tests): each step derives
 	// every running VM's CPU setting (cpuctl.Derive) and reconciles the

@@ -89,13 +89,16 @@ func (k *FakeKernel) RootQdisc(dev string) (Qdisc, error) {
 	if err != nil {
 		return Qdisc{}, err
 	}
+	id := "fake-" + dev
 	switch {
 	case d.HTB:
-		return Qdisc{Kind: "htb", Handle: MakeHandle(rootQdiscMajor, 0).String()}, nil
+		return Qdisc{Kind: "htb", Handle: MakeHandle(rootQdiscMajor, 0).String(), Device: id}, nil
 	case d.Root.Kind == "":
-		return Qdisc{Kind: "noqueue", Handle: "0:0", Default: true}, nil
+		return Qdisc{Kind: "noqueue", Handle: "0:0", Default: true, Device: id}, nil
 	}
-	return d.Root, nil
+	q := d.Root
+	q.Device = id
+	return q, nil
 }
 
 // RestoreRoot implements Kernel.

@@ -77,9 +77,11 @@ func (a *Agent) saveRecord() error {
 
 // takeUplink checks, once per agent, that dev may be shaped and records
 // its root qdisc before sluice's first change: an uplink enslaved to Open
-// vSwitch is refused, and so is a root sluice could not give back. A root
-// that already is sluice's HTB (a record lost, an older agent) is recorded
-// as the kernel's default.
+// vSwitch is refused, and so is a root sluice could not give back. The
+// root goes into the state file and into the roots directory. A root
+// that already is sluice's HTB (a state file lost, another --state-dir) is
+// taken from the roots directory, or else recorded as the kernel's
+// default.
 func (a *Agent) takeUplink(dev string) error {
 	if a.taken[dev] {
 		return nil
@@ -98,8 +100,18 @@ func (a *Agent) takeUplink(dev string) error {
 			return fmt.Errorf("QdiscList %s: %w", dev, err)
 		}
 		if q.IsSluice() {
-			q = Qdisc{Kind: "noqueue", Handle: "0:0", Default: true}
+			kept, ok, err := readRootRecord(a.cfg.RootsDir, q)
+			if err != nil {
+				return fmt.Errorf("uplink %s: %w", dev, err)
+			}
+			if !ok {
+				kept = Qdisc{Kind: "noqueue", Handle: "0:0", Default: true, Device: q.Device}
+			}
+			q = kept
 		} else if err := CheckRestorable(q); err != nil {
+			return fmt.Errorf("uplink %s: %w", dev, err)
+		}
+		if err := writeRootRecord(a.cfg.RootsDir, q); err != nil {
 			return fmt.Errorf("uplink %s: %w", dev, err)
 		}
 		a.rec.Uplinks[dev] = q
@@ -197,25 +209,41 @@ func (a *Agent) reconcileVNICs(nowNs int64, ready map[string]bool, ch *Changes) 
 	return errors.Join(errs...)
 }
 
+// UninstallOptions say where else Uninstall may find what was replaced.
+type UninstallOptions struct {
+	// RootsDir is the agents' roots directory (DefaultRootsDir): the root
+	// of an uplink the state file does not name is looked up there.
+	RootsDir string
+	// KernelDefault gives an uplink whose replaced root is recorded
+	// nowhere the kernel's default (sluice's root deleted); without it
+	// such an uplink is an error.
+	KernelDefault bool
+}
+
+// ErrRootUnknown is the error of an uplink where sluice's HTB is the root
+// but the root it replaced is recorded nowhere.
+var ErrRootUnknown = errors.New("the root qdisc sluice replaced is recorded neither in the state file nor in the roots directory")
+
 // Uninstall gives the host back what sluice took: on every uplink of rec
 // whose root is still sluice's HTB, the recorded root qdisc (with it go
 // sluice's classes and u32 filters); on every vNIC device of rec, sluice's
 // classifier and the clsact qdisc when nothing else is on it. uplinks and
 // vnics (the inventory's devices) are cleaned too when rec does not name
-// them (a lost state file): a sluice HTB root is deleted, so that the
-// kernel's default comes back. Devices that are gone are skipped. It
-// returns what it did, one line per device; running it again does
-// nothing.
-func Uninstall(k Kernel, rec *Record, uplinks, vnics []string) ([]string, error) {
+// them (a lost state file): an uplink's root comes from o.RootsDir, or is
+// the kernel's default with o.KernelDefault, or else is an error
+// (ErrRootUnknown) and sluice's HTB stays. Devices that are gone are
+// skipped. It returns what it did, one line per device; running it again
+// does nothing.
+func Uninstall(k Kernel, rec *Record, o UninstallOptions, uplinks, vnics []string) ([]string, error) {
 	var done []string
 	var errs []error
-	devs := map[string]Qdisc{}
+	devs := map[string]*Qdisc{}
 	for _, d := range uplinks {
-		devs[d] = Qdisc{Kind: "noqueue", Handle: "0:0", Default: true}
+		devs[d] = nil
 	}
 	if rec != nil {
 		for d, q := range rec.Uplinks {
-			devs[d] = q
+			devs[d] = &q
 		}
 		vnics = append(append([]string(nil), vnics...), rec.VNICs...)
 	}
@@ -233,10 +261,27 @@ func Uninstall(k Kernel, rec *Record, uplinks, vnics []string) ([]string, error)
 		if !cur.IsSluice() {
 			continue // given back already, or someone else's since
 		}
-		q := devs[d]
+		var q Qdisc
+		switch kept, ok, err := readRootRecord(o.RootsDir, cur); {
+		case devs[d] != nil:
+			q = *devs[d]
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", d, err))
+			continue
+		case ok:
+			q = kept
+		case o.KernelDefault:
+			q = Qdisc{Kind: "noqueue", Handle: "0:0", Default: true}
+		default:
+			errs = append(errs, fmt.Errorf("uplink %s: %w", d, ErrRootUnknown))
+			continue
+		}
 		if err := k.RestoreRoot(d, q); err != nil {
 			errs = append(errs, fmt.Errorf("restoring the root qdisc of %s (%s %s): %w", d, q.Kind, q.Handle, err))
 			continue
+		}
+		if err := removeRootRecord(o.RootsDir, cur); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", d, err))
 		}
 		how := "given back"
 		if q.Default {

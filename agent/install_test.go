@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -87,7 +88,7 @@ func TestInstallUninstall(t *testing.T) {
 		if rec.Uplinks["sl-up0"].Kind != map[bool]string{true: "noqueue", false: root.Kind}[root.Kind == ""] || strings.Join(rec.VNICs, " ") != "sl-v0n0 sl-v1n0" {
 			t.Errorf("root %v: record %+v", root, rec)
 		}
-		done, err := Uninstall(k, rec, []string{"sl-up0"}, nil)
+		done, err := Uninstall(k, rec, UninstallOptions{}, []string{"sl-up0"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,16 +97,25 @@ func TestInstallUninstall(t *testing.T) {
 			t.Errorf("root %v: after uninstall\n%s\nwant\n%s", root, got, before)
 		}
 		w := k.Writes
-		if done, err := Uninstall(k, rec, []string{"sl-up0"}, []string{"sl-v0n0"}); err != nil || len(done) != 0 || k.Writes != w {
+		if done, err := Uninstall(k, rec, UninstallOptions{}, []string{"sl-up0"}, []string{"sl-v0n0"}); err != nil || len(done) != 0 || k.Writes != w {
 			t.Errorf("second uninstall: %v %v, %d writes", done, err, k.Writes-w)
 		}
 	}
-	// A lost record: the inventory's devices are cleaned.
+	// A lost state file: without the roots directory the uplink's root is
+	// unknown, which is an error (sluice's HTB stays), and the vNICs are
+	// cleaned; with --kernel-default the kernel's default comes back.
 	k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0")
 	if _, err := installAgent(t, k, "", nil).Step(1e9); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Uninstall(k, nil, []string{"sl-up0"}, []string{"sl-v0n0", "sl-v1n0"}); err != nil {
+	_, err := Uninstall(k, nil, UninstallOptions{}, []string{"sl-up0"}, []string{"sl-v0n0", "sl-v1n0"})
+	if !errors.Is(err, ErrRootUnknown) {
+		t.Errorf("uninstall without a record: %v, want %v", err, ErrRootUnknown)
+	}
+	if q, _ := k.RootQdisc("sl-up0"); !q.IsSluice() {
+		t.Errorf("uninstall without a record replaced sluice's root by %+v", q)
+	}
+	if _, err := Uninstall(k, nil, UninstallOptions{KernelDefault: true}, []string{"sl-up0"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := k.String(); got != "sl-up0: default qdisc\nsl-v0n0: default qdisc\nsl-v1n0: default qdisc\n" {
@@ -113,8 +123,52 @@ func TestInstallUninstall(t *testing.T) {
 	}
 }
 
+// TestRootsDir: the agent keeps the root it replaced in the roots
+// directory too, so that Uninstall without the state file (another
+// --state-dir) gives it back and forgets it; an agent started with
+// another state file over sluice's root takes the root from there rather
+// than recording the kernel's default.
+func TestRootsDir(t *testing.T) {
+	tbf := Qdisc{Kind: "tbf", Handle: "8001:0", Raw: true, TCAOptions: []byte{1, 2, 3}}
+	k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0")
+	k.Devs["sl-up0"].Root = tbf
+	before := k.String()
+	roots := t.TempDir()
+	p, err := policy.Parse("t.yaml", []byte(installPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, state := range []string{t.TempDir() + "/a.json", t.TempDir() + "/b.json"} {
+		a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: testInventory(p, "h1"), Dynamic: true, RecordPath: state, RootsDir: roots})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Step(1e9); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := ReadRecord(state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q := rec.Uplinks["sl-up0"]; q.Kind != "tbf" || !q.Raw {
+			t.Errorf("state %s: recorded %+v", state, q)
+		}
+	}
+	done, err := Uninstall(k, nil, UninstallOptions{RootsDir: roots}, []string{"sl-up0"}, []string{"sl-v0n0", "sl-v1n0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(strings.Join(done, "; "))
+	if got := k.String(); got != before {
+		t.Errorf("after uninstall\n%s\nwant\n%s", got, before)
+	}
+	if left, _ := os.ReadDir(roots); len(left) != 0 {
+		t.Errorf("the roots directory keeps %v", left)
+	}
+}
+
 // TestInstallRefusals: an Open vSwitch port and a root sluice could not
-// give back are refused before any change.
+// give back (filters on it) are refused before any change.
 func TestInstallRefusals(t *testing.T) {
 	k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0")
 	k.Devs["sl-up0"].Master = "openvswitch"
@@ -123,10 +177,10 @@ func TestInstallRefusals(t *testing.T) {
 		t.Errorf("OVS port: %v, %s", err, ch)
 	}
 	k = NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0")
-	k.Devs["sl-up0"].Root = Qdisc{Kind: "pfifo", Handle: "5:0"}
+	k.Devs["sl-up0"].Root = Qdisc{Kind: "prio", Handle: "5:0", Raw: true, Unrestorable: "filters are attached to it"}
 	ch, err = installAgent(t, k, "", nil).Step(1e9)
-	if err == nil || !strings.Contains(err.Error(), "cannot record its options") || ch.Total() != 0 || k.Writes != 0 {
-		t.Errorf("pfifo root: %v, %s", err, ch)
+	if err == nil || !strings.Contains(err.Error(), "filters are attached to it, which sluice cannot record") || ch.Total() != 0 || k.Writes != 0 {
+		t.Errorf("prio root with filters: %v, %s", err, ch)
 	}
 }
 

@@ -140,10 +140,24 @@ type Kernel interface {
 // multi-queue NIC, pfifo_fast or fq_codel on a single-queue one): it is
 // given back by deleting whatever replaced it.
 type Qdisc struct {
-	Kind    string          `json:"kind"`
-	Handle  string          `json:"handle"`
-	Default bool            `json:"default"`
+	Kind    string `json:"kind"`
+	Handle  string `json:"handle"`
+	Default bool   `json:"default"`
+	// Options are netlink's struct of the kind as JSON: what an older
+	// sluice recorded (it lost parameters netlink does not know).
 	Options json.RawMessage `json:"options,omitempty"`
+	// Raw marks a root recorded as the kernel dumped it: TCAOptions is
+	// the payload of its TCA_OPTIONS (empty for kinds without options),
+	// which RestoreRoot sends back unchanged, every parameter kept.
+	Raw        bool   `json:"raw,omitempty"`
+	TCAOptions []byte `json:"tca_options,omitempty"`
+	// Device names the device in the kernel (network namespace inode,
+	// ifindex and name); "" when unknown. The agent's roots record
+	// (DefaultRootsDir) is keyed by it.
+	Device string `json:"device,omitempty"`
+	// Unrestorable says why sluice could not give this root back (qdiscs,
+	// classes or filters below it; a size table); "" when it could.
+	Unrestorable string `json:"unrestorable,omitempty"`
 }
 
 // IsSluice tells whether q is the root sluice installs: HTB with handle 1:.

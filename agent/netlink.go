@@ -27,6 +27,9 @@ type NetlinkKernel struct {
 	// raw is a route socket in the same namespace for the one reading
 	// the netlink library does not parse: HTB's class xstats.
 	raw *nl.SocketHandle
+	// nsIno is the inode of the namespace, which with an ifindex names
+	// a device on this host (Qdisc.Device).
+	nsIno uint64
 }
 
 // NewNetlinkKernel opens netlink in the named network namespace ("" for
@@ -49,7 +52,7 @@ func NewNetlinkKernel(nsName string) (*NetlinkKernel, error) {
 		h.Close()
 		return nil, fmt.Errorf("netlink in %q: %w", nsName, err)
 	}
-	return &NetlinkKernel{h: h, raw: &nl.SocketHandle{Socket: s}}, nil
+	return &NetlinkKernel{h: h, raw: &nl.SocketHandle{Socket: s}, nsIno: nsInode(int(ns))}, nil
 }
 
 // Close releases the netlink sockets.

@@ -188,6 +188,7 @@ func (a *Agent) releaseUplinks(ch *Changes) error {
 				continue
 			}
 			ch.Qdisc++
+			errs = append(errs, removeRootRecord(a.cfg.RootsDir, cur))
 		}
 		delete(a.rec.Uplinks, dev)
 		delete(a.taken, dev)

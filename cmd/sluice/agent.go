@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -91,9 +92,11 @@ func agentUsage(w io.Writer) {
 	fmt.Fprintln(w, "       sluice agent --host NAME --controller https://HOST:PORT --token-file F [--ca F] [...]")
 	fmt.Fprintln(w, "                    [--migrate-uri URI --migrate-peer HOST=URI ... [--migrate-data URI]]   (libvirt: live migrations to this host)")
 	fmt.Fprintln(w, "                    [--interval 100ms] [--dynamic=true|false] [--cpu] [--once] [--netns NS]")
-	fmt.Fprintln(w, "                    [--metrics-listen 127.0.0.1:9641|\"\"] [--log-format text|json]")
+	fmt.Fprintln(w, "                    [--metrics-listen 127.0.0.1:9641|\"\"] [--log-format text|json] [--state-dir /run/sluice]")
 	fmt.Fprintln(w, "       sluice agent status --host NAME [--policy FILE] [-o table|json]")
 	fmt.Fprintln(w, "       sluice agent uninstall --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--netns NS]")
+	fmt.Fprintln(w, "                    [--state-dir /run/sluice] [--kernel-default]   (the root qdisc an uplink had comes from the agent's")
+	fmt.Fprintln(w, "                    state file, else from "+agent.DefaultRootsDir+"; --kernel-default: where recorded nowhere, the kernel's default)")
 }
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
@@ -191,7 +194,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		cgroups = tree
 	}
 	a, err := agent.New(agent.Config{Policy: p, Host: *host, Kernel: k, Inventory: inv, Dynamic: *dynamic,
-		RecordPath: agent.RecordPath(*stateDir, p.Cluster, *host), Policies: policies, Cgroups: cgroups})
+		RecordPath: agent.RecordPath(*stateDir, p.Cluster, *host), RootsDir: agent.DefaultRootsDir, Policies: policies, Cgroups: cgroups})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 		return exitBad
@@ -415,7 +418,8 @@ func runAgentUninstall(args []string, stdout, stderr io.Writer) int {
 	host := fs.String("host", "", "host name of the policy")
 	file := fs.String("policy", "", "policy file")
 	nsName := fs.String("netns", "", "network namespace of the host (default: sl-<cluster>-<host> when it exists, else the current one)")
-	stateDir := fs.String("state-dir", lab.DefaultStateDir, "directory of the agent's state file")
+	stateDir := fs.String("state-dir", lab.DefaultStateDir, "directory of the agent's state file (the agent's --state-dir)")
+	kernelDefault := fs.Bool("kernel-default", false, "give an uplink whose replaced root qdisc is recorded nowhere the kernel's default (else: an error, sluice's root stays)")
 	var src inventoryFlags
 	src.register(fs)
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || *file == "" || !src.valid() {
@@ -449,9 +453,13 @@ func runAgentUninstall(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice agent uninstall: %s\n", labOneLine(err))
 		return exitBad
 	}
-	done, err := agent.Uninstall(k, rec, uplinks, vnics)
+	done, err := agent.Uninstall(k, rec, agent.UninstallOptions{RootsDir: agent.DefaultRootsDir, KernelDefault: *kernelDefault}, uplinks, vnics)
 	for _, d := range done {
 		fmt.Fprintln(stdout, d)
+	}
+	if errors.Is(err, agent.ErrRootUnknown) {
+		fmt.Fprintf(stderr, "sluice agent uninstall: %s (no state file %s, nothing in %s): pass the agent's --state-dir, or --kernel-default to let the kernel attach its default root\n", labOneLine(err), path, agent.DefaultRootsDir)
+		return exitBad
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent uninstall: %s\n", labOneLine(err))

@@ -1,6 +1,7 @@
 package netlive
 
 import (
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -9,8 +10,11 @@ import (
 )
 
 // TestUninstallGivesBack: an agent records the uplink's root qdisc before
-// it replaces it; Uninstall restores it as `tc -j qdisc show` saw it before
-// (a kernel default, noqueue on a veth, and a root set by hand, tbf), and
+// it replaces it, in its state file and in the roots directory; without
+// either Uninstall is an error and changes nothing; with either it
+// restores the root as `tc -j qdisc show` saw it before (a kernel default,
+// noqueue on a veth, and roots set by hand: tbf, and tbf with a peak rate
+// and an mtu, as on the host of issue 25), and
 // leaves no sluice filter, eBPF program or clsact on the uplink and the
 // vNICs; a second Uninstall changes nothing.
 func TestUninstallGivesBack(t *testing.T) {
@@ -33,7 +37,8 @@ func TestUninstallGivesBack(t *testing.T) {
 		}
 		return b.String()
 	}
-	for _, setup := range [][]string{nil, {"qdisc", "replace", "dev", "sl-up0", "root", "handle", "8001:", "tbf", "rate", "500mbit", "burst", "256k", "latency", "20ms"}} {
+	for _, setup := range [][]string{nil, {"qdisc", "replace", "dev", "sl-up0", "root", "handle", "8001:", "tbf", "rate", "500mbit", "burst", "256k", "latency", "20ms"},
+		{"qdisc", "replace", "dev", "sl-up0", "root", "handle", "5:", "tbf", "rate", "750mbit", "burst", "96kb", "peakrate", "900mbit", "mtu", "3000", "latency", "33ms"}} {
 		if setup != nil {
 			tc(setup...)
 		}
@@ -47,7 +52,8 @@ func TestUninstallGivesBack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := agent.New(agent.Config{Policy: l.p, Host: "h1", Kernel: k, Inventory: inv, Dynamic: true, RecordPath: record})
+		roots := t.TempDir()
+		a, err := agent.New(agent.Config{Policy: l.p, Host: "h1", Kernel: k, Inventory: inv, Dynamic: true, RecordPath: record, RootsDir: roots})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,8 +68,23 @@ func TestUninstallGivesBack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Without the state file nor the roots directory: an error, and
+		// sluice's tree stays.
+		if _, err := agent.Uninstall(k, nil, agent.UninstallOptions{}, []string{"sl-up0"}, nil); !errors.Is(err, agent.ErrRootUnknown) {
+			t.Errorf("uninstall without any record: %v, want %v", err, agent.ErrRootUnknown)
+		}
+		if q, _ := k.RootQdisc("sl-up0"); !q.IsSluice() {
+			t.Errorf("uninstall without any record replaced sluice's root by %s", q.Kind)
+		}
 		for i := 0; i < 2; i++ {
-			done, err := agent.Uninstall(k, rec, []string{"sl-up0"}, devs[1:])
+			// The first time without the state file: the root comes
+			// from the roots directory, as for an agent that ran with
+			// another --state-dir.
+			use := rec
+			if i == 0 && setup != nil {
+				use = nil
+			}
+			done, err := agent.Uninstall(k, use, agent.UninstallOptions{RootsDir: roots}, []string{"sl-up0"}, devs[1:])
 			if err != nil {
 				t.Fatalf("uninstall %d: %v", i+1, err)
 			}
