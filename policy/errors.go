@@ -169,3 +169,8 @@ func editDistance(a, b string) int {
 	}
 	return prev[len(rb)]
 }
+
+// Suggest returns ` (did you mean "x"?)` for the candidate nearest to s
+// (a likely typo of it), or "": the hint of policy errors, for other
+// names (a command line's flags).
+func Suggest(s string, candidates []string) string { return suggest(s, candidates) }

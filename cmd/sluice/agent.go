@@ -70,8 +70,7 @@ type agentOpts struct {
 // newAgentFlags is sluice agent's flag set (runAgent parses it; the help
 // lists it).
 func newAgentFlags() (*flag.FlagSet, *agentOpts) {
-	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("agent")
 	o := &agentOpts{}
 	o.host = fs.String("host", "", "host name of the policy")
 	o.file = fs.String("policy", "", "policy file (or --controller)")
@@ -111,7 +110,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	src, ctlf := &o.src, &o.ctlf
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || (*file == "") == (ctlf.server == "") || *interval <= 0 || !src.valid() {
 		if err != nil {
-			fmt.Fprintf(stderr, "sluice agent: %v\n", err)
+			fmt.Fprintln(stderr, flagError(fs, err))
+			return exitUsage
 		}
 		agentUsage(stderr)
 		return exitUsage
@@ -324,13 +324,16 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 }
 
 func runAgentStatus(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("agent status", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("agent status")
 	host := fs.String("host", "", "host name")
 	file := fs.String("policy", "", "policy file (to find the cluster)")
 	out := fs.String("o", "table", "table or json")
 	stateDir := fs.String("state-dir", lab.DefaultStateDir, "directory of the statistics file")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || (*out != "table" && *out != "json") {
+		if err != nil {
+			fmt.Fprintln(stderr, flagError(fs, err))
+			return exitUsage
+		}
 		agentUsage(stderr)
 		return exitUsage
 	}
@@ -413,8 +416,7 @@ func agentNetns(flagNS, cluster, host string) string {
 // root qdisc of every uplink, and no sluice classifier (nor the clsact it
 // added) on the vNICs. Running it twice is harmless.
 func runAgentUninstall(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("agent uninstall", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("agent uninstall")
 	host := fs.String("host", "", "host name of the policy")
 	file := fs.String("policy", "", "policy file")
 	nsName := fs.String("netns", "", "network namespace of the host (default: sl-<cluster>-<host> when it exists, else the current one)")
@@ -424,7 +426,8 @@ func runAgentUninstall(args []string, stdout, stderr io.Writer) int {
 	src.register(fs)
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || *file == "" || !src.valid() {
 		if err != nil {
-			fmt.Fprintf(stderr, "sluice agent uninstall: %v\n", err)
+			fmt.Fprintln(stderr, flagError(fs, err))
+			return exitUsage
 		}
 		agentUsage(stderr)
 		return exitUsage

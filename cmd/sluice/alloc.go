@@ -36,9 +36,19 @@ type netArgs struct {
 }
 
 // usageError is a command line that does not parse (exit 2).
-type usageError struct{ msg string }
+type usageError struct {
+	msg string
+	// flag is an unknown flag, known the command's (for a did-you-mean):
+	// unknownFlag words it.
+	flag  string
+	known []string
+}
 
 func (e usageError) Error() string { return e.msg }
+
+// netFlags are the flags parseNetArgs takes (alloc and explain), as the
+// help spells them; explain also takes --cpu-mhz-per-gbps.
+var netFlags = []string{"--demand", "--unnamed", "-o"}
 
 // parseNetArgs reads FILE, positional arguments, --demand PORT=RATE
 // (repeatable; RATE a policy rate or "unlimited") and -o FORMAT, in any
@@ -60,18 +70,18 @@ func parseNetArgs(args []string) (netArgs, error) {
 			continue
 		case "--demand", "-demand", "-d", "-o", "--output", "-output", "--unnamed", "-unnamed":
 		default:
-			return a, usageError{fmt.Sprintf("unknown flag %s", name)}
+			return a, usageError{msg: "unknown flag " + name, flag: name, known: netFlags}
 		}
 		if !hasVal {
 			if i+1 >= len(args) {
-				return a, usageError{fmt.Sprintf("flag %s needs a value", name)}
+				return a, usageError{msg: fmt.Sprintf("flag %s needs a value", name)}
 			}
 			i++
 			val = args[i]
 		}
 		if name == "-o" || name == "--output" || name == "-output" {
 			if val != "table" && val != "json" {
-				return a, usageError{fmt.Sprintf("-o %s: the output format is table or json", val)}
+				return a, usageError{msg: fmt.Sprintf("-o %s: the output format is table or json", val)}
 			}
 			a.output = val
 			continue
@@ -84,7 +94,7 @@ func parseNetArgs(args []string) (netArgs, error) {
 		}
 		port, r, ok := strings.Cut(val, "=")
 		if !ok || port == "" {
-			return a, usageError{fmt.Sprintf("--demand %s: want PORT=RATE, e.g. vm1/nic0=2Gbps", val)}
+			return a, usageError{msg: fmt.Sprintf("--demand %s: want PORT=RATE, e.g. vm1/nic0=2Gbps", val)}
 		}
 		bps, err := parseDemand(r)
 		if err != nil {
@@ -96,7 +106,7 @@ func parseNetArgs(args []string) (netArgs, error) {
 		return a, nil
 	}
 	if len(pos) == 0 {
-		return a, usageError{"missing FILE"}
+		return a, usageError{msg: "missing FILE"}
 	}
 	a.file, a.rest = pos[0], pos[1:]
 	return a, nil
@@ -107,7 +117,7 @@ func parseNetArgs(args []string) (netArgs, error) {
 func (a *netArgs) addUnnamed(val string) error {
 	f := strings.Split(val, "/")
 	if len(f) != 3 || f[0] == "" || f[1] == "" || f[2] == "" {
-		return usageError{fmt.Sprintf("--unnamed %s: want HOST/VM/NIC, e.g. pve1/web7/vnet3", val)}
+		return usageError{msg: fmt.Sprintf("--unnamed %s: want HOST/VM/NIC, e.g. pve1/web7/vnet3", val)}
 	}
 	for i := range a.unnamed {
 		if u := &a.unnamed[i]; u.Host == f[0] && u.Name == f[1] {
@@ -133,10 +143,13 @@ func parseDemand(s string) (float64, error) {
 
 // parseOrExit parses the shared arguments, printing the problem and
 // returning the exit code when they do not parse (ok false).
-func parseOrExit(args []string, usage string, stdout, stderr io.Writer) (netArgs, int, bool) {
+func parseOrExit(cmd string, args []string, usage string, stdout, stderr io.Writer) (netArgs, int, bool) {
 	a, err := parseNetArgs(args)
 	if err != nil {
-		if _, isUsage := err.(usageError); isUsage {
+		if ue, isUsage := err.(usageError); isUsage && ue.flag != "" {
+			fmt.Fprintln(stderr, unknownFlag(cmd, ue.flag, ue.known))
+			return a, exitUsage, false
+		} else if isUsage {
 			fmt.Fprintf(stderr, "sluice: %v; %s\n", err, usage)
 			return a, exitUsage, false
 		}
@@ -151,7 +164,7 @@ func parseOrExit(args []string, usage string, stdout, stderr io.Writer) (netArgs
 }
 
 func runAlloc(args []string, stdout, stderr io.Writer) int {
-	a, code, ok := parseOrExit(args, allocUsage, stdout, stderr)
+	a, code, ok := parseOrExit("alloc", args, allocUsage, stdout, stderr)
 	if !ok {
 		return code
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,7 +23,7 @@ func init() {
 	register(command{name: "controller", summary: "the cluster controller: state in etcd, HTTPS API for ctl and agents", run: runController})
 	helps["controller"] = `usage: sluice controller [--data-dir DIR] [--listen ADDR:PORT] [--tls-cert FILE --tls-key FILE] [--tokens FILE]
                          [--etcd-endpoints URL,...] [--etcd-client-port N] [--etcd-peer-port N] [--prefix /sluice/] [--placement=true|false]
-                         [--drs manual|automatic] [--drs-interval 30s] [--rebalance-threshold 1..5]
+                         [--host-ttl 10] [--drs manual|automatic] [--drs-interval 30s] [--rebalance-threshold 1..5]
                          [--metrics-listen 127.0.0.1:9643|""] [--log-format text|json]
 
 The cluster controller. It keeps the cluster's state (policy, placement,
@@ -66,8 +65,7 @@ const defaultListen = "127.0.0.1:7443"
 const etcdCheckEvery = 10 * time.Second
 
 func runController(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("controller")
 	dataDir := fs.String("data-dir", defaultDataDir(), "data directory")
 	listen := fs.String("listen", defaultListen, "API address")
 	cert := fs.String("tls-cert", "", "TLS certificate (PEM)")
@@ -85,6 +83,10 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	var opsf opsFlags
 	opsf.register(fs, ops.DefaultControllerMetrics)
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		if err != nil {
+			fmt.Fprintln(stderr, flagError(fs, err))
+			return exitUsage
+		}
 		if err == nil {
 			err = fmt.Errorf("unexpected argument %s", fs.Arg(0))
 		}

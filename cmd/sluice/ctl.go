@@ -25,7 +25,9 @@ func init() {
 Connection (before or after the verb): --server URL (default
 https://127.0.0.1:7443), --token-file FILE (default DATA-DIR/token),
 --ca FILE (default DATA-DIR/tls/cert.pem), --data-dir DIR (default
-/var/lib/sluice/controller or $SLUICE_CONTROLLER_DIR). -o table|json.`
+/var/lib/sluice/controller or $SLUICE_CONTROLLER_DIR). -o table|json.
+Verbs' own: -f FILE (--file), --reason TEXT, --on HOST, --to HOST,
+--after SEQ (get events: those after event SEQ).`
 	helps["ctl"] = `usage: sluice ctl [--server URL] [--token-file FILE] [--ca FILE] [-o table|json] VERB ...
 
 verbs:
@@ -117,6 +119,10 @@ type ctlArgs struct {
 	pos                                    []string // the verb and its arguments
 }
 
+// ctlFlags are ctl's flags as its help spells them (--output and --file
+// are -o's and -f's other names).
+var ctlFlags = []string{"--server", "--token-file", "--ca", "--data-dir", "-o", "-f", "--reason", "--on", "--to", "--after"}
+
 func parseCtlArgs(args []string) (ctlArgs, error) {
 	a := ctlArgs{output: "table", dataDir: defaultDataDir(), server: "https://" + defaultListen}
 	flags := map[string]*string{"--server": &a.server, "--token-file": &a.tokenFile, "--ca": &a.ca, "--data-dir": &a.dataDir,
@@ -139,11 +145,11 @@ func parseCtlArgs(args []string) (ctlArgs, error) {
 		}
 		dst, ok := flags[name]
 		if !ok {
-			return a, usageError{fmt.Sprintf("unknown flag %s", name)}
+			return a, usageError{msg: "unknown flag " + name, flag: name, known: ctlFlags}
 		}
 		if !hasVal {
 			if i+1 >= len(args) {
-				return a, usageError{fmt.Sprintf("flag %s needs a value", name)}
+				return a, usageError{msg: fmt.Sprintf("flag %s needs a value", name)}
 			}
 			i++
 			val = args[i]
@@ -151,44 +157,44 @@ func parseCtlArgs(args []string) (ctlArgs, error) {
 		*dst = val
 	}
 	if a.output != "table" && a.output != "json" {
-		return a, usageError{fmt.Sprintf("-o %s: want table or json", a.output)}
+		return a, usageError{msg: fmt.Sprintf("-o %s: want table or json", a.output)}
 	}
 	if after != "" {
 		n, err := strconv.ParseInt(after, 10, 64)
 		if err != nil || n < 0 {
-			return a, usageError{fmt.Sprintf("--after %s: want an event number", after)}
+			return a, usageError{msg: fmt.Sprintf("--after %s: want an event number", after)}
 		}
 		a.after = n
 	}
 	if len(a.pos) == 0 {
-		return a, usageError{"missing VERB (apply, get, set, explain, power-on, migrate, approve)"}
+		return a, usageError{msg: "missing VERB (apply, get, set, explain, power-on, migrate, approve)"}
 	}
 	want := map[string][2]int{"apply": {1, 1}, "get": {2, 2}, "set": {3, 1 << 20}, "explain": {2, 2}, "power-on": {2, 2}, "migrate": {2, 2}, "approve": {2, 2}}
 	n, ok := want[a.pos[0]]
 	if !ok {
-		return a, usageError{fmt.Sprintf("unknown verb %q (apply, get, set, explain, power-on, migrate, approve)", a.pos[0])}
+		return a, usageError{msg: fmt.Sprintf("unknown verb %q (apply, get, set, explain, power-on, migrate, approve)", a.pos[0])}
 	}
 	if len(a.pos) < n[0] || len(a.pos) > n[1] {
-		return a, usageError{fmt.Sprintf("%s: wrong number of arguments (sluice ctl %s --help)", a.pos[0], a.pos[0])}
+		return a, usageError{msg: fmt.Sprintf("%s: wrong number of arguments (sluice ctl %s --help)", a.pos[0], a.pos[0])}
 	}
 	switch a.pos[0] {
 	case "apply":
 		if a.file == "" {
-			return a, usageError{"apply: missing -f FILE"}
+			return a, usageError{msg: "apply: missing -f FILE"}
 		}
 	case "get":
 		switch a.pos[1] {
 		case "hosts", "vms", "events", "decisions", "policy":
 		default:
-			return a, usageError{fmt.Sprintf("get %s: want hosts, vms, events, decisions or policy", a.pos[1])}
+			return a, usageError{msg: fmt.Sprintf("get %s: want hosts, vms, events, decisions or policy", a.pos[1])}
 		}
 	case "migrate":
 		if a.to == "" {
-			return a, usageError{"migrate: missing --to HOST"}
+			return a, usageError{msg: "migrate: missing --to HOST"}
 		}
 	case "approve":
 		if n, err := strconv.ParseInt(a.pos[1], 10, 64); err != nil || n <= 0 {
-			return a, usageError{fmt.Sprintf("approve %s: want a decision number", a.pos[1])}
+			return a, usageError{msg: fmt.Sprintf("approve %s: want a decision number", a.pos[1])}
 		}
 	}
 	return a, nil
@@ -200,7 +206,7 @@ func setChanges(target string, fields []string) ([]string, error) {
 	for _, f := range fields {
 		k, v, ok := strings.Cut(f, "=")
 		if !ok || k == "" {
-			return nil, usageError{fmt.Sprintf("set %s %s: want FIELD=VALUE", target, f)}
+			return nil, usageError{msg: fmt.Sprintf("set %s %s: want FIELD=VALUE", target, f)}
 		}
 		switch {
 		case k == "iops" && strings.Contains(target, "/"):
@@ -215,6 +221,10 @@ func setChanges(target string, fields []string) ([]string, error) {
 
 func runCtl(args []string, stdout, stderr io.Writer) int {
 	a, err := parseCtlArgs(args)
+	if ue, ok := err.(usageError); ok && ue.flag != "" {
+		fmt.Fprintln(stderr, unknownFlag("ctl", ue.flag, ue.known))
+		return exitUsage
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice ctl: %v (sluice ctl --help)\n", err)
 		return exitUsage

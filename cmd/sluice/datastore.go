@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -28,12 +27,12 @@ func runDatastore(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, datastoreUsage)
 		return exitUsage
 	}
-	fs := flag.NewFlagSet("datastore create", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("datastore create")
 	pol := fs.String("policy", "", "policy file (required)")
 	if err := fs.Parse(args[1:]); err != nil || *pol == "" || fs.NArg() == 0 {
 		if err != nil {
-			fmt.Fprintf(stderr, "sluice datastore create: %v\n", err)
+			fmt.Fprintln(stderr, flagError(fs, err))
+			return exitUsage
 		}
 		fmt.Fprintln(stderr, datastoreUsage)
 		return exitUsage

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -15,15 +14,14 @@ const diskXMLUsage = "usage: sluice gateway disk-xml --policy FILE --host H [--s
 // runGatewayDiskXML prints the libvirt XML that attaches a VM's disk to
 // its host's gateway (docs/storage.md, "QEMU").
 func runGatewayDiskXML(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gateway disk-xml", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("gateway disk-xml")
 	pol := fs.String("policy", "", "policy file (required)")
 	host := fs.String("host", "", "the host whose gateway serves the disk (required)")
 	socketDir := fs.String("socket-dir", "", "the gateway's --socket-dir (default "+statusDir+"/gw-CLUSTER-HOST): the disk is on the VM's own socket DIR/VM.sock")
 	delay := fs.Int("reconnect-delay", virt.DefaultReconnectDelayS, "seconds QEMU holds requests while it reconnects to the gateway (0: fail them at once)")
 	form := fs.String("form", "disk", "disk: a libvirt <disk> element; qemu: a <qemu:commandline> element (for libvirt 9.0, which drops the reconnect delay)")
 	if err := fs.Parse(args); err != nil {
-		fmt.Fprintf(stderr, "sluice gateway disk-xml: %v; %s\n", err, diskXMLUsage)
+		fmt.Fprintln(stderr, flagError(fs, err))
 		return exitUsage
 	}
 	if *pol == "" || *host == "" || fs.NArg() != 1 || (*form != "disk" && *form != "qemu") {

@@ -40,7 +40,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice: %v; %s\n", err, explainUsage)
 		return exitUsage
 	}
-	a, code, ok := parseOrExit(args, explainUsage, stdout, stderr)
+	a, code, ok := parseOrExit("explain", args, explainUsage, stdout, stderr)
 	if !ok {
 		return code
 	}

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -57,8 +56,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "disk-xml" {
 		return runGatewayDiskXML(args[1:], stdout, stderr)
 	}
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("gateway")
 	host := fs.String("host", "", "policy host this gateway serves (required)")
 	pol := fs.String("policy", "", "policy file (required)")
 	// Where VMs connect (docs/storage.md, "Access control" and "TLS").
@@ -89,7 +87,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	var opsf opsFlags
 	opsf.register(fs, ops.DefaultGatewayMetrics)
 	if err := fs.Parse(args); err != nil {
-		fmt.Fprintf(stderr, "sluice gateway: %v; %s\n", err, gatewayUsage)
+		fmt.Fprintln(stderr, flagError(fs, err))
 		return exitUsage
 	}
 	if *poll < 0 {
@@ -460,14 +458,14 @@ func (v *vmSockets) closeAll() {
 }
 
 func runGatewayStatus(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gateway status", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("gateway status")
 	host := fs.String("host", "", "only this host")
 	out := fs.String("o", "table", "output: table or json")
 	dir := fs.String("dir", statusDir, "directory of the gateways' status files")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || (*out != "table" && *out != "json") {
 		if err != nil {
-			fmt.Fprintf(stderr, "sluice gateway status: %v\n", err)
+			fmt.Fprintln(stderr, flagError(fs, err))
+			return exitUsage
 		}
 		fmt.Fprintln(stderr, "usage: sluice gateway status [--host H] [-o table|json] [--dir DIR]")
 		return exitUsage

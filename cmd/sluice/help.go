@@ -106,6 +106,8 @@ example:
                       [--socket-dir DIR|none] [--socket-owner USER[:GROUP]] [--socket-mode 0600]
                       [--listen unix:PATH] [--listen ADDR:PORT --tls-cert FILE --tls-key FILE --tls-ca FILE]
                       [--max-conns 1024] [--max-conns-per-vm 64]
+                      [--migrate-uri URI --migrate-peer HOST=URI ... [--migrate-data URI]]   (libvirt: live migrations to this host)
+                      [--metrics-listen 127.0.0.1:9642|""] [--log-format text|json]
        sluice gateway status [--host H] [-o table|json] [--dir DIR]
        sluice gateway disk-xml --policy FILE --host H [--socket-dir DIR] VM/DISK
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/xml"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -58,7 +57,7 @@ example:
   sudo sluice hook install --host pve1 --policy /etc/sluice/policy.yaml`
 }
 
-const hookUsage = `usage: sluice hook install [--host NAME] [--policy FILE] [--agent SOCKET] [--unreachable closed|open] [--hooks-dir DIR] [--no-reload]
+const hookUsage = `usage: sluice hook install [--host NAME] [--policy FILE] [--agent SOCKET] [--unreachable closed|open] [--hooks-dir DIR] [--no-reload] [--sluice PATH]
        sluice hook uninstall [--hooks-dir DIR] [--no-reload]
        sluice hook qemu --host NAME [--policy FILE] [--agent SOCKET] [--unreachable closed|open] -- DOMAIN OPERATION SUBOP EXTRA < DOMAIN-XML`
 
@@ -89,13 +88,16 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 // running domains read from libvirt's status files), and without one
 // --unreachable says (closed, the default: refused).
 func runHookQemu(args []string, stdin io.Reader, stderr io.Writer, runDir string) int {
-	fs := flag.NewFlagSet("hook qemu", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("hook qemu")
 	file := fs.String("policy", "", "policy file: decides when the agent does not answer")
 	host := fs.String("host", "", "this host's name in the policy")
 	sock := fs.String("agent", "", "the agent's admission socket (default: "+agent.AdmitSocket(lab.DefaultStateDir, "HOST")+")")
 	unreachable := fs.String("unreachable", "closed", "when neither the agent nor a policy file can decide: closed (refuse) or open (admit)")
 	if err := fs.Parse(args); err != nil || *host == "" || fs.NArg() < 3 || (*unreachable != "closed" && *unreachable != "open") {
+		if err != nil {
+			fmt.Fprintln(stderr, flagError(fs, err))
+			return exitUsage
+		}
 		fmt.Fprintln(stderr, hookUsage)
 		return exitUsage
 	}
@@ -258,8 +260,7 @@ func isSluiceHook(path string) bool {
 }
 
 func runHookInstall(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("hook install", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("hook install")
 	file := fs.String("policy", "", "policy file: decides when the agent does not answer")
 	host := fs.String("host", "", "this host's name in the policy (default: the hostname)")
 	sock := fs.String("agent", "", "the agent's admission socket (default: "+agent.AdmitSocket(lab.DefaultStateDir, "HOST")+")")
@@ -269,7 +270,8 @@ func runHookInstall(args []string, stdout, stderr io.Writer) int {
 	noReload := fs.Bool("no-reload", false, "do not signal libvirtd (it sees a new hook only after SIGHUP or a restart)")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || (*unreachable != "closed" && *unreachable != "open") {
 		if err != nil {
-			fmt.Fprintf(stderr, "sluice hook install: %v\n", err)
+			fmt.Fprintln(stderr, flagError(fs, err))
+			return exitUsage
 		}
 		fmt.Fprintln(stderr, hookUsage)
 		return exitUsage
@@ -347,11 +349,14 @@ func runHookInstall(args []string, stdout, stderr io.Writer) int {
 }
 
 func runHookUninstall(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("hook uninstall", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("hook uninstall")
 	dir := fs.String("hooks-dir", defaultHooksDir, "libvirt's hooks directory")
 	noReload := fs.Bool("no-reload", false, "do not signal libvirtd")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		if err != nil {
+			fmt.Fprintln(stderr, flagError(fs, err))
+			return exitUsage
+		}
 		fmt.Fprintln(stderr, hookUsage)
 		return exitUsage
 	}

@@ -29,13 +29,16 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	verb := args[0]
-	fs := flag.NewFlagSet("lab "+verb, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("lab " + verb)
 	out := fs.String("o", "table", "output: table or json")
 	stateDir := fs.String("state-dir", lab.DefaultStateDir, "directory of state files and logs")
 	cluster := fs.String("cluster", "", "cluster name (down/status without a policy file)")
 	file, err := labParseArgs(fs, args[1:])
-	if err != nil || (*out != "table" && *out != "json") {
+	if err != nil {
+		fmt.Fprintln(stderr, flagError(fs, err))
+		return exitUsage
+	}
+	if *out != "table" && *out != "json" {
 		if err == nil {
 			err = fmt.Errorf("-o must be table or json")
 		}

@@ -38,7 +38,7 @@ func parsePlaceArgs(args []string) (placeArgs, error) {
 		arg := args[i]
 		if !strings.HasPrefix(arg, "-") || arg == "-" {
 			if a.file != "" {
-				return a, usageError{fmt.Sprintf("unexpected argument %s", arg)}
+				return a, usageError{msg: fmt.Sprintf("unexpected argument %s", arg)}
 			}
 			a.file = arg
 			continue
@@ -53,11 +53,11 @@ func parsePlaceArgs(args []string) (placeArgs, error) {
 			continue
 		case "--change", "-change", "-c", "--threshold", "-threshold", "--max-moves", "-max-moves":
 		default:
-			return a, usageError{fmt.Sprintf("unknown flag %s", name)}
+			return a, usageError{msg: "unknown flag " + name, flag: name, known: []string{"--change", "--batch", "--threshold", "--max-moves"}}
 		}
 		if !hasVal {
 			if i+1 >= len(args) {
-				return a, usageError{fmt.Sprintf("flag %s needs a value", name)}
+				return a, usageError{msg: fmt.Sprintf("flag %s needs a value", name)}
 			}
 			i++
 			val = args[i]
@@ -66,19 +66,19 @@ func parsePlaceArgs(args []string) (placeArgs, error) {
 		case "change", "c":
 			c, err := placement.ParseChange(val)
 			if err != nil {
-				return a, usageError{strings.TrimPrefix(err.Error(), "usage: ")}
+				return a, usageError{msg: strings.TrimPrefix(err.Error(), "usage: ")}
 			}
 			a.changes = append(a.changes, c)
 		case "threshold":
 			n, err := strconv.Atoi(val)
 			if err != nil || n < 1 || n > 5 {
-				return a, usageError{fmt.Sprintf("--threshold %s: want 1 (conservative) to 5 (aggressive)", val)}
+				return a, usageError{msg: fmt.Sprintf("--threshold %s: want 1 (conservative) to 5 (aggressive)", val)}
 			}
 			a.threshold = n
 		case "max-moves":
 			n, err := strconv.Atoi(val)
 			if err != nil || n < 0 {
-				return a, usageError{fmt.Sprintf("--max-moves %s: want a number ≥ 0", val)}
+				return a, usageError{msg: fmt.Sprintf("--max-moves %s: want a number ≥ 0", val)}
 			}
 			a.maxMoves = n
 			if n == 0 {
@@ -87,7 +87,7 @@ func parsePlaceArgs(args []string) (placeArgs, error) {
 		}
 	}
 	if !a.help && a.file == "" {
-		return a, usageError{"missing FILE"}
+		return a, usageError{msg: "missing FILE"}
 	}
 	return a, nil
 }
@@ -99,6 +99,10 @@ func parsePlaceArgs(args []string) (placeArgs, error) {
 // decisions, the placement and every vNIC's rate (demand unlimited).
 func runPlace(args []string, stdout, stderr io.Writer) int {
 	a, err := parsePlaceArgs(args)
+	if ue, ok := err.(usageError); ok && ue.flag != "" {
+		fmt.Fprintln(stderr, unknownFlag("place", ue.flag, ue.known))
+		return exitUsage
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v; %s\n", err, placeUsage)
 		return exitUsage

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 
@@ -15,15 +14,14 @@ func init() {
 // runSim is `sluice sim SCENARIO [-o DIR] [-q] [-live FILE]`: exit 1 when the scenario is bad
 // or an expectation fails, 2 on usage errors.
 func runSim(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := newFlagSet("sim")
 	out := fs.String("o", "", "directory for CSV series, summary.{json,txt} and plots (default: out/sim/NAME)")
 	quiet := fs.Bool("q", false, "do not print the summary table")
 	live := fs.String("live", "", "live figures (JSON) for the scenario's kind: live expectations")
 	var pos []string
 	for len(args) > 0 {
 		if err := fs.Parse(args); err != nil {
-			fmt.Fprintf(stderr, "sluice sim: %v; usage: sluice sim SCENARIO [-o DIR] [-q] [-live FILE]\n", err)
+			fmt.Fprintln(stderr, flagError(fs, err))
 			return exitUsage
 		}
 		args = fs.Args()
