@@ -336,7 +336,7 @@ func vmsNamingHost(n int, host string) string {
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{"agent"}, {"agent", "status"}, {"gateway"}, {"gateway", "status"}, {"sim"}, {"place"},
-		{"lab"}, {"alloc"}, {"explain"}, {"validate"}, {"version"},
+		{"lab"}, {"alloc"}, {"explain"}, {"validate"}, {"version"}, {"top"},
 	} {
 		for _, h := range []string{"-h", "--help"} {
 			var stdout, stderr bytes.Buffer

@@ -19,7 +19,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	for _, args := range [][]string{
 		{"agent"}, {"agent", "status"}, {"agent", "uninstall"}, {"controller"}, {"datastore", "create"},
 		{"gateway"}, {"gateway", "status"}, {"gateway", "disk-xml"}, {"hook", "qemu"}, {"hook", "install"},
-		{"hook", "uninstall"}, {"lab", "up"}, {"lab", "down"}, {"lab", "status"}, {"sim"},
+		{"hook", "uninstall"}, {"lab", "up"}, {"lab", "down"}, {"lab", "status"}, {"sim"}, {"top"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(append(args, "--zz-no-such-flag"), &stdout, &stderr); code != exitUsage {
@@ -46,7 +46,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		flags[c.cmd] = ue.known
 	}
 	flags["explain"] = []string{"--demand", "--unnamed", "--cpu-mhz-per-gbps"} // -o: explain prints text only
-	if len(flags) < 19 {
+	if len(flags) < 20 {
 		t.Errorf("only %d commands seen: %v", len(flags), flags)
 	}
 	cmds := make([]string, 0, len(flags))
