@@ -16,7 +16,7 @@ UNITS      := sluice-agent.service sluice-gateway.service sluice-controller.serv
 ENVDIR     ?= /etc/default
 ENVFILES   := sluice-agent sluice-gateway sluice-controller
 
-.PHONY: all build demo test deps fuzz bench reproduce reproduce-live clean install uninstall verify-units
+.PHONY: all build demo test deps fuzz bench reproduce reproduce-live clean install uninstall verify-units deb
 
 all: build
 
@@ -48,6 +48,23 @@ verify-units: build
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/sluice
 	for u in $(UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$$u; done
+
+# make deb: out/sluice_VERSION_ARCH.deb (dpkg-deb) with the binary, the
+# units in /usr/lib/systemd/system, the flags files in /etc/default
+# (conffiles: kept on upgrade, removed on purge) and the maintainer
+# scripts of packaging/deb. Its version is 0~ and the make version ('-'
+# becomes '+', which Debian versions allow).
+DEB_VERSION ?= 0~$(subst -,+,$(VERSION))
+DEB_ARCH    ?= $(shell $(GO) env GOARCH)
+DEB         := out/sluice_$(DEB_VERSION)_$(DEB_ARCH).deb
+deb: build
+	rm -rf out/deb && mkdir -p out/deb/root/DEBIAN
+	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/out/deb/root UNITDIR=/usr/lib/systemd/system
+	sed -e 's/@VERSION@/$(DEB_VERSION)/' -e 's/@ARCH@/$(DEB_ARCH)/' packaging/deb/control > out/deb/root/DEBIAN/control
+	install -m 0644 packaging/deb/conffiles out/deb/root/DEBIAN/conffiles
+	install -m 0755 packaging/deb/postinst packaging/deb/prerm packaging/deb/postrm out/deb/root/DEBIAN/
+	dpkg-deb --root-owner-group -Zgzip --build out/deb/root $(DEB)
+	@echo "$(DEB)"
 
 deps:
 	./scripts/deps.sh
