@@ -32,6 +32,9 @@ type placeArgs struct {
 	help      bool
 }
 
+// placeFlags are place's flags as its help spells them.
+var placeFlags = []string{"--change", "--batch", "--threshold", "--max-moves"}
+
 func parsePlaceArgs(args []string) (placeArgs, error) {
 	var a placeArgs
 	for i := 0; i < len(args); i++ {
@@ -53,7 +56,7 @@ func parsePlaceArgs(args []string) (placeArgs, error) {
 			continue
 		case "--change", "-change", "-c", "--threshold", "-threshold", "--max-moves", "-max-moves":
 		default:
-			return a, usageError{msg: "unknown flag " + name, flag: name, known: []string{"--change", "--batch", "--threshold", "--max-moves"}}
+			return a, usageError{msg: "unknown flag " + name, flag: name, known: placeFlags}
 		}
 		if !hasVal {
 			if i+1 >= len(args) {
