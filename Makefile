@@ -50,7 +50,8 @@ uninstall:
 	for u in $(UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$$u; done
 
 # make deb: out/sluice_VERSION_ARCH.deb (dpkg-deb) with the binary, the
-# units in /usr/lib/systemd/system, the flags files in /etc/default
+# units in /usr/lib/systemd/system, bash and zsh completion, the flags
+# files in /etc/default
 # (conffiles: kept on upgrade, removed on purge) and the maintainer
 # scripts of packaging/deb. Its version is 0~ and the make version ('-'
 # becomes '+', which Debian versions allow).
@@ -60,6 +61,9 @@ DEB         := out/sluice_$(DEB_VERSION)_$(DEB_ARCH).deb
 deb: build
 	rm -rf out/deb && mkdir -p out/deb/root/DEBIAN
 	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/out/deb/root UNITDIR=/usr/lib/systemd/system
+	install -d out/deb/root/usr/share/bash-completion/completions out/deb/root/usr/share/zsh/vendor-completions
+	$(BIN) completion bash > out/deb/root/usr/share/bash-completion/completions/sluice
+	$(BIN) completion zsh > out/deb/root/usr/share/zsh/vendor-completions/_sluice
 	sed -e 's/@VERSION@/$(DEB_VERSION)/' -e 's/@ARCH@/$(DEB_ARCH)/' packaging/deb/control > out/deb/root/DEBIAN/control
 	install -m 0644 packaging/deb/conffiles out/deb/root/DEBIAN/conffiles
 	install -m 0755 packaging/deb/postinst packaging/deb/prerm packaging/deb/postrm out/deb/root/DEBIAN/

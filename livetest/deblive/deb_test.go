@@ -32,8 +32,8 @@ func run(t *testing.T, name string, args ...string) string {
 }
 
 // TestDebInstallUpgradePurge: `make deb` builds a package that dpkg -i
-// installs (the binary runs and prints its version, systemd-analyze
-// verify accepts the installed units); a newer package upgrades it and
+// installs (the binary runs and prints its version, bash completion is in
+// place, systemd-analyze verify accepts the installed units); a newer package upgrades it and
 // keeps the operator's edit of /etc/default/sluice-agent; dpkg --purge
 // leaves none of the files it installed, the flags files included.
 func TestDebInstallUpgradePurge(t *testing.T) {
@@ -72,6 +72,9 @@ func TestDebInstallUpgradePurge(t *testing.T) {
 	}
 	if v := run(t, "/usr/bin/sluice", "version"); !strings.HasPrefix(v, "sluice ") {
 		t.Errorf("sluice version: %q", v)
+	}
+	if b, err := os.ReadFile("/usr/share/bash-completion/completions/sluice"); err != nil || !strings.Contains(string(b), "complete -o filenames -F _sluice sluice") {
+		t.Errorf("bash completion: %v", err)
 	}
 	units := []string{"sluice-agent.service", "sluice-gateway.service", "sluice-controller.service"}
 	if _, err := exec.LookPath("systemd-analyze"); err == nil {
