@@ -15,6 +15,8 @@ UNITDIR    ?= /lib/systemd/system
 UNITS      := sluice-agent.service sluice-gateway.service sluice-controller.service
 ENVDIR     ?= /etc/default
 ENVFILES   := sluice-agent sluice-gateway sluice-controller
+CONFDIR    ?= /etc/sluice
+CONFIGS    := agent.yaml gateway.yaml controller.yaml
 
 .PHONY: all build demo test deps fuzz bench reproduce reproduce-live clean install uninstall verify-units deb
 
@@ -24,8 +26,8 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sluice
 
 # The binary built by make build to BINDIR, the units to UNITDIR, and an
-# example flags file per daemon to ENVDIR (never over an existing one: it
-# holds the host's flags). make build && sudo make install: the build
+# example flags file per daemon to ENVDIR and config file to CONFDIR
+# (never over an existing one: they hold the host's flags). make build && sudo make install: the build
 # needs Go, the install only root.
 install:
 	@test -x $(BIN) || { echo "make install: no $(BIN): run make build first"; exit 1; }
@@ -34,6 +36,9 @@ install:
 	for e in $(ENVFILES); do \
 		if [ -e $(DESTDIR)$(ENVDIR)/$$e ]; then echo "keeping $(DESTDIR)$(ENVDIR)/$$e"; \
 		else install -D -m 0644 packaging/systemd/$$e.env $(DESTDIR)$(ENVDIR)/$$e; fi; done
+	for c in $(CONFIGS); do \
+		if [ -e $(DESTDIR)$(CONFDIR)/$$c ]; then echo "keeping $(DESTDIR)$(CONFDIR)/$$c"; \
+		else install -D -m 0644 packaging/config/$$c $(DESTDIR)$(CONFDIR)/$$c; fi; done
 
 # systemd-analyze verify of the units, with this build as the binary: any
 # message (an unknown key, a missing command) fails.

@@ -65,6 +65,7 @@ type agentOpts struct {
 	src                          inventoryFlags
 	ctlf                         controllerFlags
 	ops                          opsFlags
+	config                       *configFlag
 }
 
 // newAgentFlags is sluice agent's flag set (runAgent parses it; the help
@@ -72,6 +73,7 @@ type agentOpts struct {
 func newAgentFlags() (*flag.FlagSet, *agentOpts) {
 	fs := newFlagSet("agent")
 	o := &agentOpts{}
+	o.config = addConfigFlag(fs, "agent")
 	o.host = fs.String("host", "", "host name of the policy")
 	o.file = fs.String("policy", "", "policy file (or --controller)")
 	o.interval = fs.Duration("interval", 100*time.Millisecond, "control interval")
@@ -92,9 +94,11 @@ func agentUsage(w io.Writer) {
 	fmt.Fprintln(w, "                    [--migrate-uri URI --migrate-peer HOST=URI ... [--migrate-data URI]]   (libvirt: live migrations to this host)")
 	fmt.Fprintln(w, "                    [--interval 100ms] [--dynamic=true|false] [--cpu] [--once] [--netns NS]")
 	fmt.Fprintln(w, "                    [--metrics-listen 127.0.0.1:9641|\"\"] [--log-format text|json] [--state-dir /run/sluice]")
+	fmt.Fprintln(w, "                    [--config /etc/sluice/agent.yaml]   (any of these flags as YAML, key: value; the command line wins)")
 	fmt.Fprintln(w, "       sluice agent status --host NAME [--policy FILE] [-o table|json]")
 	fmt.Fprintln(w, "       sluice agent uninstall --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--netns NS]")
-	fmt.Fprintln(w, "                    [--state-dir /run/sluice] [--kernel-default]   (the root qdisc an uplink had comes from the agent's")
+	fmt.Fprintln(w, "                    [--state-dir /run/sluice] [--kernel-default] [--config /etc/sluice/agent.yaml]   (the agent's config: its host, policy,")
+	fmt.Fprintln(w, "                    uplinks and state directory; the root qdisc an uplink had comes from the agent's")
 	fmt.Fprintln(w, "                    state file, else from "+agent.DefaultRootsDir+"; --kernel-default: where recorded nowhere, the kernel's default)")
 }
 
@@ -108,11 +112,15 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs, o := newAgentFlags()
 	host, file, interval, dynamic, once, nsName, stateDir, cpu := o.host, o.file, o.interval, o.dynamic, o.once, o.nsName, o.stateDir, o.cpu
 	src, ctlf := &o.src, &o.ctlf
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || (*file == "") == (ctlf.server == "") || *interval <= 0 || !src.valid() {
-		if err != nil {
-			fmt.Fprintln(stderr, flagError(fs, err))
-			return exitUsage
-		}
+	if err := fs.Parse(args); err != nil {
+		fmt.Fprintln(stderr, flagError(fs, err))
+		return exitUsage
+	}
+	if err := o.config.apply(fs, nil); err != nil {
+		fmt.Fprintf(stderr, "sluice agent: %v\n", err)
+		return exitUsage
+	}
+	if fs.NArg() > 0 || *host == "" || (*file == "") == (ctlf.server == "") || *interval <= 0 || !src.valid() {
 		agentUsage(stderr)
 		return exitUsage
 	}
@@ -424,11 +432,20 @@ func runAgentUninstall(args []string, stdout, stderr io.Writer) int {
 	kernelDefault := fs.Bool("kernel-default", false, "give an uplink whose replaced root qdisc is recorded nowhere the kernel's default (else: an error, sluice's root stays)")
 	var src inventoryFlags
 	src.register(fs)
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *host == "" || *file == "" || !src.valid() {
-		if err != nil {
-			fmt.Fprintln(stderr, flagError(fs, err))
-			return exitUsage
-		}
+	config := addConfigFlag(fs, "agent")
+	if err := fs.Parse(args); err != nil {
+		fmt.Fprintln(stderr, flagError(fs, err))
+		return exitUsage
+	}
+	// The agent's config file gives uninstall the agent's host, policy,
+	// inventory, uplinks and state directory; its other flags are not
+	// uninstall's.
+	agentFS, _ := newAgentFlags()
+	if err := config.apply(fs, agentFS); err != nil {
+		fmt.Fprintf(stderr, "sluice agent uninstall: %v\n", err)
+		return exitUsage
+	}
+	if fs.NArg() > 0 || *host == "" || *file == "" || !src.valid() {
 		agentUsage(stderr)
 		return exitUsage
 	}

@@ -24,7 +24,7 @@ func init() {
 	helps["controller"] = `usage: sluice controller [--data-dir DIR] [--listen ADDR:PORT] [--tls-cert FILE --tls-key FILE] [--tokens FILE]
                          [--etcd-endpoints URL,...] [--etcd-client-port N] [--etcd-peer-port N] [--prefix /sluice/] [--placement=true|false]
                          [--host-ttl 10] [--drs manual|automatic] [--drs-interval 30s] [--rebalance-threshold 1..5]
-                         [--metrics-listen 127.0.0.1:9643|""] [--log-format text|json]
+                         [--metrics-listen 127.0.0.1:9643|""] [--log-format text|json] [--config /etc/sluice/controller.yaml]
 
 The cluster controller. It keeps the cluster's state (policy, placement,
 hosts, desired state per host, decisions, events) in etcd: a member
@@ -82,15 +82,17 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	threshold := fs.Int("rebalance-threshold", 1, "migration threshold of the DRS pass: 1 repairs only, 2..5 also rebalance")
 	var opsf opsFlags
 	opsf.register(fs, ops.DefaultControllerMetrics)
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		if err != nil {
-			fmt.Fprintln(stderr, flagError(fs, err))
-			return exitUsage
-		}
-		if err == nil {
-			err = fmt.Errorf("unexpected argument %s", fs.Arg(0))
-		}
-		fmt.Fprintf(stderr, "sluice controller: %v (sluice controller --help)\n", err)
+	config := addConfigFlag(fs, "controller")
+	if err := fs.Parse(args); err != nil {
+		fmt.Fprintln(stderr, flagError(fs, err))
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice controller: unexpected argument %s; see 'sluice controller --help'\n", fs.Arg(0))
+		return exitUsage
+	}
+	if err := config.apply(fs, nil); err != nil {
+		fmt.Fprintf(stderr, "sluice controller: %v\n", err)
 		return exitUsage
 	}
 	mode, err := controller.ParseDRSMode(*drs)

@@ -86,8 +86,13 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&dss, "datastore", "DS=nbd://IP:PORT, DS=nbd+unix:///?socket=PATH or DS=dir:PATH (repeatable)")
 	var opsf opsFlags
 	opsf.register(fs, ops.DefaultGatewayMetrics)
+	config := addConfigFlag(fs, "gateway")
 	if err := fs.Parse(args); err != nil {
 		fmt.Fprintln(stderr, flagError(fs, err))
+		return exitUsage
+	}
+	if err := config.apply(fs, nil); err != nil {
+		fmt.Fprintf(stderr, "sluice gateway: %v\n", err)
 		return exitUsage
 	}
 	if *poll < 0 {

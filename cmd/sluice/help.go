@@ -107,7 +107,7 @@ example:
                       [--listen unix:PATH] [--listen ADDR:PORT --tls-cert FILE --tls-key FILE --tls-ca FILE]
                       [--max-conns 1024] [--max-conns-per-vm 64]
                       [--migrate-uri URI --migrate-peer HOST=URI ... [--migrate-data URI]]   (libvirt: live migrations to this host)
-                      [--metrics-listen 127.0.0.1:9642|""] [--log-format text|json]
+                      [--metrics-listen 127.0.0.1:9642|""] [--log-format text|json] [--config /etc/sluice/gateway.yaml]
        sluice gateway status [--host H] [-o table|json] [--dir DIR]
        sluice gateway disk-xml --policy FILE --host H [--socket-dir DIR] VM/DISK
 
