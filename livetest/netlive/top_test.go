@@ -73,7 +73,9 @@ func TestTopLive(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polling another process, with a deadline
 	}
 
-	const durS = 25
+	// The flows outlast the sampling: steady within 12 s, the screen
+	// within 10 s more, five samples, the sorting.
+	const durS = 45
 	results := make(chan []result, 1)
 	go func() {
 		results <- l.runFlows(durS, l.nicFlow(ports[0], 1), l.nicFlow(ports[1], 1), l.nicFlow(ports[2], 1))
