@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -223,5 +224,23 @@ func TestRecordWrittenFirst(t *testing.T) {
 	b, err := os.ReadFile(record)
 	if err != nil || !strings.Contains(string(b), `"noqueue"`) {
 		t.Errorf("state file before the first change: %s %v", b, err)
+	}
+}
+
+// TestForgetNetnsRoots: deleting a namespace forgets the roots recorded
+// for its devices, and only those.
+func TestForgetNetnsRoots(t *testing.T) {
+	dir := t.TempDir()
+	for _, id := range []string{"netns11-if3-sl-up0", "netns11-if4-sl-up1", "netns111-if3-sl-up0"} {
+		if err := writeRootRecord(dir, Qdisc{Kind: "tbf", Handle: "8001:0", Raw: true, Device: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ForgetNetnsRoots(dir, 11); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "*"))
+	if len(left) != 1 || filepath.Base(left[0]) != "netns111-if3-sl-up0.json" {
+		t.Errorf("left %v", left)
 	}
 }

@@ -380,3 +380,31 @@ func (k *NetlinkKernel) MasterKind(dev string) (string, error) {
 	}
 	return m.Type(), nil
 }
+
+// ForgetNetnsRoots removes from the roots directory dir the records of
+// every device of the network namespace with inode nsIno: the namespace
+// is being deleted (lab down), and its devices, and what sluice replaced
+// on them, with it.
+func ForgetNetnsRoots(dir string, nsIno uint64) error {
+	m, err := filepath.Glob(filepath.Join(dir, fmt.Sprintf("netns%d-if*.json", nsIno)))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, f := range m {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// NetnsInode is the inode of the network namespace file path (a
+// /run/netns entry), 0 when it cannot be read.
+func NetnsInode(path string) uint64 {
+	var st syscall.Stat_t
+	if syscall.Stat(path, &st) != nil {
+		return 0
+	}
+	return st.Ino
+}

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"sluice/agent"
 	"sluice/policy"
 	"sluice/storage"
 )
@@ -621,8 +622,17 @@ func Down(cluster, stateDir string) error {
 		if _, err := os.Stat(filepath.Join(netnsDir, n)); err != nil {
 			continue
 		}
+		ino := agent.NetnsInode(filepath.Join(netnsDir, n))
 		if err := ip("netns", "del", n); err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		// The agent's records of the roots it replaced there go with
+		// the namespace's devices.
+		if ino != 0 {
+			if err := agent.ForgetNetnsRoots(agent.DefaultRootsDir, ino); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if err := removeCgroups(cluster); err != nil {
