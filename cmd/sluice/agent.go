@@ -90,13 +90,13 @@ func newAgentFlags() (*flag.FlagSet, *agentOpts) {
 
 func agentUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: sluice agent --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--libvirt-socket PATH]")
-	fmt.Fprintln(w, "       sluice agent --host NAME --controller https://HOST:PORT --token-file F [--ca F] [...]")
+	fmt.Fprintln(w, "       sluice agent --host NAME --controller https://HOST:PORT --token-file F [--ca F] [--lab-state-dir DIR] [...]")
 	fmt.Fprintln(w, "                    [--migrate-uri URI --migrate-peer HOST=URI ... [--migrate-data URI]]   (libvirt: live migrations to this host)")
 	fmt.Fprintln(w, "                    [--interval 100ms] [--dynamic=true|false] [--cpu] [--once] [--netns NS]")
 	fmt.Fprintln(w, "                    [--metrics-listen 127.0.0.1:9641|\"\"] [--log-format text|json] [--state-dir /run/sluice]")
 	fmt.Fprintln(w, "                    [--config /etc/sluice/agent.yaml]   (any of these flags as YAML, key: value; the command line wins)")
 	fmt.Fprintln(w, "       sluice agent status --host NAME [--policy FILE] [-o table|json]")
-	fmt.Fprintln(w, "       sluice agent uninstall --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--netns NS]")
+	fmt.Fprintln(w, "       sluice agent uninstall --host NAME --policy FILE [--inventory lab|libvirt] [--uplink NAME=DEV ...] [--netns NS] [--lab-state-dir DIR]")
 	fmt.Fprintln(w, "                    [--state-dir /run/sluice] [--kernel-default] [--config /etc/sluice/agent.yaml]   (the agent's config: its host, policy,")
 	fmt.Fprintln(w, "                    uplinks and state directory; the root qdisc an uplink had comes from the agent's")
 	fmt.Fprintln(w, "                    state file, else from "+agent.DefaultRootsDir+"; --kernel-default: where recorded nowhere, the kernel's default)")

@@ -72,11 +72,11 @@ A change SPEC is TARGET.FIELD[=VALUE]:
 example:
   sluice place examples/netioc-fig2.yaml --change vm2/nic0.reservation=4.5Gbps`,
 
-	"sim": `usage: sluice sim SCENARIO [-o DIR] [-q] [-live FILE]
+	"sim": `usage: sluice sim SCENARIO [-o DIR] [-q] [--live FILE]
 
 Run a simulation scenario: CSV time series, a summary (JSON and text:
 measured vs expected) and plots into DIR (default out/sim/NAME); -q leaves
-out the summary table. -live FILE gives the live figures (JSON, written by
+out the summary table. --live FILE gives the live figures (JSON, written by
 make reproduce-live) that the scenario's kind: live expectations are judged
 on; without them those are pending. Exit 1 when the scenario is bad or an
 expectation fails.

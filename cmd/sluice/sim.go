@@ -11,7 +11,7 @@ func init() {
 	register(command{name: "sim", summary: "run a simulation scenario (time series, summary, plots)", run: runSim})
 }
 
-// runSim is `sluice sim SCENARIO [-o DIR] [-q] [-live FILE]`: exit 1 when the scenario is bad
+// runSim is `sluice sim SCENARIO [-o DIR] [-q] [--live FILE]`: exit 1 when the scenario is bad
 // or an expectation fails, 2 on usage errors.
 func runSim(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("sim")
@@ -31,7 +31,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "usage: sluice sim SCENARIO [-o DIR] [-q] [-live FILE]")
+		fmt.Fprintln(stderr, "usage: sluice sim SCENARIO [-o DIR] [-q] [--live FILE]")
 		return exitUsage
 	}
 	sc, err := sim.LoadScenario(pos[0])

@@ -51,7 +51,7 @@ func TestSimCommand(t *testing.T) {
 		{[]string{"sim", good, "-o", out}, exitOK, "all expectations met", ""},
 		{[]string{"sim", "-q", failing, "-o", filepath.Join(dir, "out2")}, exitBad, "", ""},
 		{[]string{"sim", bad, "-o", filepath.Join(dir, "out3")}, exitBad, "", bad + ":14: port: unknown port \"c/n\" (VM/NIC or HOST/CLASS)\n"},
-		{[]string{"sim"}, exitUsage, "", "usage: sluice sim SCENARIO [-o DIR] [-q] [-live FILE]\n"},
+		{[]string{"sim"}, exitUsage, "", "usage: sluice sim SCENARIO [-o DIR] [-q] [--live FILE]\n"},
 	}
 	for _, c := range cases {
 		var stdout, stderr bytes.Buffer
