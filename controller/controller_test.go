@@ -60,7 +60,15 @@ type fixture struct {
 
 func newFixture(t *testing.T, choose bool) *fixture {
 	t.Helper()
-	c := New(Config{Client: testEtcd.Client, Prefix: "/test/" + t.Name() + "/", ChooseHosts: choose, HostTTLSeconds: 5})
+	return newFixtureWith(t, Config{ChooseHosts: choose})
+}
+
+// newFixtureWith is newFixture with cfg (its client, prefix and host TTL
+// set here).
+func newFixtureWith(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	cfg.Client, cfg.Prefix, cfg.HostTTLSeconds = testEtcd.Client, "/test/"+t.Name()+"/", 5
+	c := New(cfg)
 	toks, err := ParseTokens([]byte("# test\n" + testToken + "\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -322,7 +322,12 @@ func (s *server) getDecisions(w http.ResponseWriter, r *http.Request) {
 		s.reply(w, nil, err)
 		return
 	}
-	ds, err := s.c.Decisions(r.Context(), after, 0)
+	limit, err := queryInt(r, "limit")
+	if err != nil {
+		s.reply(w, nil, err)
+		return
+	}
+	ds, err := s.c.Decisions(r.Context(), after, limit)
 	s.reply(w, ds, err)
 }
 

@@ -24,6 +24,7 @@ func init() {
 	helps["controller"] = `usage: sluice controller [--data-dir DIR] [--listen ADDR:PORT] [--tls-cert FILE --tls-key FILE] [--tokens FILE]
                          [--etcd-endpoints URL,...] [--etcd-client-port N] [--etcd-peer-port N] [--prefix /sluice/] [--placement=true|false]
                          [--drs manual|automatic] [--drs-interval 30s] [--rebalance-threshold 1..5]
+                         [--max-events N] [--max-decisions N] [--event-ttl 168h]
 
 The cluster controller. It keeps the cluster's state (policy, placement,
 hosts, desired state per host, decisions, events) in etcd: a member
@@ -39,7 +40,11 @@ fault (a change that breaks a host's reservations) and of the periodic
 pass (every --drs-interval; --rebalance-threshold 2..5 also rebalances,
 1 only repairs): manual records them as recommended decisions that
 sluice ctl approve carries out; automatic carries them out at once (the
-agents move the VMs). See docs/controller.md.
+agents move the VMs). At most --max-events events are kept (each change
+deletes the oldest beyond it); events older than --event-ttl, and
+decisions older than it that are not under way, are deleted every
+minute, as are the oldest finished decisions beyond --max-decisions.
+See docs/controller.md.
 
 example:
   sluice controller --data-dir /var/lib/sluice/controller`
@@ -73,6 +78,9 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	drs := fs.String("drs", "manual", "manual (recommend; ctl approve) or automatic")
 	drsEvery := fs.Duration("drs-interval", 30*time.Second, "period of the DRS pass (0: none)")
 	threshold := fs.Int("rebalance-threshold", 1, "migration threshold of the DRS pass: 1 repairs only, 2..5 also rebalance")
+	maxEvents := fs.Int("max-events", controller.DefaultMaxEvents, "events kept at most")
+	maxDecisions := fs.Int("max-decisions", controller.DefaultMaxDecisions, "finished decisions kept at most")
+	eventTTL := fs.Duration("event-ttl", controller.DefaultEventTTL, "age from which events and finished decisions are deleted")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		if err == nil {
 			err = fmt.Errorf("unexpected argument %s", fs.Arg(0))
@@ -83,6 +91,10 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	mode, err := controller.ParseDRSMode(*drs)
 	if err != nil || *threshold < 1 || *threshold > 5 || *drsEvery < 0 {
 		fmt.Fprintln(stderr, "sluice controller: --drs manual|automatic, --rebalance-threshold 1..5, --drs-interval ≥ 0 (sluice controller --help)")
+		return exitUsage
+	}
+	if *maxEvents < 1 || *maxDecisions < 1 || *eventTTL <= 0 {
+		fmt.Fprintln(stderr, "sluice controller: --max-events and --max-decisions ≥ 1, --event-ttl > 0 (sluice controller --help)")
 		return exitUsage
 	}
 	if *clientPort <= 0 || *clientPort > 65535 || *peerPort <= 0 || *peerPort > 65535 || *clientPort == *peerPort || *ttl <= 0 {
@@ -127,7 +139,7 @@ func runController(args []string, stdout, stderr io.Writer) int {
 		where = fmt.Sprintf("embedded etcd in %s (127.0.0.1:%d)", ec.Dir, *clientPort)
 	}
 	c := controller.New(controller.Config{Client: e.Client, Prefix: *prefix, ChooseHosts: *choose, HostTTLSeconds: *ttl,
-		DRS: mode, RebalanceThreshold: *threshold})
+		DRS: mode, RebalanceThreshold: *threshold, MaxEvents: *maxEvents, MaxDecisions: *maxDecisions, EventTTL: *eventTTL})
 	if n, err := c.Republish(context.Background()); err != nil {
 		fmt.Fprintf(stderr, "sluice controller: the hosts' desired states were not checked at start: %v\n", err)
 	} else if n > 0 {
@@ -139,6 +151,9 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	}
 	srv := controller.NewHTTPServer(*listen, controller.Handler(c, toks, log.New(stderr, "sluice controller: ", 0)))
 	fmt.Fprintf(stdout, "sluice controller: %s ready in %v; API on https://%s (certificate %s)\n", where, e.StartTime.Round(time.Millisecond), l.Addr(), certPath)
+	pctx, stopPrune := context.WithCancel(context.Background())
+	defer stopPrune()
+	go c.RunPrune(pctx, time.Minute, log.New(stderr, "sluice controller: ", 0).Printf)
 	if *drsEvery > 0 {
 		dctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
