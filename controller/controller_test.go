@@ -49,6 +49,12 @@ func TestMain(m *testing.M) {
 
 const testToken = "0123456789abcdef0123456789abcdef"
 
+// The tokens of the agents of h1 and h2 (node authorization).
+const (
+	h1Token = "h1h1h1h1h1h1h1h1h1h1h1h1h1h1h1h1"
+	h2Token = "h2h2h2h2h2h2h2h2h2h2h2h2h2h2h2h2"
+)
+
 // fixture is a controller behind a TLS test server and a client of it.
 type fixture struct {
 	t   *testing.T
@@ -69,7 +75,7 @@ func newFixtureWith(t *testing.T, cfg Config) *fixture {
 	t.Helper()
 	cfg.Client, cfg.Prefix, cfg.HostTTLSeconds = testEtcd.Client, "/test/"+t.Name()+"/", 5
 	c := New(cfg)
-	toks, err := ParseTokens([]byte("# test\n" + testToken + "\n"))
+	toks, err := ParseTokens([]byte("# test\n" + testToken + "\n" + h1Token + " host=h1\n" + h2Token + " host=h2\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
