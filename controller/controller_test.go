@@ -27,16 +27,15 @@ func freePort(t interface{ Fatal(...any) }) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-type mainT struct{}
-
-func (mainT) Fatal(a ...any) { panic(fmt.Sprint(a...)) }
-
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(probeEnv); spec != "" {
+		os.Exit(etcdProbe(spec))
+	}
 	dir, err := os.MkdirTemp("", "sluice-controller-test-")
 	if err != nil {
 		panic(err)
 	}
-	testEtcd, err = OpenEtcd(EtcdConfig{Dir: dir, ClientPort: freePort(mainT{}), PeerPort: freePort(mainT{}), UnsafeNoFsync: true})
+	testEtcd, err = OpenEtcd(EtcdConfig{Dir: dir, UnsafeNoFsync: true})
 	if err != nil {
 		panic(err)
 	}

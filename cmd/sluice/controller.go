@@ -22,18 +22,22 @@ import (
 func init() {
 	register(command{name: "controller", summary: "the cluster controller: state in etcd, HTTPS API for ctl and agents", run: runController})
 	helps["controller"] = `usage: sluice controller [--data-dir DIR] [--listen ADDR:PORT] [--tls-cert FILE --tls-key FILE] [--tokens FILE]
-                         [--etcd-endpoints URL,...] [--etcd-client-port N] [--etcd-peer-port N] [--prefix /sluice/] [--placement=true|false]
+                         [--etcd-endpoints URL,... [--etcd-cert F --etcd-key F] [--etcd-ca F]] [--prefix /sluice/] [--placement=true|false]
                          [--drs manual|automatic] [--drs-interval 30s] [--rebalance-threshold 1..5]
                          [--max-events N] [--max-decisions N] [--event-ttl 168h]
 
 The cluster controller. It keeps the cluster's state (policy, placement,
 hosts, desired state per host, decisions, events) in etcd: a member
-embedded in the controller with its data in DIR/etcd (listening on
-127.0.0.1 only), or the external cluster of --etcd-endpoints. It serves
+embedded in the controller with its data in DIR/etcd, listening only on
+the Unix socket DIR/etcd/client.sock (mode 0700 directory: no other user
+can reach it), or the external cluster of --etcd-endpoints (secure it
+yourself: TLS with client certificates, --etcd-cert, --etcd-key and
+--etcd-ca for the controller's). It serves
 the API of api/openapi.yaml over HTTPS on --listen (default
 127.0.0.1:7443): with the certificate given, else one generated into DIR/tls
 at first start; every request needs a bearer token of --tokens (one per
-line), else the one generated into DIR/token (mode 0600). --placement=false:
+line; "TOKEN host=h1": the token of h1's agent only), else the one
+generated into DIR/token (mode 0600). --placement=false:
 a power-on without a host goes to the VM's policy host instead of where
 placement puts it. --drs: what becomes of placement's repairs of a
 fault (a change that breaks a host's reservations) and of the periodic
@@ -70,8 +74,13 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	key := fs.String("tls-key", "", "TLS key (PEM)")
 	tokensFile := fs.String("tokens", "", "bearer tokens, one per line")
 	endpoints := fs.String("etcd-endpoints", "", "external etcd cluster")
-	clientPort := fs.Int("etcd-client-port", controller.DefaultEtcdClientPort, "embedded etcd client port on 127.0.0.1")
-	peerPort := fs.Int("etcd-peer-port", controller.DefaultEtcdPeerPort, "embedded etcd peer port on 127.0.0.1")
+	etcdCert := fs.String("etcd-cert", "", "client certificate for the external etcd (PEM)")
+	etcdKey := fs.String("etcd-key", "", "its key (PEM)")
+	etcdCA := fs.String("etcd-ca", "", "CA of the external etcd's certificates (PEM)")
+	// Obsolete: the embedded member listens on a Unix socket only. Still
+	// accepted so that older command lines start.
+	fs.Int("etcd-client-port", 0, "obsolete, ignored")
+	fs.Int("etcd-peer-port", 0, "obsolete, ignored")
 	prefix := fs.String("prefix", "/sluice/", "etcd key prefix")
 	choose := fs.Bool("placement", true, "placement chooses the host of a power-on")
 	ttl := fs.Int64("host-ttl", 10, "lease of a registered host, seconds")
@@ -97,8 +106,8 @@ func runController(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice controller: --max-events and --max-decisions ≥ 1, --event-ttl > 0 (sluice controller --help)")
 		return exitUsage
 	}
-	if *clientPort <= 0 || *clientPort > 65535 || *peerPort <= 0 || *peerPort > 65535 || *clientPort == *peerPort || *ttl <= 0 {
-		fmt.Fprintln(stderr, "sluice controller: ports must be 1-65535 and differ, --host-ttl positive (sluice controller --help)")
+	if *ttl <= 0 {
+		fmt.Fprintln(stderr, "sluice controller: --host-ttl must be positive (sluice controller --help)")
 		return exitUsage
 	}
 	if _, _, err := net.SplitHostPort(*listen); err != nil {
@@ -125,9 +134,12 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("tokens: %v", err)
 	}
-	ec := controller.EtcdConfig{Dir: filepath.Join(*dataDir, "etcd"), ClientPort: *clientPort, PeerPort: *peerPort}
+	ec := controller.EtcdConfig{Dir: filepath.Join(*dataDir, "etcd"), CertFile: *etcdCert, KeyFile: *etcdKey, CAFile: *etcdCA}
 	if *endpoints != "" {
 		ec.Endpoints = strings.Split(*endpoints, ",")
+	} else if *etcdCert != "" || *etcdKey != "" || *etcdCA != "" {
+		fmt.Fprintln(stderr, "sluice controller: --etcd-cert, --etcd-key and --etcd-ca are for an external etcd (--etcd-endpoints) (sluice controller --help)")
+		return exitUsage
 	}
 	e, err := controller.OpenEtcd(ec)
 	if err != nil {
@@ -136,7 +148,7 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	defer e.Close()
 	where := "external etcd " + *endpoints
 	if e.Embedded != nil {
-		where = fmt.Sprintf("embedded etcd in %s (127.0.0.1:%d)", ec.Dir, *clientPort)
+		where = fmt.Sprintf("embedded etcd in %s (unix://%s)", ec.Dir, filepath.Join(ec.Dir, controller.EtcdSocket))
 	}
 	c := controller.New(controller.Config{Client: e.Client, Prefix: *prefix, ChooseHosts: *choose, HostTTLSeconds: *ttl,
 		DRS: mode, RebalanceThreshold: *threshold, MaxEvents: *maxEvents, MaxDecisions: *maxDecisions, EventTTL: *eventTTL})

@@ -26,7 +26,7 @@ func TestCtlUsage(t *testing.T) {
 		{"ctl", "power-on"}, {"ctl", "migrate", "vm1"}, {"ctl", "approve"}, {"ctl", "approve", "x"}, {"ctl", "approve", "0"},
 		{"controller", "--drs", "sometimes"}, {"controller", "--rebalance-threshold", "9"}, {"ctl", "get", "vms", "-o", "yaml"},
 		{"ctl", "get", "vms", "--bogus"}, {"ctl", "get", "vms", "--server"}, {"ctl", "get", "events", "--after", "x"},
-		{"controller", "--bogus"}, {"controller", "extra"}, {"controller", "--etcd-client-port", "0"}, {"controller", "--max-events", "0"}, {"controller", "--event-ttl", "-1s"}, {"controller", "--listen", "nope"},
+		{"controller", "--bogus"}, {"controller", "extra"}, {"controller", "--host-ttl", "0"}, {"controller", "--etcd-ca", "ca.pem"}, {"controller", "--max-events", "0"}, {"controller", "--event-ttl", "-1s"}, {"controller", "--listen", "nope"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(args, &stdout, &stderr)
