@@ -56,6 +56,9 @@ func (c *Controller) Apply(ctx context.Context, req ApplyRequest) (Result, error
 	if err := checkText("reason", req.Reason); err != nil {
 		return Result{}, err
 	}
+	if len(req.File) > 255 || strings.ContainsAny(req.File, "\x00\n\r") {
+		return Result{}, apiErr(http.StatusBadRequest, "file: want a file name of one line, at most 255 bytes")
+	}
 	if len(req.Document) > policy.MaxFileBytes {
 		return Result{}, apiErr(http.StatusRequestEntityTooLarge, "%s: larger than %d bytes", req.File, policy.MaxFileBytes)
 	}
