@@ -43,6 +43,9 @@ type Identity struct {
 	Host string
 }
 
+// key names the identity for the limits on requests in flight.
+func (id Identity) key() string { return "host " + id.Host }
+
 // ParseTokens reads tokens one per line; blank lines and lines starting
 // with # are ignored. A token has at least 16 characters and no spaces;
 // it may be followed by host=NAME: it then acts as the agent of host NAME

@@ -3,8 +3,10 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -255,4 +257,52 @@ func TestTLS(t *testing.T) {
 func portOf(l net.Listener) string {
 	_, p, _ := net.SplitHostPort(l.Addr().String())
 	return p
+}
+
+// TestHostInFlight: a host's token gets 429 (Retry-After) beyond
+// MaxWatches long polls or MaxInFlight other requests under way; other
+// hosts and operators are not held by it, and every request gives its
+// place back.
+func TestHostInFlight(t *testing.T) {
+	c := New(Config{Client: testEtcd.Client, Prefix: "/test/" + t.Name() + "/"})
+	if _, err := c.Apply(context.Background(), ApplyRequest{Document: offDoc(t)}); err != nil {
+		t.Fatal(err)
+	}
+	toks, err := ParseTokens([]byte(testToken + "\n" + h1Token + " host=h1\n" + h2Token + " host=h2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, h := newHandler(c, toks, nil)
+	do := func(method, path, tok string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, strings.NewReader(`{"lease_id":1}`))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	// h1 holds all its places (as if its requests were under way).
+	s.inflight.n["host h1 watches"], s.inflight.n["host h1"] = MaxWatches, MaxInFlight
+	for _, tc := range []struct {
+		method, path, tok string
+		want              int
+	}{
+		{"GET", "/v1/hosts/h1/desired?wait=0s", h1Token, http.StatusTooManyRequests},
+		{"POST", "/v1/hosts/h1/heartbeat", h1Token, http.StatusTooManyRequests},
+		{"GET", "/v1/hosts/h2/desired?wait=0s", h2Token, http.StatusOK},
+		{"POST", "/v1/hosts/h2/heartbeat", h2Token, http.StatusNotFound}, // served: no lease 1
+		{"GET", "/v1/hosts/h1/desired?wait=0s", testToken, http.StatusOK},
+	} {
+		w := do(tc.method, tc.path, tc.tok)
+		if w.Code != tc.want || tc.want == http.StatusTooManyRequests && w.Header().Get("Retry-After") != "1" {
+			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, w.Code, w.Body, tc.want)
+		}
+	}
+	// A place given back is taken again.
+	s.inflight.leave("host h1 watches")
+	if w := do("GET", "/v1/hosts/h1/desired?wait=0s", h1Token); w.Code != http.StatusOK {
+		t.Errorf("after a place came back: %d %s", w.Code, w.Body)
+	}
+	if got := fmt.Sprint(s.inflight.n); got != fmt.Sprintf("map[host h1:%d host h1 watches:%d]", MaxInFlight, MaxWatches-1) {
+		t.Errorf("places after the requests: %s", got)
+	}
 }

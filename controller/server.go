@@ -45,7 +45,12 @@ const (
 // host's routes. errLog gets the internal errors (nil:
 // discarded).
 func Handler(c *Controller, tokens *Tokens, errLog *log.Logger) http.Handler {
-	s := &server{c: c, log: errLog, bodies: newBudget(bodyBudget)}
+	_, h := newHandler(c, tokens, errLog)
+	return h
+}
+
+func newHandler(c *Controller, tokens *Tokens, errLog *log.Logger) (*server, http.Handler) {
+	s := &server{c: c, log: errLog, bodies: newBudget(bodyBudget), inflight: inflight{n: map[string]int{}}}
 	mux := http.NewServeMux()
 	// Who may call what: an operator token everything; a host's token
 	// only its host's routes (host) and admission on its host (admit
@@ -67,7 +72,7 @@ func Handler(c *Controller, tokens *Tokens, errLog *log.Logger) http.Handler {
 	mux.HandleFunc("POST /v1/hosts/{host}/heartbeat", s.hostOnly(s.heartbeat))
 	mux.HandleFunc("POST /v1/hosts/{host}/report", s.hostOnly(s.report))
 	mux.HandleFunc("GET /v1/hosts/{host}/desired", s.hostOnly(s.desired))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The scheme is case-insensitive (RFC 7235).
 		scheme, tok, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
 		id, valid := tokens.Lookup(strings.TrimSpace(tok))
@@ -77,6 +82,22 @@ func Handler(c *Controller, tokens *Tokens, errLog *log.Logger) http.Handler {
 			return
 		}
 		r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
+		// A host's token has places of its own for requests in flight,
+		// so that a host gone wrong cannot hold the controller from the
+		// others. (Operators' tokens, also shared by agents before hosts
+		// had tokens of their own, are not limited.)
+		if id.Host != "" {
+			key, max := id.key(), MaxInFlight
+			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/desired") {
+				key, max = key+" watches", MaxWatches
+			}
+			if !s.inflight.enter(key, max) {
+				w.Header().Set("Retry-After", "1")
+				writeJSON(w, http.StatusTooManyRequests, ErrorBody{Error: fmt.Sprintf("this host's token has %d requests of this kind under way already: retry in a second", max)})
+				return
+			}
+			defer s.inflight.leave(key)
+		}
 		if r.ContentLength > maxBody {
 			// Refused unread: an HTTP/1 connection is closed rather than
 			// drained (an HTTP/2 stream is reset, its connection stays).
@@ -97,6 +118,38 @@ func Handler(c *Controller, tokens *Tokens, errLog *log.Logger) http.Handler {
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// Limits on the requests of one host's token in flight at once; a
+// request beyond gets 429 with Retry-After.
+const (
+	MaxInFlight = 16 // requests other than watches (an agent sends one at a time)
+	MaxWatches  = 4  // long polls of its desired state (an agent holds one)
+)
+
+// inflight counts the requests under way per key.
+type inflight struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// enter counts a request of key in unless key has max under way.
+func (f *inflight) enter(key string, max int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n[key] >= max {
+		return false
+	}
+	f.n[key]++
+	return true
+}
+
+func (f *inflight) leave(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n[key]--; f.n[key] <= 0 {
+		delete(f.n, key)
+	}
 }
 
 type identityKey struct{}
@@ -136,9 +189,10 @@ func (s *server) hostOnly(h http.HandlerFunc) http.HandlerFunc {
 }
 
 type server struct {
-	c      *Controller
-	log    *log.Logger
-	bodies *budget
+	c        *Controller
+	log      *log.Logger
+	bodies   *budget
+	inflight inflight
 }
 
 // bodyWeight is what reading r's body takes of the budget: its declared
