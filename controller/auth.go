@@ -114,6 +114,20 @@ func (t *Tokens) Lookup(tok string) (Identity, bool) {
 	return Identity{Host: t.hosts[match]}, true
 }
 
+// NewHostToken returns a line of a tokens file with a new token (32
+// random bytes, hex) for the agent of host only.
+func NewHostToken(host string) (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	line := hex.EncodeToString(b) + " host=" + host
+	if _, err := ParseTokens([]byte(line)); err != nil {
+		return "", errors.New(strings.TrimPrefix(err.Error(), "line 1: "))
+	}
+	return line, nil
+}
+
 // LoadTokens reads the tokens of path; path "" means the token of the data
 // directory, generated (32 random bytes, hex, mode 0600) when absent.
 func LoadTokens(path, dataDir string) (*Tokens, error) {
