@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,10 +32,30 @@ const (
 
 // Tokens is the set of bearer tokens the API accepts, each with the
 // identity it acts as. Only their SHA-256 digests are kept; a check
-// compares against every one in constant time.
+// compares against every one in constant time. Replace swaps the set
+// while the API serves.
 type Tokens struct {
+	set atomic.Pointer[tokenSet]
+}
+
+type tokenSet struct {
 	digests [][sha256.Size]byte
 	hosts   []string // the host each token acts as; "" for an operator
+}
+
+// Replace makes n's tokens the tokens of t (a reload of the tokens
+// file): requests checked from then on see them.
+func (t *Tokens) Replace(n *Tokens) { t.set.Store(n.set.Load()) }
+
+// Len returns how many tokens t holds, and how many of them are hosts'.
+func (t *Tokens) Len() (all, hosts int) {
+	s := t.set.Load()
+	for _, h := range s.hosts {
+		if h != "" {
+			hosts++
+		}
+	}
+	return len(s.digests), hosts
 }
 
 // Identity is who a token acts as: an operator (Host empty: every route)
@@ -51,7 +72,7 @@ func (id Identity) key() string { return "host " + id.Host }
 // it may be followed by host=NAME: it then acts as the agent of host NAME
 // only (node authorization); without it, as an operator.
 func ParseTokens(data []byte) (*Tokens, error) {
-	t := &Tokens{}
+	t := &tokenSet{}
 	seen := map[[sha256.Size]byte]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
@@ -90,7 +111,9 @@ func ParseTokens(data []byte) (*Tokens, error) {
 	if len(t.digests) == 0 {
 		return nil, errors.New("no token")
 	}
-	return t, nil
+	toks := &Tokens{}
+	toks.set.Store(t)
+	return toks, nil
 }
 
 // Valid reports whether tok is one of the tokens. Its time does not depend
@@ -103,15 +126,16 @@ func (t *Tokens) Valid(tok string) bool {
 // Lookup returns the identity of tok and whether it is one of the tokens,
 // in a time that does not depend on which token matches.
 func (t *Tokens) Lookup(tok string) (Identity, bool) {
+	s := t.set.Load()
 	d := sha256.Sum256([]byte(tok))
 	match := -1
-	for i := range t.digests {
-		match = subtle.ConstantTimeSelect(subtle.ConstantTimeCompare(d[:], t.digests[i][:]), i, match)
+	for i := range s.digests {
+		match = subtle.ConstantTimeSelect(subtle.ConstantTimeCompare(d[:], s.digests[i][:]), i, match)
 	}
 	if match < 0 || tok == "" {
 		return Identity{}, false
 	}
-	return Identity{Host: t.hosts[match]}, true
+	return Identity{Host: s.hosts[match]}, true
 }
 
 // NewHostToken returns a line of a tokens file with a new token (32

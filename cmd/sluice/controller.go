@@ -36,8 +36,8 @@ yourself: TLS with client certificates, --etcd-cert, --etcd-key and
 the API of api/openapi.yaml over HTTPS on --listen (default
 127.0.0.1:7443): with the certificate given, else one generated into DIR/tls
 at first start; every request needs a bearer token of --tokens (one per
-line; "TOKEN host=h1": the token of h1's agent only), else the one
-generated into DIR/token (mode 0600). --placement=false:
+line; "TOKEN host=h1": the token of h1's agent only; SIGHUP reads the
+file again), else the one generated into DIR/token (mode 0600). --placement=false:
 a power-on without a host goes to the VM's policy host instead of where
 placement puts it. --drs: what becomes of placement's repairs of a
 fault (a change that breaks a host's reservations) and of the periodic
@@ -162,6 +162,28 @@ func runController(args []string, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	srv := controller.NewHTTPServer(*listen, controller.Handler(c, toks, log.New(stderr, "sluice controller: ", 0)))
+	// The signals are caught before the controller says it is ready.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	// SIGHUP reads the tokens file again: a token added or revoked
+	// takes effect without a restart; a file that does not parse leaves
+	// the tokens as they were.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			n, err := controller.LoadTokens(*tokensFile, *dataDir)
+			if err != nil {
+				fmt.Fprintf(stderr, "sluice controller: SIGHUP: tokens kept as they were: %v\n", err)
+				continue
+			}
+			toks.Replace(n)
+			all, hosts := n.Len()
+			fmt.Fprintf(stderr, "sluice controller: SIGHUP: %d tokens read (%d of hosts)\n", all, hosts)
+		}
+	}()
 	fmt.Fprintf(stdout, "sluice controller: %s ready in %v; API on https://%s (certificate %s)\n", where, e.StartTime.Round(time.Millisecond), l.Addr(), certPath)
 	pctx, stopPrune := context.WithCancel(context.Background())
 	defer stopPrune()
@@ -173,9 +195,6 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.ServeTLS(l, certPath, keyPath) }()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
 	select {
 	case err := <-done:
 		if !errors.Is(err, http.ErrServerClosed) {
