@@ -122,9 +122,9 @@ func (c *Controller) list(ctx context.Context, dir string, after, limit int64, e
 	if err != nil {
 		return fmt.Errorf("etcd get: %w", err)
 	}
-	bytes := 0
+	size := 0
 	for i, kv := range resp.Kvs {
-		if bytes += len(kv.Value); i > 0 && bytes > maxPageBytes {
+		if size += len(kv.Value); i > 0 && size > maxPageBytes {
 			break
 		}
 		if err := each(kv.Value); err != nil {
