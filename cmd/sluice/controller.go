@@ -29,26 +29,26 @@ func init() {
 The cluster controller. It keeps the cluster's state (policy, placement,
 hosts, desired state per host, decisions, events) in etcd: a member
 embedded in the controller with its data in DIR/etcd, listening only on
-the Unix socket DIR/etcd/client.sock (mode 0700 directory: no other user
+the Unix socket DIR/etcd/client.sock (in a 0700 directory: no other user
 can reach it), or the external cluster of --etcd-endpoints (secure it
-yourself: TLS with client certificates, --etcd-cert, --etcd-key and
---etcd-ca for the controller's). It serves
-the API of api/openapi.yaml over HTTPS on --listen (default
-127.0.0.1:7443): with the certificate given, else one generated into DIR/tls
-at first start; every request needs a bearer token of --tokens (one per
-line; "TOKEN host=h1": the token of h1's agent only; SIGHUP reads the
-file again), else the one generated into DIR/token (mode 0600). --placement=false:
-a power-on without a host goes to the VM's policy host instead of where
-placement puts it. --drs: what becomes of placement's repairs of a
-fault (a change that breaks a host's reservations) and of the periodic
-pass (every --drs-interval; --rebalance-threshold 2..5 also rebalances,
-1 only repairs): manual records them as recommended decisions that
-sluice ctl approve carries out; automatic carries them out at once (the
-agents move the VMs). At most --max-events events are kept (each change
-deletes the oldest beyond it); events older than --event-ttl, and
-decisions older than it that are not under way, are deleted every
-minute, as are the oldest finished decisions beyond --max-decisions.
-See docs/controller.md.
+yourself: TLS with client certificates; --etcd-cert, --etcd-key and
+--etcd-ca are the controller's). It serves the API of api/openapi.yaml
+over HTTPS on --listen (default 127.0.0.1:7443): with the certificate
+given, else one generated into DIR/tls at first start. Every request
+needs a bearer token of --tokens (one per line; "TOKEN host=h1" is the
+token of h1's agent only, see sluice ctl token; SIGHUP reads the file
+again), else the one generated into DIR/token (mode 0600).
+--placement=false: a power-on without a host goes to the VM's policy
+host instead of where placement puts it. --drs: what becomes of
+placement's repairs of a fault (a change that breaks a host's
+reservations) and of the periodic pass (every --drs-interval;
+--rebalance-threshold 2..5 also rebalances, 1 only repairs): manual
+records them as recommended decisions that sluice ctl approve carries
+out; automatic carries them out at once (the agents move the VMs). At
+most --max-events events are kept (each change deletes the oldest
+beyond it); events older than --event-ttl, and decisions older than it
+that are not under way, are deleted every minute, as are the oldest
+finished decisions beyond --max-decisions. See docs/controller.md.
 
 example:
   sluice controller --data-dir /var/lib/sluice/controller`
