@@ -101,7 +101,10 @@ func (f *Follower) lease(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil && !down {
+		if st := StatusOf(err); (st == http.StatusUnauthorized || st == http.StatusForbidden) && !down {
+			// A token revoked, or another host's: say so, not "unreachable".
+			f.logf("controller refused this token (%v): enforcing the last state, retrying every %v", err, f.RetryEvery)
+		} else if err != nil && !down {
 			f.logf("controller unreachable (%v): enforcing the last state, retrying every %v", err, f.RetryEvery)
 		} else if err == nil && down {
 			f.logf("controller reachable again")
