@@ -120,6 +120,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz=FuzzParseScenario -fuzztime=$(FUZZTIME) ./sim
 	$(GO) test -run '^$$' -fuzz=FuzzReadJSON -fuzztime=$(FUZZTIME) ./internal/inputfile
 	$(GO) test -run '^$$' -fuzz=FuzzParseChange -fuzztime=$(FUZZTIME) ./placement
+	$(GO) test -run '^$$' -fuzz=FuzzAPI -fuzztime=$(FUZZTIME) ./controller
 
 bench: build
 	./bench/run.sh

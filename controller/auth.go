@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,26 +30,80 @@ const (
 	KeyFile   = "tls/key.pem"  // its ECDSA key, mode 0600
 )
 
-// Tokens is the set of bearer tokens the API accepts. Only their SHA-256
-// digests are kept; a check compares against every one in constant time.
+// Tokens is the set of bearer tokens the API accepts, each with the
+// identity it acts as. Only their SHA-256 digests are kept; a check
+// compares against every one in constant time. Replace swaps the set
+// while the API serves.
 type Tokens struct {
-	digests [][sha256.Size]byte
+	set atomic.Pointer[tokenSet]
 }
 
+type tokenSet struct {
+	digests [][sha256.Size]byte
+	hosts   []string // the host each token acts as; "" for an operator
+}
+
+// Replace makes n's tokens the tokens of t (a reload of the tokens
+// file): requests checked from then on see them.
+func (t *Tokens) Replace(n *Tokens) { t.set.Store(n.set.Load()) }
+
+// Len returns how many tokens t holds, and how many of them are hosts'.
+func (t *Tokens) Len() (all, hosts int) {
+	s := t.set.Load()
+	for _, h := range s.hosts {
+		if h != "" {
+			hosts++
+		}
+	}
+	return len(s.digests), hosts
+}
+
+// Identity is who a token acts as: an operator (Host empty: every route)
+// or the agent of one host (only that host's routes).
+type Identity struct {
+	Host string
+}
+
+// key names the identity for the limits on requests in flight.
+func (id Identity) key() string { return "host " + id.Host }
+
 // ParseTokens reads tokens one per line; blank lines and lines starting
-// with # are ignored. A token has at least 16 characters and no spaces.
+// with # are ignored. A token has at least 16 characters and no spaces;
+// it may be followed by host=NAME: it then acts as the agent of host NAME
+// only (node authorization); without it, as an operator.
 func ParseTokens(data []byte) (*Tokens, error) {
-	t := &Tokens{}
+	t := &tokenSet{}
+	seen := map[[sha256.Size]byte]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		if len(line) < 16 || strings.ContainsAny(line, " \t") {
+		fields := strings.Fields(line)
+		tok, host := fields[0], ""
+		if len(tok) < 16 {
 			return nil, fmt.Errorf("line %d: a token has at least 16 characters and no spaces", n)
 		}
-		t.digests = append(t.digests, sha256.Sum256([]byte(line)))
+		for _, f := range fields[1:] {
+			k, v, _ := strings.Cut(f, "=")
+			switch {
+			case k != "host":
+				return nil, fmt.Errorf("line %d: %q: after the token only host=NAME", n, f)
+			case host != "":
+				return nil, fmt.Errorf("line %d: host given twice", n)
+			case v == "" || strings.ContainsAny(v, "/?#%"):
+				return nil, fmt.Errorf("line %d: host=%q: want a host name of the policy", n, v)
+			}
+			host = v
+		}
+		d := sha256.Sum256([]byte(tok))
+		if seen[d] {
+			return nil, fmt.Errorf("line %d: the token is given twice", n)
+		}
+		seen[d] = true
+		t.digests = append(t.digests, d)
+		t.hosts = append(t.hosts, host)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
@@ -56,18 +111,45 @@ func ParseTokens(data []byte) (*Tokens, error) {
 	if len(t.digests) == 0 {
 		return nil, errors.New("no token")
 	}
-	return t, nil
+	toks := &Tokens{}
+	toks.set.Store(t)
+	return toks, nil
 }
 
 // Valid reports whether tok is one of the tokens. Its time does not depend
 // on which token matches or on how much of one does.
 func (t *Tokens) Valid(tok string) bool {
+	_, ok := t.Lookup(tok)
+	return ok
+}
+
+// Lookup returns the identity of tok and whether it is one of the tokens,
+// in a time that does not depend on which token matches.
+func (t *Tokens) Lookup(tok string) (Identity, bool) {
+	s := t.set.Load()
 	d := sha256.Sum256([]byte(tok))
-	ok := 0
-	for i := range t.digests {
-		ok |= subtle.ConstantTimeCompare(d[:], t.digests[i][:])
+	match := -1
+	for i := range s.digests {
+		match = subtle.ConstantTimeSelect(subtle.ConstantTimeCompare(d[:], s.digests[i][:]), i, match)
 	}
-	return ok == 1 && tok != ""
+	if match < 0 || tok == "" {
+		return Identity{}, false
+	}
+	return Identity{Host: s.hosts[match]}, true
+}
+
+// NewHostToken returns a line of a tokens file with a new token (32
+// random bytes, hex) for the agent of host only.
+func NewHostToken(host string) (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	line := hex.EncodeToString(b) + " host=" + host
+	if _, err := ParseTokens([]byte(line)); err != nil {
+		return "", errors.New(strings.TrimPrefix(err.Error(), "line 1: "))
+	}
+	return line, nil
 }
 
 // LoadTokens reads the tokens of path; path "" means the token of the data

@@ -2,8 +2,11 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,6 +81,74 @@ func TestUnauthorized(t *testing.T) {
 	}
 }
 
+// TestHostTokens sends every route with the operator's token and with
+// the tokens of h1 and h2, on h1's and h2's host routes: a host's token
+// gets 403 outside its own host's routes and admission on its host,
+// with the state unchanged; every other call is served.
+func TestHostTokens(t *testing.T) {
+	f := newFixture(t, true)
+	f.apply(offDoc(t))
+	type call struct{ method, path, body, host string } // host: whose route ("" operator's)
+	var calls []call
+	for _, r := range routes {
+		path := strings.Replace(r.path, "wait=1s", "wait=0s", 1)
+		switch {
+		case strings.HasPrefix(path, "/v1/hosts/h1/"):
+			calls = append(calls, call{r.method, path, r.body, "h1"}, call{r.method, strings.Replace(path, "h1", "h2", 1), r.body, "h2"})
+		case strings.HasSuffix(path, "/admit"):
+			calls = append(calls, call{r.method, path, r.body, "h1"}, call{r.method, path, strings.Replace(r.body, "h1", "h2", 1), "h2"})
+		default:
+			calls = append(calls, call{r.method, path, r.body, ""})
+		}
+	}
+	do := func(c call, tok string) (int, string) {
+		req, _ := http.NewRequest(c.method, f.srv.URL+c.path, strings.NewReader(c.body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := f.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e ErrorBody
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return resp.StatusCode, e.Error
+	}
+	tokens := map[string]string{"": testToken, "h1": h1Token, "h2": h2Token}
+	before := f.dump()
+	allowed := 0
+	for _, c := range calls {
+		for _, who := range []string{"", "h1", "h2"} {
+			if who == "" || c.host == who || c.path == "/v1/no-such-route" {
+				allowed++
+				continue
+			}
+			status, msg := do(c, tokens[who])
+			if status != http.StatusForbidden || msg != "this token acts as host "+who+": it may only register, heartbeat, report and read the desired state of "+who+", and ask admission on "+who {
+				t.Errorf("%s %s %s as %s: %d %q, want 403", c.method, c.path, c.body, who, status, msg)
+			}
+		}
+	}
+	if after := f.dump(); after != before {
+		t.Errorf("a forbidden call changed the state:\n%s\n%s", before, after)
+	}
+	served := 0
+	for _, c := range calls {
+		for _, who := range []string{"", "h1", "h2"} {
+			if who == "" || c.host == who || c.path == "/v1/no-such-route" {
+				if status, msg := do(c, tokens[who]); status == http.StatusForbidden || status == http.StatusUnauthorized {
+					t.Errorf("%s %s %s as %q: %d %s", c.method, c.path, c.body, who, status, msg)
+				}
+				served++
+			}
+		}
+	}
+	// 17 routes, 5 of them per host: 22 calls, each by the operator, the
+	// host routes and admissions by their host, the unknown route by all.
+	if served != allowed || served != 22+10+2 {
+		t.Errorf("%d calls served, %d expected", served, allowed)
+	}
+}
+
 func TestTokens(t *testing.T) {
 	if _, err := ParseTokens([]byte("short\n")); err == nil {
 		t.Error("a short token was accepted")
@@ -88,6 +159,32 @@ func TestTokens(t *testing.T) {
 	toks, err := ParseTokens([]byte("aaaaaaaaaaaaaaaa\nbbbbbbbbbbbbbbbb\n"))
 	if err != nil || !toks.Valid("bbbbbbbbbbbbbbbb") || toks.Valid("") || toks.Valid("cccccccccccccccc") {
 		t.Fatalf("tokens: %v", err)
+	}
+	// A token may name the host it acts as; anything else after it is
+	// refused, naming the line.
+	toks, err = ParseTokens([]byte("aaaaaaaaaaaaaaaa\n  bbbbbbbbbbbbbbbb   host=h1 \n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := toks.Lookup("bbbbbbbbbbbbbbbb"); !ok || id.Host != "h1" {
+		t.Errorf("host token: %+v %v", id, ok)
+	}
+	if id, ok := toks.Lookup("aaaaaaaaaaaaaaaa"); !ok || id.Host != "" {
+		t.Errorf("operator token: %+v %v", id, ok)
+	}
+	// The line of a host's token, as given to its agent, reads as the token.
+	line := filepath.Join(t.TempDir(), "h1.token")
+	if err := os.WriteFile(line, []byte("# the agent of h1\nbbbbbbbbbbbbbbbb host=h1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := ReadToken(line); tok != "bbbbbbbbbbbbbbbb" || err != nil {
+		t.Errorf("ReadToken of a host's line: %q %v", tok, err)
+	}
+	for _, bad := range []string{"aaaaaaaaaaaaaaaa role=admin", "aaaaaaaaaaaaaaaa host=", "aaaaaaaaaaaaaaaa host=h1 host=h2",
+		"aaaaaaaaaaaaaaaa host=a/b", "aaaaaaaaaaaaaaaa\naaaaaaaaaaaaaaaa host=h1", "short host=h1"} {
+		if _, err := ParseTokens([]byte("# x\n" + bad + "\n")); err == nil || !strings.HasPrefix(err.Error(), "line ") {
+			t.Errorf("%q: %v, want refused naming the line", bad, err)
+		}
 	}
 	dir := t.TempDir()
 	if _, err := LoadTokens("", dir); err != nil {
@@ -160,4 +257,52 @@ func TestTLS(t *testing.T) {
 func portOf(l net.Listener) string {
 	_, p, _ := net.SplitHostPort(l.Addr().String())
 	return p
+}
+
+// TestHostInFlight: a host's token gets 429 (Retry-After) beyond
+// MaxWatches long polls or MaxInFlight other requests under way; other
+// hosts and operators are not held by it, and every request gives its
+// place back.
+func TestHostInFlight(t *testing.T) {
+	c := New(Config{Client: testEtcd.Client, Prefix: "/test/" + t.Name() + "/"})
+	if _, err := c.Apply(context.Background(), ApplyRequest{Document: offDoc(t)}); err != nil {
+		t.Fatal(err)
+	}
+	toks, err := ParseTokens([]byte(testToken + "\n" + h1Token + " host=h1\n" + h2Token + " host=h2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, h := newHandler(c, toks, nil)
+	do := func(method, path, tok string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, strings.NewReader(`{"lease_id":1}`))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	// h1 holds all its places (as if its requests were under way).
+	s.inflight.n["host h1 watches"], s.inflight.n["host h1"] = MaxWatches, MaxInFlight
+	for _, tc := range []struct {
+		method, path, tok string
+		want              int
+	}{
+		{"GET", "/v1/hosts/h1/desired?wait=0s", h1Token, http.StatusTooManyRequests},
+		{"POST", "/v1/hosts/h1/heartbeat", h1Token, http.StatusTooManyRequests},
+		{"GET", "/v1/hosts/h2/desired?wait=0s", h2Token, http.StatusOK},
+		{"POST", "/v1/hosts/h2/heartbeat", h2Token, http.StatusNotFound}, // served: no lease 1
+		{"GET", "/v1/hosts/h1/desired?wait=0s", testToken, http.StatusOK},
+	} {
+		w := do(tc.method, tc.path, tc.tok)
+		if w.Code != tc.want || tc.want == http.StatusTooManyRequests && w.Header().Get("Retry-After") != "1" {
+			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, w.Code, w.Body, tc.want)
+		}
+	}
+	// A place given back is taken again.
+	s.inflight.leave("host h1 watches")
+	if w := do("GET", "/v1/hosts/h1/desired?wait=0s", h1Token); w.Code != http.StatusOK {
+		t.Errorf("after a place came back: %d %s", w.Code, w.Body)
+	}
+	if got := fmt.Sprint(s.inflight.n); got != fmt.Sprintf("map[host h1:%d host h1 watches:%d]", MaxInFlight, MaxWatches-1) {
+		t.Errorf("places after the requests: %s", got)
+	}
 }

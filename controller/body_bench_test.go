@@ -45,8 +45,7 @@ func startController(b *testing.B, bin, dir string, args ...string) *realControl
 	rc := &realController{dir: filepath.Join(dir, "data"), stderr: filepath.Join(dir, "controller.stderr")}
 	port := freePort(b)
 	rc.server = fmt.Sprintf("https://127.0.0.1:%d", port)
-	rc.cmd = exec.Command(bin, append([]string{"controller", "--data-dir", rc.dir, "--listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"--etcd-client-port", fmt.Sprint(freePort(b)), "--etcd-peer-port", fmt.Sprint(freePort(b))}, args...)...)
+	rc.cmd = exec.Command(bin, append([]string{"controller", "--data-dir", rc.dir, "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, args...)...)
 	stdout, _ := rc.cmd.StdoutPipe()
 	se, err := os.Create(rc.stderr)
 	if err != nil {

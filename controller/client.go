@@ -50,7 +50,8 @@ func NewClient(server, token, caFile string) (*Client, error) {
 		HTTP: &http.Client{Transport: &http.Transport{TLSClientConfig: tc, Proxy: nil, ForceAttemptHTTP2: true}}}, nil
 }
 
-// ReadToken reads the first token of a token file.
+// ReadToken reads the first token of a token file (a line of a tokens
+// file: what follows the token, such as host=h1, is left out).
 func ReadToken(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -58,7 +59,7 @@ func ReadToken(path string) (string, error) {
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
-			return l, nil
+			return strings.Fields(l)[0], nil
 		}
 	}
 	return "", fmt.Errorf("%s: no token", path)

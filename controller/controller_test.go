@@ -27,16 +27,15 @@ func freePort(t interface{ Fatal(...any) }) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-type mainT struct{}
-
-func (mainT) Fatal(a ...any) { panic(fmt.Sprint(a...)) }
-
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(probeEnv); spec != "" {
+		os.Exit(etcdProbe(spec))
+	}
 	dir, err := os.MkdirTemp("", "sluice-controller-test-")
 	if err != nil {
 		panic(err)
 	}
-	testEtcd, err = OpenEtcd(EtcdConfig{Dir: dir, ClientPort: freePort(mainT{}), PeerPort: freePort(mainT{}), UnsafeNoFsync: true})
+	testEtcd, err = OpenEtcd(EtcdConfig{Dir: dir, UnsafeNoFsync: true})
 	if err != nil {
 		panic(err)
 	}
@@ -49,6 +48,12 @@ func TestMain(m *testing.M) {
 
 const testToken = "0123456789abcdef0123456789abcdef"
 
+// The tokens of the agents of h1 and h2 (node authorization).
+const (
+	h1Token = "h1h1h1h1h1h1h1h1h1h1h1h1h1h1h1h1"
+	h2Token = "h2h2h2h2h2h2h2h2h2h2h2h2h2h2h2h2"
+)
+
 // fixture is a controller behind a TLS test server and a client of it.
 type fixture struct {
 	t   *testing.T
@@ -60,8 +65,16 @@ type fixture struct {
 
 func newFixture(t *testing.T, choose bool) *fixture {
 	t.Helper()
-	c := New(Config{Client: testEtcd.Client, Prefix: "/test/" + t.Name() + "/", ChooseHosts: choose, HostTTLSeconds: 5})
-	toks, err := ParseTokens([]byte("# test\n" + testToken + "\n"))
+	return newFixtureWith(t, Config{ChooseHosts: choose})
+}
+
+// newFixtureWith is newFixture with cfg (its client, prefix and host TTL
+// set here).
+func newFixtureWith(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	cfg.Client, cfg.Prefix, cfg.HostTTLSeconds = testEtcd.Client, "/test/"+t.Name()+"/", 5
+	c := New(cfg)
+	toks, err := ParseTokens([]byte("# test\n" + testToken + "\n" + h1Token + " host=h1\n" + h2Token + " host=h2\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

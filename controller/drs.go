@@ -88,6 +88,9 @@ func (c *Controller) rewrite(d Decision) clientv3.Op {
 // still run on the decision's source and fit on its destination
 // (view.approve).
 func (c *Controller) Approve(ctx context.Context, seq int64, reason string) (Result, error) {
+	if err := checkText("reason", reason); err != nil {
+		return Result{}, err
+	}
 	d, _, err := c.decision(ctx, seq)
 	if err != nil {
 		return Result{}, err
@@ -99,7 +102,7 @@ func (c *Controller) Approve(ctx context.Context, seq int64, reason string) (Res
 // (view.drs: the VMs that hold reservations, with the measured rates the
 // agents reported as network demand).
 func (c *Controller) DRSPass(ctx context.Context) (Result, error) {
-	ds, err := c.Decisions(ctx, 0, 0)
+	ds, err := c.allDecisions(ctx)
 	if err != nil {
 		return Result{}, err
 	}

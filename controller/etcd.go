@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
@@ -20,11 +22,12 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// Default ports of the embedded etcd member: next to, never on, etcd's own
-// 2379/2380, so that a controller can run beside a standalone etcd.
+// Files of the embedded etcd member in its directory (EtcdConfig.Dir).
 const (
-	DefaultEtcdClientPort = 23790
-	DefaultEtcdPeerPort   = 23800
+	// EtcdSocket is the member's client endpoint: a Unix socket in the
+	// member's directory (mode 0700), so that only the controller's user
+	// (and root) can reach it, e.g. etcdctl --endpoints unix://DIR/client.sock.
+	EtcdSocket = "client.sock"
 )
 
 // A change is one transaction that also publishes every host's desired
@@ -47,11 +50,15 @@ type EtcdConfig struct {
 	// Endpoints of an external etcd cluster (http://H:P or https://H:P).
 	// Empty: embed one member whose data is in Dir.
 	Endpoints []string
-	// Dir is the embedded member's data directory.
+	// Dir is the embedded member's directory (made mode 0700): its data,
+	// its log and its client socket (EtcdSocket). The member listens on
+	// nothing else: no TCP port, no peer endpoint (a single member has no
+	// peers).
 	Dir string
-	// ClientPort and PeerPort are the embedded member's ports on
-	// 127.0.0.1; 0 means the defaults above.
-	ClientPort, PeerPort int
+	// CertFile, KeyFile and CAFile are the client certificate, its key
+	// and the CA that signs the external cluster's certificates (PEM);
+	// empty: no client certificate, the system's roots.
+	CertFile, KeyFile, CAFile string
 	// UnsafeNoFsync turns fsync off in the embedded member (tests only:
 	// a crash of the machine may lose acknowledged writes).
 	UnsafeNoFsync bool
@@ -82,8 +89,12 @@ func OpenEtcd(cfg EtcdConfig) (*Etcd, error) {
 	}
 	start := time.Now()
 	if len(cfg.Endpoints) > 0 {
+		tc, err := clientTLS(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("etcd TLS: %w", err)
+		}
 		c, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: timeout, Logger: quietLogger(),
-			MaxCallSendMsgSize: MaxTxnBytes + 1<<20})
+			MaxCallSendMsgSize: MaxTxnBytes + 1<<20, TLS: tc})
 		if err != nil {
 			return nil, fmt.Errorf("etcd %v: %w", cfg.Endpoints, err)
 		}
@@ -98,26 +109,34 @@ func OpenEtcd(cfg EtcdConfig) (*Etcd, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("etcd: no data directory")
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}
-	cp, pp := cfg.ClientPort, cfg.PeerPort
-	if cp == 0 {
-		cp = DefaultEtcdClientPort
+	// A directory made before keeps its mode: set it (it holds the
+	// socket, through which the state can be read and written).
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
 	}
-	if pp == 0 {
-		pp = DefaultEtcdPeerPort
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	sock := filepath.Join(dir, EtcdSocket)
+	if len(sock) > 107 {
+		return nil, fmt.Errorf("etcd: socket path %s is longer than 107 bytes: give a shorter data directory", sock)
 	}
 	ec := embed.NewConfig()
 	ec.Name = "sluice"
-	ec.Dir = filepath.Join(cfg.Dir, "member-data")
-	cu := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", cp)}
-	pu := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", pp)}
+	ec.Dir = filepath.Join(dir, "member-data")
+	cu := url.URL{Scheme: "unix", Path: sock}
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
-	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	// No peer listener: the member's peer URL is only its name in the
+	// cluster's membership, never listened on nor dialled.
+	pu := url.URL{Scheme: "unix", Host: "sluice-no-peers"}
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = nil, []url.URL{pu}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 	ec.LogLevel = "warn"
-	ec.LogOutputs = []string{filepath.Join(cfg.Dir, "etcd.log")}
+	ec.LogOutputs = []string{filepath.Join(dir, "etcd.log")}
 	stopping := &atomic.Bool{}
 	lg, err := etcdLogger(ec.LogOutputs[0], stopping)
 	if err != nil {
@@ -210,3 +229,34 @@ func txnHint(err error) string {
 }
 
 func quietLogger() *zap.Logger { return zap.NewNop() }
+
+// clientTLS is the TLS configuration of the client of an external
+// cluster: nil without any of the files (an http:// cluster, or https://
+// with the system's roots).
+func clientTLS(cfg EtcdConfig) (*tls.Config, error) {
+	if cfg.CertFile == "" && cfg.KeyFile == "" && cfg.CAFile == "" {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
+		return nil, errors.New("--etcd-cert and --etcd-key go together")
+	}
+	if cfg.CertFile != "" {
+		kp, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		tc.Certificates = []tls.Certificate{kp}
+	}
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, err
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: no PEM certificate", cfg.CAFile)
+		}
+	}
+	return tc, nil
+}

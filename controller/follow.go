@@ -107,7 +107,10 @@ func (f *Follower) lease(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil && !down {
+		if st := StatusOf(err); (st == http.StatusUnauthorized || st == http.StatusForbidden) && !down {
+			// A token revoked, or another host's: say so, not "unreachable".
+			f.logAt(slog.LevelError, "controller refused this token (%v): enforcing the last state, retrying every %v", err, f.RetryEvery)
+		} else if err != nil && !down {
 			f.logAt(slog.LevelWarn, "controller unreachable (%v): enforcing the last state, retrying every %v", err, f.RetryEvery)
 		} else if err == nil && down {
 			f.logAt(slog.LevelInfo, "controller reachable again")

@@ -2,10 +2,12 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -171,4 +173,38 @@ func TestFollowerReportsArrival(t *testing.T) {
 		return len(ds) == 1 && ds[0].Status == "done"
 	})
 	t.Logf("set to the migration done (the destination's report): %v", took)
+}
+
+// TestFollowerRefusedToken: an agent with another host's token is told
+// that the controller refuses its token (not that it is unreachable).
+func TestFollowerRefusedToken(t *testing.T) {
+	f := newFixture(t, true)
+	f.apply(readExample(t, "netioc-fig2.yaml"))
+	cl := &Client{Server: f.cl.Server, Token: h2Token, HTTP: f.cl.HTTP}
+	lines := make(chan string, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		(&Follower{Client: cl, Host: "h1", Agent: &fakeAgent{}, RetryEvery: 20 * time.Millisecond, Wait: 100 * time.Millisecond,
+			Logf: func(format string, args ...any) {
+				select {
+				case lines <- fmt.Sprintf(format, args...):
+				default:
+				}
+			}}).Run(ctx)
+	}()
+	for l := range lines {
+		if strings.Contains(l, "registered") {
+			t.Fatalf("registered with h2's token: %s", l)
+		}
+		if strings.HasPrefix(l, "controller refused this token (this token acts as host h2") {
+			break
+		}
+		if strings.HasPrefix(l, "controller unreachable") {
+			t.Fatalf("a refused token logged as %q", l)
+		}
+	}
+	cancel()
+	<-done
 }

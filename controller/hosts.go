@@ -65,7 +65,10 @@ func (c *Controller) Hosts(ctx context.Context) ([]HostInfo, error) {
 	return out, nil
 }
 
-// Events returns the events numbered after after, oldest first, at most limit (0: 1000).
+// Events returns the events numbered after after, oldest first: at most
+// limit (0: DefaultPageLimit; at most MaxPageLimit) and at most about
+// maxPageBytes of them, at least one. Fewer than limit does not mean
+// there are no more: the next page is after the last one's number.
 func (c *Controller) Events(ctx context.Context, after int64, limit int64) ([]Event, error) {
 	out := []Event{}
 	return out, c.list(ctx, dirEvents, after, limit, func(b []byte) error {
@@ -78,7 +81,8 @@ func (c *Controller) Events(ctx context.Context, after int64, limit int64) ([]Ev
 	})
 }
 
-// Decisions returns the recorded migrations, oldest first.
+// Decisions returns the recorded migrations numbered after after, oldest
+// first, paged as Events.
 func (c *Controller) Decisions(ctx context.Context, after int64, limit int64) ([]Decision, error) {
 	out := []Decision{}
 	return out, c.list(ctx, dirDecisions, after, limit, func(b []byte) error {
@@ -91,9 +95,26 @@ func (c *Controller) Decisions(ctx context.Context, after int64, limit int64) ([
 	})
 }
 
+// allDecisions returns every recorded decision, page by page.
+func (c *Controller) allDecisions(ctx context.Context) ([]Decision, error) {
+	var all []Decision
+	after := int64(0)
+	for {
+		ds, err := c.Decisions(ctx, after, MaxPageLimit)
+		if err != nil || len(ds) == 0 {
+			return all, err
+		}
+		all = append(all, ds...)
+		after = ds[len(ds)-1].Seq
+	}
+}
+
 func (c *Controller) list(ctx context.Context, dir string, after, limit int64, each func([]byte) error) error {
-	if limit <= 0 || limit > 1000 {
-		limit = 1000
+	switch {
+	case limit <= 0:
+		limit = DefaultPageLimit
+	case limit > MaxPageLimit:
+		limit = MaxPageLimit
 	}
 	from := c.key(fmt.Sprintf("%s%020d", dir, after+1))
 	end := clientv3.GetPrefixRangeEnd(c.key(dir))
@@ -101,7 +122,11 @@ func (c *Controller) list(ctx context.Context, dir string, after, limit int64, e
 	if err != nil {
 		return fmt.Errorf("etcd get: %w", err)
 	}
-	for _, kv := range resp.Kvs {
+	size := 0
+	for i, kv := range resp.Kvs {
+		if size += len(kv.Value); i > 0 && size > maxPageBytes {
+			break
+		}
 		if err := each(kv.Value); err != nil {
 			return fmt.Errorf("%s: %w", kv.Key, err)
 		}
@@ -218,7 +243,7 @@ func (c *Controller) observe(ctx context.Context, host string, old, r *Report, e
 	}
 	var ds []Decision
 	if len(r.Failed) > 0 || slices.ContainsFunc(slices.Collect(maps.Values(st.starting)), func(s Start) bool { return s.Move && s.Host == host }) {
-		if ds, err = c.Decisions(ctx, 0, 0); err != nil {
+		if ds, err = c.allDecisions(ctx); err != nil {
 			return err
 		}
 	}

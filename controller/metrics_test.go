@@ -132,7 +132,7 @@ func TestMetricsMatchAPI(t *testing.T) {
 // says etcd is up; once that etcd stops, /readyz answers 503 with the
 // reason, etcd_up is 0 and /healthz still answers.
 func TestHealthEtcdLost(t *testing.T) {
-	e, err := OpenEtcd(EtcdConfig{Dir: t.TempDir(), ClientPort: freePort(t), PeerPort: freePort(t), UnsafeNoFsync: true})
+	e, err := OpenEtcd(EtcdConfig{Dir: t.TempDir(), UnsafeNoFsync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestHealthEtcdLost(t *testing.T) {
 // complaints about its own listeners closing are dropped.
 func TestEtcdQuietOnCleanStop(t *testing.T) {
 	dir := t.TempDir()
-	e, err := OpenEtcd(EtcdConfig{Dir: dir, ClientPort: freePort(t), PeerPort: freePort(t), UnsafeNoFsync: true})
+	e, err := OpenEtcd(EtcdConfig{Dir: dir, UnsafeNoFsync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,6 +53,12 @@ func (c *Controller) Apply(ctx context.Context, req ApplyRequest) (Result, error
 	if req.File == "" {
 		req.File = "policy.yaml"
 	}
+	if err := checkText("reason", req.Reason); err != nil {
+		return Result{}, err
+	}
+	if len(req.File) > 255 || strings.ContainsAny(req.File, "\x00\n\r") {
+		return Result{}, apiErr(http.StatusBadRequest, "file: want a file name of one line, at most 255 bytes")
+	}
 	if len(req.Document) > policy.MaxFileBytes {
 		return Result{}, apiErr(http.StatusRequestEntityTooLarge, "%s: larger than %d bytes", req.File, policy.MaxFileBytes)
 	}
@@ -93,7 +99,7 @@ func faultEventsOn(hosts []string, op *policy.Policy, oplace placement.Placement
 }
 
 // newFaults returns an event for every fault of after that before does
-// not have.
+// not have: maxFaultEvents of them, and one that sums up the others.
 func newFaults(before, after []placement.Decision) []Event {
 	had := map[string]bool{}
 	for _, d := range before {
@@ -114,8 +120,20 @@ func newFaults(before, after []placement.Decision) []Event {
 		}
 		evs = append(evs, Event{Kind: "fault", Subject: subject, Message: msg, Reason: "reservations no longer fit"})
 	}
+	if len(evs) > maxFaultEvents {
+		hosts := map[string]bool{}
+		for _, e := range evs[maxFaultEvents-1:] {
+			hosts[e.Subject] = true
+		}
+		more := len(evs) - maxFaultEvents + 1
+		evs = append(evs[:maxFaultEvents-1], Event{Kind: "fault", Subject: "cluster",
+			Message: fmt.Sprintf("%d more faults on %d hosts (%s …): sluice ctl get hosts shows each host", more, len(hosts), strings.Join(firstN(sortedKeys(hosts), 5), ", ")),
+			Reason:  "reservations no longer fit"})
+	}
 	return evs
 }
+
+func firstN(s []string, n int) []string { return s[:min(n, len(s))] }
 
 // Set makes changes in placement's grammar (TARGET.FIELD=VALUE), all or
 // none. A change that breaks a rule no migration can mend is refused (409)
@@ -124,6 +142,14 @@ func newFaults(before, after []placement.Decision) []Event {
 func (c *Controller) Set(ctx context.Context, req SetRequest) (Result, error) {
 	if len(req.Changes) == 0 {
 		return Result{}, apiErr(http.StatusBadRequest, "no change given")
+	}
+	if err := checkText("reason", req.Reason); err != nil {
+		return Result{}, err
+	}
+	for i, spec := range req.Changes {
+		if err := checkText(fmt.Sprintf("changes[%d]", i), spec); err != nil {
+			return Result{}, err
+		}
 	}
 	var chs []placement.Change
 	for _, spec := range req.Changes {
@@ -183,12 +209,18 @@ func hostOf(place placement.Placement, vm *policy.VM) string {
 // starts (view.powerOn). A VM whose reservations fit nowhere (or not on
 // the host given) is refused with the reason (409); nothing is written.
 func (c *Controller) PowerOn(ctx context.Context, vm string, req PowerOnRequest) (Result, error) {
+	if err := checkText("reason", req.Reason); err != nil {
+		return Result{}, err
+	}
 	return c.decide(ctx, true, func(v view) (*next, error) { return v.powerOn(vm, req.Host, req.Reason, c.cfg.ChooseHosts) })
 }
 
 // Admit answers whether a domain may start on req.Host (view.admit); an
 // admitted VM that was off holds its reservations there while it starts.
 func (c *Controller) Admit(ctx context.Context, vm string, req AdmitRequest) (AdmitAnswer, error) {
+	if err := checkText("reason", req.Reason); err != nil {
+		return AdmitAnswer{}, err
+	}
 	var ans AdmitAnswer
 	_, err := c.decide(ctx, true, func(v view) (*next, error) {
 		n, a, err := v.admit(vm, req)
@@ -209,6 +241,9 @@ func mustParse(spec string) placement.Change {
 // Migrate moves a running VM to another host where its reservations fit
 // (view.migrate); the destination's agent carries the move out.
 func (c *Controller) Migrate(ctx context.Context, vm string, req MigrateRequest) (Result, error) {
+	if err := checkText("reason", req.Reason); err != nil {
+		return Result{}, err
+	}
 	return c.decide(ctx, true, func(v view) (*next, error) { return v.migrate(vm, req.To, req.Reason) })
 }
 
@@ -293,6 +328,7 @@ func (c *Controller) commitBatch(ctx context.Context, old *state, reports map[st
 			r.res, r.err, r.done = Result{}, derr, true
 			continue
 		}
+		n.events = boundEvents(n.events, n.decisions) // per change, not per batch
 		cur = c.chain(old, cur, n)
 		mades = append(mades, made{r: r, n: n, from: len(evs), to: len(evs) + len(n.events), rev: cur.doc.Revision, derr: derr})
 		evs = append(evs, n.events...)

@@ -10,7 +10,7 @@ import (
 // placement, events, decisions, desired states.
 func TestRestart(t *testing.T) {
 	dir := t.TempDir()
-	cfg := EtcdConfig{Dir: dir, ClientPort: freePort(t), PeerPort: freePort(t)}
+	cfg := EtcdConfig{Dir: dir}
 	e, err := OpenEtcd(cfg)
 	if err != nil {
 		t.Fatal(err)

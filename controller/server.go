@@ -40,34 +40,62 @@ const (
 
 // Handler returns the API (api/openapi.yaml) of c. Every request needs a
 // bearer token of tokens: without a valid one it gets 401 before any route
-// is looked at, so nothing changes. errLog gets the internal errors (nil:
+// is looked at, so nothing changes; a host's token gets 403 outside its
+// host's routes. errLog gets the internal errors (nil:
 // discarded).
 func Handler(c *Controller, tokens *Tokens, errLog *log.Logger) http.Handler {
-	s := &server{c: c, log: errLog, bodies: newBudget(bodyBudget)}
+	_, h := newHandler(c, tokens, errLog)
+	return h
+}
+
+func newHandler(c *Controller, tokens *Tokens, errLog *log.Logger) (*server, http.Handler) {
+	s := &server{c: c, log: errLog, bodies: newBudget(bodyBudget), inflight: inflight{n: map[string]int{}}}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/policy", s.getPolicy)
-	mux.HandleFunc("POST /v1/policy", s.apply)
-	mux.HandleFunc("GET /v1/hosts", s.getHosts)
-	mux.HandleFunc("GET /v1/vms", s.getVMs)
-	mux.HandleFunc("GET /v1/events", s.getEvents)
-	mux.HandleFunc("GET /v1/decisions", s.getDecisions)
-	mux.HandleFunc("POST /v1/set", s.set)
-	mux.HandleFunc("POST /v1/decisions/{seq}/approve", s.approve)
-	mux.HandleFunc("GET /v1/explain", s.explain)
-	mux.HandleFunc("POST /v1/vms/{vm}/power-on", s.powerOn)
-	mux.HandleFunc("POST /v1/vms/{vm}/migrate", s.migrate)
+	// Who may call what: an operator token everything; a host's token
+	// only its host's routes (host) and admission on its host (admit
+	// checks the body's host).
+	op := s.operatorOnly
+	mux.HandleFunc("GET /v1/policy", op(s.getPolicy))
+	mux.HandleFunc("POST /v1/policy", op(s.apply))
+	mux.HandleFunc("GET /v1/hosts", op(s.getHosts))
+	mux.HandleFunc("GET /v1/vms", op(s.getVMs))
+	mux.HandleFunc("GET /v1/events", op(s.getEvents))
+	mux.HandleFunc("GET /v1/decisions", op(s.getDecisions))
+	mux.HandleFunc("POST /v1/set", op(s.set))
+	mux.HandleFunc("POST /v1/decisions/{seq}/approve", op(s.approve))
+	mux.HandleFunc("GET /v1/explain", op(s.explain))
+	mux.HandleFunc("POST /v1/vms/{vm}/power-on", op(s.powerOn))
+	mux.HandleFunc("POST /v1/vms/{vm}/migrate", op(s.migrate))
 	mux.HandleFunc("POST /v1/vms/{vm}/admit", s.admit)
-	mux.HandleFunc("POST /v1/hosts/{host}/register", s.register)
-	mux.HandleFunc("POST /v1/hosts/{host}/heartbeat", s.heartbeat)
-	mux.HandleFunc("POST /v1/hosts/{host}/report", s.report)
-	mux.HandleFunc("GET /v1/hosts/{host}/desired", s.desired)
-	return c.met.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST /v1/hosts/{host}/register", s.hostOnly(s.register))
+	mux.HandleFunc("POST /v1/hosts/{host}/heartbeat", s.hostOnly(s.heartbeat))
+	mux.HandleFunc("POST /v1/hosts/{host}/report", s.hostOnly(s.report))
+	mux.HandleFunc("GET /v1/hosts/{host}/desired", s.hostOnly(s.desired))
+	return s, c.met.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The scheme is case-insensitive (RFC 7235).
 		scheme, tok, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || !tokens.Valid(strings.TrimSpace(tok)) {
+		id, valid := tokens.Lookup(strings.TrimSpace(tok))
+		if !ok || !strings.EqualFold(scheme, "Bearer") || !valid {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 			writeJSON(w, http.StatusUnauthorized, ErrorBody{Error: "a valid bearer token is required"})
 			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
+		// A host's token has places of its own for requests in flight,
+		// so that a host gone wrong cannot hold the controller from the
+		// others. (Operators' tokens, also shared by agents before hosts
+		// had tokens of their own, are not limited.)
+		if id.Host != "" {
+			key, max := id.key(), MaxInFlight
+			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/desired") {
+				key, max = key+" watches", MaxWatches
+			}
+			if !s.inflight.enter(key, max) {
+				w.Header().Set("Retry-After", "1")
+				writeJSON(w, http.StatusTooManyRequests, ErrorBody{Error: fmt.Sprintf("this host's token has %d requests of this kind under way already: retry in a second", max)})
+				return
+			}
+			defer s.inflight.leave(key)
 		}
 		if r.ContentLength > maxBody {
 			// Refused unread: an HTTP/1 connection is closed rather than
@@ -91,10 +119,79 @@ func Handler(c *Controller, tokens *Tokens, errLog *log.Logger) http.Handler {
 	}))
 }
 
+// Limits on the requests of one host's token in flight at once; a
+// request beyond gets 429 with Retry-After.
+const (
+	MaxInFlight = 16 // requests other than watches (an agent sends one at a time)
+	MaxWatches  = 4  // long polls of its desired state (an agent holds one)
+)
+
+// inflight counts the requests under way per key.
+type inflight struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// enter counts a request of key in unless key has max under way.
+func (f *inflight) enter(key string, max int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n[key] >= max {
+		return false
+	}
+	f.n[key]++
+	return true
+}
+
+func (f *inflight) leave(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n[key]--; f.n[key] <= 0 {
+		delete(f.n, key)
+	}
+}
+
+type identityKey struct{}
+
+// identity is who the request's token acts as (Handler checked it).
+func identity(r *http.Request) Identity {
+	id, _ := r.Context().Value(identityKey{}).(Identity)
+	return id
+}
+
+// forbidden is the answer to a host's token outside its host's routes.
+func forbidden(id Identity) error {
+	return apiErr(http.StatusForbidden, "this token acts as host %s: it may only register, heartbeat, report and read the desired state of %s, and ask admission on %s", id.Host, id.Host, id.Host)
+}
+
+// operatorOnly refuses h to a host's token.
+func (s *server) operatorOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if id := identity(r); id.Host != "" {
+			s.reply(w, nil, forbidden(id))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// hostOnly refuses h, a route of host {host}, to the token of another
+// host.
+func (s *server) hostOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if id := identity(r); id.Host != "" && id.Host != r.PathValue("host") {
+			s.reply(w, nil, forbidden(id))
+			return
+		}
+		h(w, r)
+	}
+}
+
 type server struct {
-	c      *Controller
-	log    *log.Logger
-	bodies *budget
+	c        *Controller
+	log      *log.Logger
+	bodies   *budget
+	inflight inflight
 }
 
 // bodyWeight is what reading r's body takes of the budget: its declared
@@ -322,7 +419,12 @@ func (s *server) getDecisions(w http.ResponseWriter, r *http.Request) {
 		s.reply(w, nil, err)
 		return
 	}
-	ds, err := s.c.Decisions(r.Context(), after, 0)
+	limit, err := queryInt(r, "limit")
+	if err != nil {
+		s.reply(w, nil, err)
+		return
+	}
+	ds, err := s.c.Decisions(r.Context(), after, limit)
 	s.reply(w, ds, err)
 }
 
@@ -379,6 +481,10 @@ func (s *server) admit(w http.ResponseWriter, r *http.Request) {
 	var req AdmitRequest
 	if err := decode(r, &req); err != nil {
 		s.reply(w, nil, err)
+		return
+	}
+	if id := identity(r); id.Host != "" && id.Host != req.Host {
+		s.reply(w, nil, forbidden(id))
 		return
 	}
 	ans, err := s.c.Admit(r.Context(), r.PathValue("vm"), req)
@@ -440,18 +546,4 @@ func (s *server) desired(w http.ResponseWriter, r *http.Request) {
 	}
 	d, err := s.c.WatchDesired(r.Context(), r.PathValue("host"), after, wait)
 	s.reply(w, d, err)
-}
-
-// NewHTTPServer returns the HTTPS server of h on addr, with timeouts that
-// let a watch of MaxWatch finish.
-func NewHTTPServer(addr string, h http.Handler) *http.Server {
-	return &http.Server{
-		Addr:              addr,
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second,
-		WriteTimeout:      MaxWatch + 30*time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          log.New(io.Discard, "", 0),
-	}
 }

@@ -44,6 +44,15 @@ type Config struct {
 	RebalanceThreshold int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// MaxEvents is how many events are kept (each change deletes the
+	// oldest beyond it); 0 means DefaultMaxEvents.
+	MaxEvents int
+	// MaxDecisions is how many decisions Prune keeps at most, besides
+	// those pending or under way; 0 means DefaultMaxDecisions.
+	MaxDecisions int
+	// EventTTL is the age from which Prune deletes events and decisions
+	// not under way; 0 means DefaultEventTTL.
+	EventTTL time.Duration
 }
 
 // Controller serves the cluster state. Its methods are safe for concurrent
@@ -102,6 +111,15 @@ func New(cfg Config) *Controller {
 	}
 	if cfg.RebalanceThreshold <= 0 {
 		cfg.RebalanceThreshold = 1
+	}
+	if cfg.MaxEvents <= 0 {
+		cfg.MaxEvents = DefaultMaxEvents
+	}
+	if cfg.MaxDecisions <= 0 {
+		cfg.MaxDecisions = DefaultMaxDecisions
+	}
+	if cfg.EventTTL <= 0 {
+		cfg.EventTTL = DefaultEventTTL
 	}
 	return &Controller{cfg: cfg, met: newMetrics()}
 }
@@ -286,6 +304,11 @@ func (c *Controller) commit(ctx context.Context, old, st *state, evs []Event, de
 		put(fmt.Sprintf("%s%020d", dirEvents, st.seq), evs[i])
 	}
 	put(keySeq, st.seq)
+	if len(evs) > 0 {
+		if op, ok := c.trimEventsOp(st.seq); ok {
+			ops = append(ops, op)
+		}
+	}
 	if st.history != nil && st.histChanged {
 		put(keyHistory, st.history)
 	}

@@ -96,7 +96,7 @@ type Result struct {
 type Event struct {
 	Seq     int64     `json:"seq"`
 	Time    time.Time `json:"time"`
-	Kind    string    `json:"kind"`    // apply, set, power-on, refuse, migrate, migrated, fault, recommend, register
+	Kind    string    `json:"kind"`    // apply, set, power-on, migrate, migrated, migrate-failed, superseded, fault, recommend, observed, off, register, more
 	Subject string    `json:"subject"` // VM, VM/NIC, host or file
 	Message string    `json:"message"`
 	Reason  string    `json:"reason"`

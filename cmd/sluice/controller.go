@@ -22,28 +22,37 @@ import (
 func init() {
 	register(command{name: "controller", summary: "the cluster controller: state in etcd, HTTPS API for ctl and agents", run: runController})
 	helps["controller"] = `usage: sluice controller [--data-dir DIR] [--listen ADDR:PORT] [--tls-cert FILE --tls-key FILE] [--tokens FILE]
-                         [--etcd-endpoints URL,...] [--etcd-client-port N] [--etcd-peer-port N] [--prefix /sluice/] [--placement=true|false]
+                         [--etcd-endpoints URL,... [--etcd-cert F --etcd-key F] [--etcd-ca F]] [--prefix /sluice/] [--placement=true|false]
                          [--host-ttl 10] [--drs manual|automatic] [--drs-interval 30s] [--rebalance-threshold 1..5]
+                         [--max-events N] [--max-decisions N] [--event-ttl 168h]
                          [--metrics-listen 127.0.0.1:9643|""] [--log-format text|json] [--config /etc/sluice/controller.yaml]
 
 The cluster controller. It keeps the cluster's state (policy, placement,
 hosts, desired state per host, decisions, events) in etcd: a member
-embedded in the controller with its data in DIR/etcd (listening on
-127.0.0.1 only), or the external cluster of --etcd-endpoints. It serves
-the API of api/openapi.yaml over HTTPS on --listen (default
-127.0.0.1:7443): with the certificate given, else one generated into DIR/tls
-at first start; every request needs a bearer token of --tokens (one per
-line), else the one generated into DIR/token (mode 0600). --placement=false:
-a power-on without a host goes to the VM's policy host instead of where
-placement puts it. --drs: what becomes of placement's repairs of a
-fault (a change that breaks a host's reservations) and of the periodic
-pass (every --drs-interval; --rebalance-threshold 2..5 also rebalances,
-1 only repairs): manual records them as recommended decisions that
-sluice ctl approve carries out; automatic carries them out at once (the
-agents move the VMs). --metrics-listen: Prometheus metrics on /metrics,
-/healthz and /readyz (ready while etcd answers), loopback by default;
-"" for none. The log (stderr) is log/slog text, or JSON with
---log-format json. See docs/controller.md.
+embedded in the controller with its data in DIR/etcd, listening only on
+the Unix socket DIR/etcd/client.sock (in a 0700 directory: no other user
+can reach it), or the external cluster of --etcd-endpoints (secure it
+yourself: TLS with client certificates; --etcd-cert, --etcd-key and
+--etcd-ca are the controller's). It serves the API of api/openapi.yaml
+over HTTPS on --listen (default 127.0.0.1:7443): with the certificate
+given, else one generated into DIR/tls at first start. Every request
+needs a bearer token of --tokens (one per line; "TOKEN host=h1" is the
+token of h1's agent only, see sluice ctl token; SIGHUP reads the file
+again), else the one generated into DIR/token (mode 0600).
+--placement=false: a power-on without a host goes to the VM's policy
+host instead of where placement puts it. --drs: what becomes of
+placement's repairs of a fault (a change that breaks a host's
+reservations) and of the periodic pass (every --drs-interval;
+--rebalance-threshold 2..5 also rebalances, 1 only repairs): manual
+records them as recommended decisions that sluice ctl approve carries
+out; automatic carries them out at once (the agents move the VMs). At
+most --max-events events are kept (each change deletes the oldest
+beyond it); events older than --event-ttl, and decisions older than it
+that are not under way, are deleted every minute, as are the oldest
+finished decisions beyond --max-decisions. --metrics-listen: Prometheus
+metrics on /metrics, /healthz and /readyz (ready while etcd answers),
+loopback by default; "" for none. The log (stderr) is log/slog text, or
+JSON with --log-format json. See docs/controller.md.
 
 example:
   sluice controller --data-dir /var/lib/sluice/controller`
@@ -72,14 +81,22 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	key := fs.String("tls-key", "", "TLS key (PEM)")
 	tokensFile := fs.String("tokens", "", "bearer tokens, one per line")
 	endpoints := fs.String("etcd-endpoints", "", "external etcd cluster")
-	clientPort := fs.Int("etcd-client-port", controller.DefaultEtcdClientPort, "embedded etcd client port on 127.0.0.1")
-	peerPort := fs.Int("etcd-peer-port", controller.DefaultEtcdPeerPort, "embedded etcd peer port on 127.0.0.1")
+	etcdCert := fs.String("etcd-cert", "", "client certificate for the external etcd (PEM)")
+	etcdKey := fs.String("etcd-key", "", "its key (PEM)")
+	etcdCA := fs.String("etcd-ca", "", "CA of the external etcd's certificates (PEM)")
+	// Obsolete: the embedded member listens on a Unix socket only. Still
+	// accepted so that older command lines start.
+	fs.Int("etcd-client-port", 0, "obsolete, ignored")
+	fs.Int("etcd-peer-port", 0, "obsolete, ignored")
 	prefix := fs.String("prefix", "/sluice/", "etcd key prefix")
 	choose := fs.Bool("placement", true, "placement chooses the host of a power-on")
 	ttl := fs.Int64("host-ttl", 10, "lease of a registered host, seconds")
 	drs := fs.String("drs", "manual", "manual (recommend; ctl approve) or automatic")
 	drsEvery := fs.Duration("drs-interval", 30*time.Second, "period of the DRS pass (0: none)")
 	threshold := fs.Int("rebalance-threshold", 1, "migration threshold of the DRS pass: 1 repairs only, 2..5 also rebalance")
+	maxEvents := fs.Int("max-events", controller.DefaultMaxEvents, "events kept at most")
+	maxDecisions := fs.Int("max-decisions", controller.DefaultMaxDecisions, "finished decisions kept at most")
+	eventTTL := fs.Duration("event-ttl", controller.DefaultEventTTL, "age from which events and finished decisions are deleted")
 	var opsf opsFlags
 	opsf.register(fs, ops.DefaultControllerMetrics)
 	config := addConfigFlag(fs, "controller")
@@ -100,8 +117,12 @@ func runController(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice controller: --drs manual|automatic, --rebalance-threshold 1..5, --drs-interval ≥ 0 (sluice controller --help)")
 		return exitUsage
 	}
-	if *clientPort <= 0 || *clientPort > 65535 || *peerPort <= 0 || *peerPort > 65535 || *clientPort == *peerPort || *ttl <= 0 {
-		fmt.Fprintln(stderr, "sluice controller: ports must be 1-65535 and differ, --host-ttl positive (sluice controller --help)")
+	if *maxEvents < 1 || *maxDecisions < 1 || *eventTTL <= 0 {
+		fmt.Fprintln(stderr, "sluice controller: --max-events and --max-decisions ≥ 1, --event-ttl > 0 (sluice controller --help)")
+		return exitUsage
+	}
+	if *ttl <= 0 {
+		fmt.Fprintln(stderr, "sluice controller: --host-ttl must be positive (sluice controller --help)")
 		return exitUsage
 	}
 	if _, _, err := net.SplitHostPort(*listen); err != nil {
@@ -132,9 +153,12 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("tokens: %v", err)
 	}
-	ec := controller.EtcdConfig{Dir: filepath.Join(*dataDir, "etcd"), ClientPort: *clientPort, PeerPort: *peerPort}
+	ec := controller.EtcdConfig{Dir: filepath.Join(*dataDir, "etcd"), CertFile: *etcdCert, KeyFile: *etcdKey, CAFile: *etcdCA}
 	if *endpoints != "" {
 		ec.Endpoints = strings.Split(*endpoints, ",")
+	} else if *etcdCert != "" || *etcdKey != "" || *etcdCA != "" {
+		fmt.Fprintln(stderr, "sluice controller: --etcd-cert, --etcd-key and --etcd-ca are for an external etcd (--etcd-endpoints) (sluice controller --help)")
+		return exitUsage
 	}
 	e, err := controller.OpenEtcd(ec)
 	if err != nil {
@@ -143,10 +167,10 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	defer e.Close()
 	where := "external etcd " + *endpoints
 	if e.Embedded != nil {
-		where = fmt.Sprintf("embedded etcd in %s (127.0.0.1:%d)", ec.Dir, *clientPort)
+		where = fmt.Sprintf("embedded etcd in %s (unix://%s)", ec.Dir, filepath.Join(ec.Dir, controller.EtcdSocket))
 	}
 	c := controller.New(controller.Config{Client: e.Client, Prefix: *prefix, ChooseHosts: *choose, HostTTLSeconds: *ttl,
-		DRS: mode, RebalanceThreshold: *threshold})
+		DRS: mode, RebalanceThreshold: *threshold, MaxEvents: *maxEvents, MaxDecisions: *maxDecisions, EventTTL: *eventTTL})
 	if n, err := c.Republish(context.Background()); err != nil {
 		fmt.Fprintf(stderr, "sluice controller: the hosts' desired states were not checked at start: %v\n", err)
 	} else if n > 0 {
@@ -158,9 +182,32 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	}
 	logger := opsf.logger(stderr, "controller")
 	srv := controller.NewHTTPServer(*listen, controller.Handler(c, toks, slog.NewLogLogger(logger.Handler(), slog.LevelError)))
+	// The signals are caught before the controller says it is ready.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	// SIGHUP reads the tokens file again: a token added or revoked
+	// takes effect without a restart; a file that does not parse leaves
+	// the tokens as they were.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			n, err := controller.LoadTokens(*tokensFile, *dataDir)
+			if err != nil {
+				logger.Error(fmt.Sprintf("SIGHUP: tokens kept as they were: %v", err))
+				continue
+			}
+			toks.Replace(n)
+			all, hosts := n.Len()
+			logger.Info(fmt.Sprintf("SIGHUP: %d tokens read (%d of hosts)", all, hosts))
+		}
+	}()
 	fmt.Fprintf(stdout, "sluice controller: %s ready in %v; API on https://%s (certificate %s)\n", where, e.StartTime.Round(time.Millisecond), l.Addr(), certPath)
 	bg, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	go c.RunPrune(bg, time.Minute, ops.Logf(logger, slog.LevelWarn))
 	if *drsEvery > 0 {
 		go c.RunDRS(bg, *drsEvery, ops.Logf(logger, slog.LevelWarn))
 	}
@@ -169,9 +216,6 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	defer opsf.serve(logger, c.Ready, c.Collector()).Close()
 	done := make(chan error, 1)
 	go func() { done <- srv.ServeTLS(l, certPath, keyPath) }()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
 	select {
 	case err := <-done:
 		if !errors.Is(err, http.ErrServerClosed) {

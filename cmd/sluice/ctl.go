@@ -38,6 +38,7 @@ verbs:
   power-on VM [--on HOST] [--reason TEXT]
   migrate VM --to HOST [--reason TEXT]
   approve DECISION [--reason TEXT]      carry out a recommended migration (DRS manual)
+  token HOST                            print a new token line for HOST's agent (no connection)
 ` + conn + `
 
 example:
@@ -99,6 +100,16 @@ then done when the destination's agent reports the VM.
 
 example:
   sluice ctl migrate vm2 --to h2`
+	helps["ctl token"] = `usage: sluice ctl token HOST
+
+Print a new line for the controller's tokens file (--tokens): a random
+token that acts as HOST's agent only (it may register HOST, report for
+it, read its desired state and ask admission on it). Append the line to
+the tokens file, restart the controller, and give the same line to
+HOST's agent as its --token-file. Nothing is sent anywhere.
+
+example:
+  sluice ctl token h1 | tee -a /etc/sluice/tokens > h1.token`
 	helps["ctl approve"] = `usage: sluice ctl approve DECISION [--reason TEXT]
 
 Carry out a migration that DRS recommended (controller --drs manual):
@@ -167,12 +178,12 @@ func parseCtlArgs(args []string) (ctlArgs, error) {
 		a.after = n
 	}
 	if len(a.pos) == 0 {
-		return a, usageError{msg: "missing VERB (apply, get, set, explain, power-on, migrate, approve)"}
+		return a, usageError{msg: "missing VERB (apply, get, set, explain, power-on, migrate, approve, token)"}
 	}
-	want := map[string][2]int{"apply": {1, 1}, "get": {2, 2}, "set": {3, 1 << 20}, "explain": {2, 2}, "power-on": {2, 2}, "migrate": {2, 2}, "approve": {2, 2}}
+	want := map[string][2]int{"apply": {1, 1}, "get": {2, 2}, "set": {3, 1 << 20}, "explain": {2, 2}, "power-on": {2, 2}, "migrate": {2, 2}, "approve": {2, 2}, "token": {2, 2}}
 	n, ok := want[a.pos[0]]
 	if !ok {
-		return a, usageError{msg: fmt.Sprintf("unknown verb %q (apply, get, set, explain, power-on, migrate, approve)", a.pos[0])}
+		return a, usageError{msg: fmt.Sprintf("unknown verb %q (apply, get, set, explain, power-on, migrate, approve, token)", a.pos[0])}
 	}
 	if len(a.pos) < n[0] || len(a.pos) > n[1] {
 		return a, usageError{msg: fmt.Sprintf("%s: wrong number of arguments (sluice ctl %s --help)", a.pos[0], a.pos[0])}
@@ -228,6 +239,15 @@ func runCtl(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice ctl: %v (sluice ctl --help)\n", err)
 		return exitUsage
+	}
+	if a.pos[0] == "token" {
+		line, err := controller.NewHostToken(a.pos[1])
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice ctl: token %s: %v (sluice ctl token --help)\n", a.pos[1], err)
+			return exitUsage
+		}
+		fmt.Fprintln(stdout, line)
+		return exitOK
 	}
 	var changes []string
 	if a.pos[0] == "set" {

@@ -126,8 +126,7 @@ func ctl(t *testing.T, conn []string, wantCode int, args ...string) string {
 func TestControllerCtl(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	port := freePort(t)
-	args := []string{"--listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"--etcd-client-port", fmt.Sprint(freePort(t)), "--etcd-peer-port", fmt.Sprint(freePort(t))}
+	args := []string{"--listen", fmt.Sprintf("127.0.0.1:%d", port)}
 	d := startController(t, dir, args)
 	conn := []string{"--server", fmt.Sprintf("https://127.0.0.1:%d", port), "--data-dir", dir}
 

@@ -62,8 +62,7 @@ func TestDiskFollowsMigration(t *testing.T) {
 	data := filepath.Join(dir, "data")
 	port := freePort(t)
 	server := fmt.Sprintf("https://127.0.0.1:%d", port)
-	startController(t, data, []string{"--listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"--etcd-client-port", fmt.Sprint(freePort(t)), "--etcd-peer-port", fmt.Sprint(freePort(t))})
+	startController(t, data, []string{"--listen", fmt.Sprintf("127.0.0.1:%d", port)})
 	conn := []string{"--server", server, "--data-dir", data}
 	ctl(t, conn, 0, "apply", "-f", polFile)
 

@@ -112,7 +112,6 @@ func TestFig2DRSLive(t *testing.T) {
 	port := freePort(t)
 	server := fmt.Sprintf("https://127.0.0.1:%d", port)
 	cargs := []string{"--listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"--etcd-client-port", fmt.Sprint(freePort(t)), "--etcd-peer-port", fmt.Sprint(freePort(t)),
 		"--drs", "automatic", "--drs-interval", "1s", "--host-ttl", "6"}
 	d := startController(t, data, cargs)
 	conn := []string{"--server", server, "--data-dir", data}

@@ -136,8 +136,7 @@ vms:
 	data := filepath.Join(dir, "data")
 	port := freePort(t)
 	server := fmt.Sprintf("https://127.0.0.1:%d", port)
-	startDaemon(t, dir, "controller", sluice, "controller", "--data-dir", data, "--listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"--etcd-client-port", fmt.Sprint(freePort(t)), "--etcd-peer-port", fmt.Sprint(freePort(t)), "--host-ttl", "6")
+	startDaemon(t, dir, "controller", sluice, "controller", "--data-dir", data, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--host-ttl", "6")
 	ctl := func(args ...string) (string, error) {
 		out, err := exec.Command(sluice, append([]string{"ctl", "--server", server, "--data-dir", data}, args...)...).CombinedOutput()
 		return string(out), err
