@@ -195,7 +195,10 @@ func (m *metrics) instrument(h http.Handler) http.Handler {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		h.ServeHTTP(sw, r)
-		route := r.Pattern
+		route := sw.route
+		if route == "" {
+			route = r.Pattern
+		}
 		if route == "" {
 			route = "none"
 		}
@@ -209,6 +212,7 @@ type statusWriter struct {
 	http.ResponseWriter
 	code  int
 	wrote bool
+	route string // the mux's pattern, when the handler served a copy of the request
 }
 
 func (w *statusWriter) WriteHeader(code int) {

@@ -116,6 +116,9 @@ func newHandler(c *Controller, tokens *Tokens, errLog *log.Logger) (*server, htt
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 		mux.ServeHTTP(w, r)
+		if sw, ok := w.(*statusWriter); ok {
+			sw.route = r.Pattern // r is a copy (the identity): its pattern for the metrics
+		}
 	}))
 }
 

@@ -24,7 +24,7 @@ func init() {
 	helps["controller"] = `usage: sluice controller [--data-dir DIR] [--listen ADDR:PORT] [--tls-cert FILE --tls-key FILE] [--tokens FILE]
                          [--etcd-endpoints URL,... [--etcd-cert F --etcd-key F] [--etcd-ca F]] [--prefix /sluice/] [--placement=true|false]
                          [--host-ttl 10] [--drs manual|automatic] [--drs-interval 30s] [--rebalance-threshold 1..5]
-                         [--max-events N] [--max-decisions N] [--event-ttl 168h]
+                         [--max-events N] [--max-decisions N] [--event-ttl 168h] [--etcd-client-port N] [--etcd-peer-port N] (both obsolete, ignored)
                          [--metrics-listen 127.0.0.1:9643|""] [--log-format text|json] [--config /etc/sluice/controller.yaml]
 
 The cluster controller. It keeps the cluster's state (policy, placement,
