@@ -110,6 +110,18 @@ type Server struct {
 	// once (default 128); the server stops reading the connection's requests
 	// while it is reached.
 	MaxInFlight int
+	// MaxInFlightPerIdentity bounds the requests in flight of all the
+	// connections of one identity (a VM, on a listener with Access.Allow)
+	// together (default DefaultMaxInFlightPerIdentity): a request in
+	// flight is a goroutine that wants the CPU, so this bounds how much of
+	// the server's run queue one client fills, and more connections do
+	// not buy it more.
+	MaxInFlightPerIdentity int
+	// TurnRequests is how many requests (valid or not) a client reads
+	// before its reader yields to the other clients (default
+	// DefaultTurnRequests; see fair.go). The connections of one identity
+	// share a turn.
+	TurnRequests int
 	// MaxInFlightBytes bounds the payload bytes of one connection's
 	// requests in flight: WRITE data read and READ buffers (default 64 MiB,
 	// at least MaxPayloadBytes). The server stops reading the connection's
@@ -142,7 +154,9 @@ type Server struct {
 	wg        sync.WaitGroup
 
 	budgets     map[string]*sharedBudget // per identity, while it has connections (mu)
-	open        atomic.Int32             // connections accepted and not yet ended
+	readyOnce   sync.Once
+	ready       *readyPoll   // connections in transmission (nil: no epoll)
+	open        atomic.Int32 // connections accepted and not yet ended
 	refused     atomic.Uint64
 	lastRefusal atomic.Int64 // monoNs of the last refusal logged
 
@@ -260,6 +274,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.closeReadyPoll()
 	return nil
 }
 
@@ -295,6 +310,7 @@ func (s *Server) ServeConnAccess(rw io.ReadWriteCloser, a Access) {
 	// Small buffers during the handshake: a connection that never gets
 	// past it (or waits in it) costs little memory.
 	c := &serverConn{s: s, acc: &a, id: a.Identity, rw: rw, r: bufio.NewReaderSize(rw, handshakeBufBytes), w: bufio.NewWriterSize(rw, handshakeBufBytes)}
+	c.pc, _ = rw.(*pollConn)
 	err := c.run()
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		return
@@ -334,6 +350,7 @@ type serverConn struct {
 	// transmitting: the handshake is over
 	transmitting bool
 	rw           io.ReadWriteCloser
+	pc           *pollConn // the socket under rw (and under TLS), if it is one
 	r            *bufio.Reader
 	w            *bufio.Writer
 

@@ -45,16 +45,29 @@ func (c *serverConn) transmission(b Backend, name string) error {
 	if maxBytes < MaxPayloadBytes {
 		maxBytes = MaxPayloadBytes
 	}
-	t := &transmitter{c: c, b: b, name: name, size: b.SizeBytes(), max: max}
+	turnLen := int64(c.s.TurnRequests)
+	if turnLen <= 0 {
+		turnLen = DefaultTurnRequests
+	}
+	t := &transmitter{c: c, b: b, name: name, size: b.SizeBytes(), max: max, turnLen: turnLen}
 	if c.acc.Allow != nil && c.id != "" {
 		// A client with an identity (a VM) has one budget over all its
-		// connections: more connections do not buy it more memory.
-		bud, release := c.s.identityBudget(c.id, maxBytes)
+		// connections: more connections buy it neither more memory, nor
+		// more requests in flight, nor longer turns.
+		perID := c.s.MaxInFlightPerIdentity
+		if perID <= 0 {
+			perID = DefaultMaxInFlightPerIdentity
+		}
+		sh, release := c.s.identityShare(c.id, maxBytes, int64(perID))
 		defer release()
-		t.bytes = bud
+		t.share = sh
 	} else {
-		t.bytes = &budget{}
-		t.bytes.init(maxBytes, c.s.testBudgetWait)
+		t.share = newClientShare(maxBytes, int64(max), c.s.testBudgetWait)
+	}
+	if c.pc != nil {
+		if r := c.s.readyPoll(); r != nil {
+			defer r.add(c.pc)()
+		}
 	}
 	t.workers = 1
 	t.wg.Add(1)
@@ -76,7 +89,8 @@ type transmitter struct {
 	readMu  sync.Mutex   // held by the worker that is the reader
 	waiting atomic.Int32 // workers waiting to become the reader
 	wg      sync.WaitGroup
-	bytes   *budget // payload bytes of the requests in flight
+	share   *clientShare // the client's budgets and turn
+	turnLen int64        // requests per turn
 
 	// guarded by readMu
 	workers int
@@ -113,7 +127,8 @@ func (t *transmitter) worker() {
 		}
 		t.readMu.Unlock()
 		t.c.serve(t.b, req)
-		t.bytes.release(payload(req))
+		t.share.bytes.release(payload(req))
+		t.share.reqs.release(1)
 	}
 }
 
@@ -126,10 +141,25 @@ func payload(req request) int64 {
 	return 0
 }
 
-// identityBudget returns the payload budget shared by the connections of
-// identity id (created with n bytes for its first connection) and the
+// clientShare is what one client (the connections of one identity, or one
+// connection without identity) may hold: payload bytes and requests in
+// flight, and its turn at reading (fair.go).
+type clientShare struct {
+	bytes, reqs budget
+	turn        turn
+}
+
+func newClientShare(maxBytes, maxReqs int64, onWait func()) *clientShare {
+	sh := &clientShare{}
+	sh.bytes.init(maxBytes, onWait)
+	sh.reqs.init(maxReqs, nil)
+	return sh
+}
+
+// identityShare returns the share of the connections of identity id
+// (created with maxBytes and maxReqs for its first connection) and the
 // function that gives the connection's hold on it back.
-func (s *Server) identityBudget(id string, n int64) (*budget, func()) {
+func (s *Server) identityShare(id string, maxBytes, maxReqs int64) (*clientShare, func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.budgets == nil {
@@ -137,12 +167,11 @@ func (s *Server) identityBudget(id string, n int64) (*budget, func()) {
 	}
 	sb := s.budgets[id]
 	if sb == nil {
-		sb = &sharedBudget{}
-		sb.b.init(n, s.testBudgetWait)
+		sb = &sharedBudget{sh: newClientShare(maxBytes, maxReqs, s.testBudgetWait)}
 		s.budgets[id] = sb
 	}
 	sb.refs++
-	return &sb.b, func() {
+	return sb.sh, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if sb.refs--; sb.refs == 0 {
@@ -151,13 +180,13 @@ func (s *Server) identityBudget(id string, n int64) (*budget, func()) {
 	}
 }
 
-// sharedBudget is a budget with the number of connections using it.
+// sharedBudget is a client share with the number of connections using it.
 type sharedBudget struct {
-	b    budget
+	sh   *clientShare
 	refs int
 }
 
-// budget is a counting semaphore of bytes.
+// budget is a counting semaphore (of bytes or of requests).
 type budget struct {
 	mu   sync.Mutex
 	cond sync.Cond
@@ -200,6 +229,9 @@ func (b *budget) release(n int64) {
 func (t *transmitter) read() (request, error) {
 	c := t.c
 	for {
+		if t.share.turn.n.Add(1)%t.turnLen == 0 {
+			c.endOfTurn()
+		}
 		var h [28]byte
 		if _, err := io.ReadFull(c.r, h[:]); err != nil {
 			return request{}, err
@@ -221,11 +253,11 @@ func (t *transmitter) read() (request, error) {
 			}
 			// Wait for the requests in flight to free memory rather
 			// than buffer more than MaxInFlightBytes for this client.
-			t.bytes.acquire(int64(req.length))
+			t.share.bytes.acquire(int64(req.length))
 			req.data = getBuf(int(req.length))
 			if _, err := io.ReadFull(c.r, req.data); err != nil {
 				putBuf(req.data)
-				t.bytes.release(int64(req.length))
+				t.share.bytes.release(int64(req.length))
 				return request{}, err
 			}
 		}
@@ -234,15 +266,20 @@ func (t *transmitter) read() (request, error) {
 		}
 		if errno := check(req, t.size); errno != 0 {
 			putBuf(req.data)
-			t.bytes.release(int64(len(req.data))) // a WRITE's; 0 for others
-			if err := c.reply(req.handle, errno, nil); err != nil {
+			t.share.bytes.release(int64(len(req.data))) // a WRITE's; 0 for others
+			// Sent with the next batch of replies: an invalid request
+			// costs no system call of its own.
+			if err := c.replyBatched(req.handle, errno); err != nil {
 				return request{}, err
 			}
 			continue
 		}
 		if req.typ == CmdRead {
-			t.bytes.acquire(int64(req.length))
+			t.share.bytes.acquire(int64(req.length))
 		}
+		// Wait while the client has MaxInFlight requests in flight (over
+		// all its connections): it is not read meanwhile.
+		t.share.reqs.acquire(1)
 		return req, nil
 	}
 }
@@ -372,9 +409,19 @@ func putBuf(b []byte) {
 	}
 }
 
+// replyBatched queues an error reply for the flusher, which sends it with
+// the replies that complete meanwhile.
+func (c *serverConn) replyBatched(handle uint64, errno uint32) error {
+	return c.replyOpt(handle, errno, nil, true)
+}
+
 // reply queues one simple reply (the payload follows only for a good READ)
 // and asks the flusher to send it.
 func (c *serverConn) reply(handle uint64, errno uint32, data []byte) error {
+	return c.replyOpt(handle, errno, data, false)
+}
+
+func (c *serverConn) replyOpt(handle uint64, errno uint32, data []byte, batched bool) error {
 	var h [16]byte
 	binary.BigEndian.PutUint32(h[0:], simpleMagic)
 	binary.BigEndian.PutUint32(h[4:], errno)
@@ -384,7 +431,7 @@ func (c *serverConn) reply(handle uint64, errno uint32, data []byte) error {
 	if err == nil {
 		_, err = c.w.Write(data)
 	}
-	if err == nil && c.active.Load() <= 1 {
+	if err == nil && !batched && c.active.Load() <= 1 {
 		// No other request in flight (queue depth 1): send now rather
 		// than hand over to the flusher. The reader polls for the
 		// next request from before the client can have the reply, and

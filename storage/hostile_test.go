@@ -1,0 +1,298 @@
+package storage
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// hostilePolicy: two VMs with equal shares on one host; the datastore is a
+// directory on tmpfs (memory speed), so the gateway's CPU, not the
+// datastore, is what the VMs compete for.
+const hostilePolicy = `
+cluster: hx
+hosts:
+  - name: h1
+    cpu: {cores: 4, mhz: 2000}
+    memory: 16GiB
+    uplinks: [{name: vmnic0, speed: 10Gbps}]
+datastores:
+  - name: ds1
+vms:
+  - {name: vm1, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: d0, datastore: ds1, shares: 1000, size: 64MiB}]}
+  - {name: vm2, host: h1, cpu: {vcpus: 1}, memory: 1GiB, disks: [{name: d0, datastore: ds1, shares: 1000, size: 64MiB}]}
+`
+
+// gwHostileEnv makes the test binary the gateway of the hostile-client
+// tests: it serves hostilePolicy's VM sockets in $DIR/socks from the
+// directory datastore $DIR/ds until its stdin closes.
+const gwHostileEnv = "SLUICE_GW_HOSTILE"
+
+func runGatewayHostileChild(t *testing.T, dir string) {
+	p := parsePolicy(t, hostilePolicy)
+	g, err := New(Options{Host: "h1", Policy: p, Datastores: map[string]string{"ds1": filepath.Join(dir, "ds")}, Period: time.Hour})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	serveVMSockets(t, g, filepath.Join(dir, "socks"), DefaultSocketPerm)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	g.Close()
+	os.Exit(0)
+}
+
+// startHostileGateway runs the gateway of hostilePolicy in a child process
+// with GOMAXPROCS=1 (sluice gateway's default --cpus 1) and returns its
+// socket directory once both VMs' sockets exist.
+func startHostileGateway(t *testing.T, testName string) string {
+	t.Helper()
+	base := "/dev/shm"
+	if fi, err := os.Stat(base); err != nil || !fi.IsDir() {
+		base = ""
+	}
+	dir, err := os.MkdirTemp(base, "sluice-hostile-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Mkdir(filepath.Join(dir, "ds"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CreateVolumes(filepath.Join(dir, "ds"), parsePolicy(t, hostilePolicy), "ds1"); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+testName+"$")
+	cmd.Env = append(os.Environ(), gwHostileEnv+"="+dir, "GOMAXPROCS=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	socks := filepath.Join(dir, "socks")
+	deadline := time.Now().Add(20 * time.Second)
+	for _, vm := range []string{"vm1", "vm2"} {
+		for {
+			if _, err := os.Lstat(VMSocket(socks, vm)); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no socket for %s after 20 s", vm)
+			}
+			time.Sleep(10 * time.Millisecond) // polling a child process, with a deadline
+		}
+	}
+	return socks
+}
+
+// attack is what a hostile client sends.
+type attack struct {
+	name    string
+	conns   int
+	invalid bool // READs beyond the end of the disk (EINVAL) instead of valid ones
+	burn    bool // no NBD: a goroutine spinning on the CPU (the reference)
+}
+
+var attacks = []attack{
+	{name: "CPU burner (no NBD)", burn: true},
+	{name: "valid 4 KiB READs, 1 connection", conns: 1},
+	{name: "invalid READs, 1 connection", conns: 1, invalid: true},
+	{name: "invalid READs, 4 connections", conns: 4, invalid: true},
+}
+
+// hostileConn opens export on the Unix socket sock with a raw fixed
+// newstyle handshake (NBD_OPT_EXPORT_NAME) and returns the connection in
+// transmission.
+func hostileConn(ctx context.Context, sock, export string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", sock)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (net.Conn, error) { c.Close(); return nil, fmt.Errorf("handshake: %w", err) }
+	var greet [18]byte
+	if _, err := io.ReadFull(c, greet[:]); err != nil {
+		return fail(err)
+	}
+	msg := make([]byte, 4+16+len(export))
+	binary.BigEndian.PutUint32(msg[0:], 1|2) // fixed newstyle, no zeroes
+	binary.BigEndian.PutUint64(msg[4:], 0x49484156454F5054)
+	binary.BigEndian.PutUint32(msg[12:], 1) // NBD_OPT_EXPORT_NAME
+	binary.BigEndian.PutUint32(msg[16:], uint32(len(export)))
+	copy(msg[20:], export)
+	if _, err := c.Write(msg); err != nil {
+		return fail(err)
+	}
+	var info [10]byte
+	if _, err := io.ReadFull(c, info[:]); err != nil {
+		return fail(err)
+	}
+	return c, nil
+}
+
+// runHostile pipelines up to 256 requests per connection on a.conns
+// connections to export on sock, as fast as the gateway answers, until
+// ctx ends; it returns the replies received. Its connections are closed
+// when it returns.
+func runHostile(ctx context.Context, t *testing.T, sock, export string, a attack) (replies *atomic.Int64, wait func()) {
+	const window = 256
+	replies = &atomic.Int64{}
+	var wg sync.WaitGroup
+	if a.burn {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				for i := 0; i < 1e6; i++ {
+					replies.Add(0)
+				}
+			}
+		}()
+		return replies, wg.Wait
+	}
+	for i := 0; i < a.conns; i++ {
+		c, err := hostileConn(ctx, sock, export)
+		if err != nil {
+			t.Fatalf("hostile client: %v", err)
+		}
+		context.AfterFunc(ctx, func() { c.Close() })
+		tokens := make(chan struct{}, window)
+		for range window {
+			tokens <- struct{}{}
+		}
+		wg.Add(2)
+		go func() { // writer: a request whenever fewer than window are out
+			defer wg.Done()
+			w := bufio.NewWriterSize(c, 28*window)
+			var req [28]byte
+			binary.BigEndian.PutUint32(req[0:], 0x25609513)
+			binary.BigEndian.PutUint32(req[24:], 4096)
+			for n := uint64(0); ; n++ {
+				select {
+				case <-tokens:
+				default:
+					if w.Flush() != nil {
+						return
+					}
+					select {
+					case <-tokens:
+					case <-ctx.Done():
+						return
+					}
+				}
+				off := (n * 4096 * 7919) % (64 << 20)
+				if a.invalid {
+					off = 1 << 40
+				}
+				binary.BigEndian.PutUint64(req[8:], n)
+				binary.BigEndian.PutUint64(req[16:], off)
+				if _, err := w.Write(req[:]); err != nil {
+					return
+				}
+			}
+		}()
+		go func() { // reader: every reply frees a place in the window
+			defer wg.Done()
+			r := bufio.NewReaderSize(c, 256<<10)
+			var h [16]byte
+			for {
+				if _, err := io.ReadFull(r, h[:]); err != nil {
+					return
+				}
+				if binary.BigEndian.Uint32(h[4:]) == 0 {
+					if _, err := r.Discard(4096); err != nil {
+						return
+					}
+				}
+				replies.Add(1)
+				tokens <- struct{}{}
+			}
+		}()
+	}
+	return replies, wg.Wait
+}
+
+// victimIOPS runs fio (4 KiB random reads, queue depth 16) on vm2's disk
+// through its socket for secs seconds after a 1 s ramp.
+func victimIOPS(t *testing.T, socks string, secs int) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs+30)*time.Second)
+	defer cancel()
+	uri := "nbd+unix:///vm2/d0?socket=" + VMSocket(socks, "vm2")
+	res, err := runFio(ctx, t, []string{"time_based", "ramp_time=1", fmt.Sprintf("runtime=%d", secs), "size=64M"},
+		[]fioJob{{name: "vm2", uri: uri, rw: "randread", bs: "4k", iodepth: 16}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectNoFioErrors(t, res)
+	return res["vm2"].IOPS
+}
+
+// hostileResult is the victim's IOPS under one attack, and the attacker's.
+type hostileResult struct {
+	attack          attack
+	victim, hostile float64
+}
+
+// measureHostile measures vm2 alone, under each attack by vm1, and alone
+// again; alone is the mean of the two alone runs.
+func measureHostile(t *testing.T, socks string, secs int) (alone float64, res []hostileResult) {
+	a1 := victimIOPS(t, socks, secs)
+	for _, a := range attacks {
+		ctx, cancel := context.WithCancel(context.Background())
+		replies, wait := runHostile(ctx, t, VMSocket(socks, "vm1"), "vm1/d0", a)
+		start := time.Now()
+		v := victimIOPS(t, socks, secs)
+		n := replies.Load()
+		el := time.Since(start)
+		cancel()
+		wait()
+		res = append(res, hostileResult{attack: a, victim: v, hostile: float64(n) / el.Seconds()})
+	}
+	a2 := victimIOPS(t, socks, secs)
+	t.Logf("vm2 alone: %.0f and %.0f IOPS", a1, a2)
+	return (a1 + a2) / 2, res
+}
+
+// minVictimShare is the fraction of its alone IOPS vm2 keeps under each
+// attack by vm1 (TestLiveHostileVM).
+const minVictimShare = 0.5
+
+// A hostile vm1 pipelining 256 requests per connection (valid READs on
+// one connection, invalid READs on one and on four) on its own socket,
+// while vm2 (equal shares) runs fio 4 KiB random reads at queue depth 16
+// on its socket: the gateway (a child process, GOMAXPROCS=1 as with
+// --cpus 1, datastore on tmpfs) keeps vm2 at ≥ minVictimShare of its
+// IOPS alone, measured alone in the same run before and after.
+func TestLiveHostileVM(t *testing.T) {
+	if dir := os.Getenv(gwHostileEnv); dir != "" {
+		runGatewayHostileChild(t, dir)
+	}
+	needTools(t, "fio")
+	socks := startHostileGateway(t, "TestLiveHostileVM")
+	alone, res := measureHostile(t, socks, 3)
+	for _, r := range res {
+		t.Logf("vm1 %s: vm2 %.0f IOPS = %.0f%% of alone (%.0f); vm1 got %.0f replies/s", r.attack.name, r.victim, 100*r.victim/alone, alone, r.hostile)
+	}
+	for _, r := range res {
+		if r.attack.burn {
+			continue
+		}
+		if r.victim < minVictimShare*alone {
+			t.Errorf("vm1 %s: vm2 got %.0f IOPS, %.0f%% of its %.0f alone; want ≥ %.0f%%", r.attack.name, r.victim, 100*r.victim/alone, alone, 100*minVictimShare)
+		}
+	}
+}
