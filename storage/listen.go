@@ -267,16 +267,31 @@ func (g *Gateway) ServeVM(l net.Listener, vm string) error {
 	return g.serveNamed(l, nbd.Access{Identity: vm, Allow: OwnDisks, MaxConns: n}, name)
 }
 
+// Bounds of the TLS listener's connections that have not authenticated
+// (nbd.Access.MaxUnauthenticated, ...PerSource, AuthTimeout): strangers
+// holding connections open in the handshake displace each other, not the
+// VMs with certificates.
+const (
+	TLSMaxUnauthenticated          = 128
+	TLSMaxUnauthenticatedPerSource = 16
+	TLSAuthTimeout                 = 3 * time.Second
+)
+
 // ServeTLS serves on l (TCP) with TLS required: a client presents a
 // certificate (cfg's ClientCAs) and opens the disks of the VM its Common
 // Name names. Half of the server's connection cap is open to it, so that
 // strangers in the handshake cannot take every place from the VMs' sockets.
+// Of those, at most TLSMaxUnauthenticated (TLSMaxUnauthenticatedPerSource
+// per remote address) may be waiting to authenticate, for at most
+// TLSAuthTimeout; a newer one closes the oldest.
 func (g *Gateway) ServeTLS(l net.Listener, cfg *tls.Config) error {
 	n := g.srv.MaxConns
 	if n <= 0 {
 		n = nbd.DefaultMaxConns
 	}
-	return g.ServeAccess(l, nbd.Access{Allow: OwnDisks, TLS: cfg, MaxConns: max(n/2, 1)})
+	return g.ServeAccess(l, nbd.Access{Allow: OwnDisks, TLS: cfg, MaxConns: max(n/2, 1),
+		MaxUnauthenticated: TLSMaxUnauthenticated, MaxUnauthenticatedPerSource: TLSMaxUnauthenticatedPerSource,
+		AuthTimeout: TLSAuthTimeout})
 }
 
 // unwrapOp drops net.OpError's repetition of the operation and address

@@ -84,6 +84,18 @@ type Access struct {
 	// MaxConns bounds the listener's open connections (0: only the
 	// server's MaxConns). A connection beyond it is closed at once.
 	MaxConns int
+	// MaxUnauthenticated bounds the listener's connections that have not
+	// authenticated (with TLS: not yet presented a verified client
+	// certificate naming an identity); MaxUnauthenticatedPerSource those
+	// of one remote IP address. When a bound is reached the oldest such
+	// connection (of that address, or of all) is closed to make room
+	// (pending.go). 0: no bound. Only meaningful with TLS: without it no
+	// connection authenticates.
+	MaxUnauthenticated, MaxUnauthenticatedPerSource int
+	// AuthTimeout, if > 0, is how long a connection may take to
+	// authenticate (the TLS handshake included); after that the rest of
+	// the handshake has the server's HandshakeTimeout.
+	AuthTimeout time.Duration
 }
 
 // DefaultMaxConns is Server.MaxConns's default.
@@ -159,6 +171,8 @@ type Server struct {
 	open        atomic.Int32 // connections accepted and not yet ended
 	refused     atomic.Uint64
 	lastRefusal atomic.Int64 // monoNs of the last refusal logged
+	displaced   atomic.Uint64
+	lastDisplay atomic.Int64 // monoNs of the last displacement logged
 
 	lastHandshakeLog  atomic.Int64  // monoNs of the last failed handshake logged
 	handshakeFailures atomic.Uint64 // failed handshakes not logged since
@@ -178,6 +192,10 @@ func onceASecond(last *atomic.Int64) bool {
 // Refused is the number of connections closed at once because a
 // connection cap (Server.MaxConns, Access.MaxConns) was reached.
 func (s *Server) Refused() uint64 { return s.refused.Load() }
+
+// Displaced is the number of unauthenticated connections closed to make
+// room for newer ones (Access.MaxUnauthenticated, ...PerSource).
+func (s *Server) Displaced() uint64 { return s.displaced.Load() }
 
 // admit takes a place for a new connection of a listener that has mine
 // open (bound max, 0: none); false if a cap is reached.
@@ -231,6 +249,10 @@ func (s *Server) ServeAccess(l net.Listener, a Access) error {
 	s.mu.Unlock()
 	defer func() { s.mu.Lock(); delete(s.listeners, l); s.mu.Unlock() }()
 	var mine atomic.Int32 // this listener's open connections
+	var pending *pendingSet
+	if a.MaxUnauthenticated > 0 || a.MaxUnauthenticatedPerSource > 0 {
+		pending = newPendingSet(a.MaxUnauthenticated, a.MaxUnauthenticatedPerSource)
+	}
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -253,10 +275,28 @@ func (s *Server) ServeAccess(l net.Listener, a Access) error {
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}
+		var onAuth func()
+		if pending != nil {
+			pc, displaced := pending.add(c)
+			for _, o := range displaced {
+				_ = o.c.Close()
+			}
+			if n := len(displaced); n > 0 {
+				s.displaced.Add(uint64(n))
+				if onceASecond(&s.lastDisplay) {
+					s.logf("nbd: closed %d unauthenticated connection(s) to make room (%d unauthenticated open, limits %d, %d per address; %d closed so far)",
+						n, pending.len(), a.MaxUnauthenticated, a.MaxUnauthenticatedPerSource, s.displaced.Load())
+				}
+			}
+			onAuth = func() { pending.remove(pc) }
+		}
 		s.wg.Add(1)
 		go func() {
 			defer func() { s.open.Add(-1); mine.Add(-1); s.wg.Done() }()
-			s.ServeConnAccess(c, a)
+			if onAuth != nil {
+				defer onAuth()
+			}
+			s.serveConn(c, a, onAuth)
 		}()
 	}
 }
@@ -284,7 +324,11 @@ func (s *Server) Close() error {
 func (s *Server) ServeConn(rw io.ReadWriteCloser) { s.ServeConnAccess(rw, Access{}) }
 
 // ServeConnAccess is ServeConn for a connection that may do what a allows.
-func (s *Server) ServeConnAccess(rw io.ReadWriteCloser, a Access) {
+func (s *Server) ServeConnAccess(rw io.ReadWriteCloser, a Access) { s.serveConn(rw, a, nil) }
+
+// serveConn is ServeConnAccess; onAuth, if set, is called when the
+// connection authenticated.
+func (s *Server) serveConn(rw io.ReadWriteCloser, a Access, onAuth func()) {
 	if nc, ok := rw.(net.Conn); ok {
 		rw = newPollConn(nc, s.PollNs)
 	}
@@ -311,6 +355,7 @@ func (s *Server) ServeConnAccess(rw io.ReadWriteCloser, a Access) {
 	// past it (or waits in it) costs little memory.
 	c := &serverConn{s: s, acc: &a, id: a.Identity, rw: rw, r: bufio.NewReaderSize(rw, handshakeBufBytes), w: bufio.NewWriterSize(rw, handshakeBufBytes)}
 	c.pc, _ = rw.(*pollConn)
+	c.onAuth = onAuth
 	err := c.run()
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		return
@@ -351,6 +396,7 @@ type serverConn struct {
 	transmitting bool
 	rw           io.ReadWriteCloser
 	pc           *pollConn // the socket under rw (and under TLS), if it is one
+	onAuth       func()    // called once the client authenticated (nil: nobody cares)
 	r            *bufio.Reader
 	w            *bufio.Writer
 
@@ -376,7 +422,11 @@ func (c *serverConn) run() error {
 	}
 	nc, isNet := c.rw.(net.Conn)
 	if isNet {
-		_ = nc.SetDeadline(time.Now().Add(timeout))
+		first := timeout
+		if c.acc.AuthTimeout > 0 && c.acc.AuthTimeout < first {
+			first = c.acc.AuthTimeout
+		}
+		_ = nc.SetDeadline(time.Now().Add(first))
 	}
 	b, name, err := c.handshake()
 	if err != nil || b == nil {
@@ -609,6 +659,17 @@ func (c *serverConn) startTLS(n uint32) error {
 	c.tlsOn = true
 	if cs := tc.ConnectionState(); len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
 		c.id = certIdentity(cs.VerifiedChains[0][0].Subject)
+	}
+	if c.id != "" && c.onAuth != nil {
+		c.onAuth()
+		if c.acc.AuthTimeout > 0 {
+			// Authenticated: the rest of the handshake has the usual time.
+			timeout := c.s.HandshakeTimeout
+			if timeout == 0 {
+				timeout = 10 * time.Second
+			}
+			_ = nc.SetDeadline(time.Now().Add(timeout))
+		}
 	}
 	c.rw = tc
 	c.r = bufio.NewReaderSize(tc, handshakeBufBytes)

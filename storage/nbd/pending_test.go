@@ -1,0 +1,79 @@
+package nbd
+
+import (
+	"context"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// dialFrom opens a connection to addr from local address src and reads the
+// greeting.
+func dialFrom(t *testing.T, src, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(c, make([]byte, 18)); err != nil {
+		t.Fatalf("greeting: %v", err)
+	}
+	return c
+}
+
+// closedByServer reports whether the server closed c (a read ends with
+// end of file or a reset rather than data or the test's deadline).
+func closedByServer(c net.Conn) bool {
+	_, err := c.Read(make([]byte, 1))
+	return err == io.EOF || isReset(err)
+}
+
+// On a TLS listener with MaxUnauthenticated 3, 2 per source and an
+// AuthTimeout of 400 ms: a third unauthenticated connection from one
+// address closes that address's oldest, a fourth in all the oldest of
+// all; an authenticated connection is never displaced; an idle one is cut
+// after AuthTimeout, well before HandshakeTimeout.
+func TestUnauthenticatedBounds(t *testing.T) {
+	_, srvTLS, clients := tlsSetup(t, "a")
+	s := &Server{Exports: threeExports(), HandshakeTimeout: 5 * time.Second}
+	addr := serveAccess(t, s, Access{Allow: ownDisks, TLS: srvTLS, MaxUnauthenticated: 3, MaxUnauthenticatedPerSource: 2, AuthTimeout: 400 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	authed, err := DialTLS(ctx, "tcp", addr, "a/d0", clients["a"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer authed.Close()
+
+	p1 := dialFrom(t, "127.0.0.1", addr)
+	p2 := dialFrom(t, "127.0.0.1", addr)
+	dialFrom(t, "127.0.0.1", addr) // p3
+	if !closedByServer(p1) {
+		t.Fatal("third unauthenticated connection from 127.0.0.1 (2 per source): the oldest was not closed")
+	}
+	p4 := dialFrom(t, "127.0.0.1", addr)
+	if !closedByServer(p2) {
+		t.Fatal("fourth from 127.0.0.1: the second was not closed (oldest first)")
+	}
+	_ = p4
+	q1start := time.Now()
+	q1 := dialFrom(t, "127.0.0.2", addr) // p3, p4, q1: 3 unauthenticated
+	dialFrom(t, "127.0.0.3", addr)       // a fourth in all: p3, the oldest, goes
+	if s.Displaced() != 3 {
+		t.Fatalf("Displaced() = %d, want 3", s.Displaced())
+	}
+	buf := make([]byte, 4096)
+	if err := authed.ReadAt(buf, 0); err != nil {
+		t.Fatalf("authenticated connection after the displacements: %v", err)
+	}
+	if !closedByServer(q1) {
+		t.Fatal("an idle unauthenticated connection was not cut")
+	}
+	if d := time.Since(q1start); d < 300*time.Millisecond || d > 3*time.Second {
+		t.Fatalf("idle unauthenticated connection cut after %v, want about the 400 ms AuthTimeout", d)
+	}
+}
