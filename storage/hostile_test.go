@@ -243,14 +243,16 @@ func victimIOPS(t *testing.T, socks string, secs int) float64 {
 
 // hostileResult is the victim's IOPS under one attack, and the attacker's.
 type hostileResult struct {
-	attack          attack
-	victim, hostile float64
+	attack                 attack
+	victim, alone, hostile float64 // IOPS; alone: the mean of the alone runs before and after
 }
 
-// measureHostile measures vm2 alone, under each attack by vm1, and alone
-// again; alone is the mean of the two alone runs.
-func measureHostile(t *testing.T, socks string, secs int) (alone float64, res []hostileResult) {
-	a1 := victimIOPS(t, socks, secs)
+// measureHostile measures vm2 alone, then under each attack by vm1 with
+// vm2 alone again after each: an attack's share is vm2's IOPS under it
+// over the mean of the alone runs just before and after (the machine's
+// load drifts; adjacent runs see the same).
+func measureHostile(t *testing.T, socks string, secs int) (res []hostileResult) {
+	prev := victimIOPS(t, socks, secs)
 	for _, a := range attacks {
 		ctx, cancel := context.WithCancel(context.Background())
 		replies, wait := runHostile(ctx, t, VMSocket(socks, "vm1"), "vm1/d0", a)
@@ -260,39 +262,43 @@ func measureHostile(t *testing.T, socks string, secs int) (alone float64, res []
 		el := time.Since(start)
 		cancel()
 		wait()
-		res = append(res, hostileResult{attack: a, victim: v, hostile: float64(n) / el.Seconds()})
+		next := victimIOPS(t, socks, secs)
+		res = append(res, hostileResult{attack: a, victim: v, alone: (prev + next) / 2, hostile: float64(n) / el.Seconds()})
+		prev = next
 	}
-	a2 := victimIOPS(t, socks, secs)
-	t.Logf("vm2 alone: %.0f and %.0f IOPS", a1, a2)
-	return (a1 + a2) / 2, res
+	return res
 }
 
 // minVictimShare is the fraction of its alone IOPS vm2 keeps under each
-// attack by vm1 (TestLiveHostileVM).
-const minVictimShare = 0.5
+// attack by vm1 (TestLiveHostileVM). Before the fair-service rules it kept
+// 11–28% (docs/performance.md).
+const minVictimShare = 0.4
 
 // A hostile vm1 pipelining 256 requests per connection (valid READs on
 // one connection, invalid READs on one and on four) on its own socket,
 // while vm2 (equal shares) runs fio 4 KiB random reads at queue depth 16
 // on its socket: the gateway (a child process, GOMAXPROCS=1 as with
 // --cpus 1, datastore on tmpfs) keeps vm2 at ≥ minVictimShare of its
-// IOPS alone, measured alone in the same run before and after.
+// IOPS alone, measured alone in the same run just before and after each
+// attack. With equal shares and the gateway's CPU the bottleneck, the fair
+// outcome is about half; a CPU burner without NBD (logged, not judged)
+// shows what a neighbour that only takes a core costs vm2 here.
 func TestLiveHostileVM(t *testing.T) {
 	if dir := os.Getenv(gwHostileEnv); dir != "" {
 		runGatewayHostileChild(t, dir)
 	}
 	needTools(t, "fio")
 	socks := startHostileGateway(t, "TestLiveHostileVM")
-	alone, res := measureHostile(t, socks, 3)
+	res := measureHostile(t, socks, 3)
 	for _, r := range res {
-		t.Logf("vm1 %s: vm2 %.0f IOPS = %.0f%% of alone (%.0f); vm1 got %.0f replies/s", r.attack.name, r.victim, 100*r.victim/alone, alone, r.hostile)
+		t.Logf("vm1 %s: vm2 %.0f IOPS = %.0f%% of alone (%.0f); vm1 got %.0f replies/s", r.attack.name, r.victim, 100*r.victim/r.alone, r.alone, r.hostile)
 	}
 	for _, r := range res {
 		if r.attack.burn {
 			continue
 		}
-		if r.victim < minVictimShare*alone {
-			t.Errorf("vm1 %s: vm2 got %.0f IOPS, %.0f%% of its %.0f alone; want ≥ %.0f%%", r.attack.name, r.victim, 100*r.victim/alone, alone, 100*minVictimShare)
+		if r.victim < minVictimShare*r.alone {
+			t.Errorf("vm1 %s: vm2 got %.0f IOPS, %.0f%% of its %.0f alone; want ≥ %.0f%%", r.attack.name, r.victim, 100*r.victim/r.alone, r.alone, 100*minVictimShare)
 		}
 	}
 }

@@ -146,9 +146,26 @@ func (s *Server) closeReadyPoll() {
 }
 
 // turn counts the requests a client read; every turnLen-th read ends its
-// turn.
+// turn, and epoch counts the ends, so that every reader of the client
+// (one per connection) yields once per turn, not only the one that read
+// the last request of the turn.
 type turn struct {
-	n atomic.Int64
+	n, epoch atomic.Int64
+}
+
+// next counts one request read by a reader that last yielded at epoch
+// *seen: it yields if the turn ended now (end of turn, waking the others)
+// or ended since it last yielded (another reader of the client ended it).
+func (t *turn) next(c *serverConn, turnLen int64, seen *int64) {
+	if t.n.Add(1)%turnLen == 0 {
+		*seen = t.epoch.Add(1)
+		c.endOfTurn()
+		return
+	}
+	if e := t.epoch.Load(); e != *seen {
+		*seen = e
+		runtime.Gosched()
+	}
 }
 
 // endOfTurn yields the reader of connection c at the end of its client's

@@ -91,6 +91,8 @@ type transmitter struct {
 	wg      sync.WaitGroup
 	share   *clientShare // the client's budgets and turn
 	turnLen int64        // requests per turn
+	// guarded by readMu
+	seenEpoch int64 // the client's turn epoch when this connection last yielded
 
 	// guarded by readMu
 	workers int
@@ -229,9 +231,7 @@ func (b *budget) release(n int64) {
 func (t *transmitter) read() (request, error) {
 	c := t.c
 	for {
-		if t.share.turn.n.Add(1)%t.turnLen == 0 {
-			c.endOfTurn()
-		}
+		t.share.turn.next(c, t.turnLen, &t.seenEpoch)
 		var h [28]byte
 		if _, err := io.ReadFull(c.r, h[:]); err != nil {
 			return request{}, err
