@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# A hostile VM against the gateway's other VMs (issue 24), before and after
+# a change: builds package storage's test binary at BEFORE and at AFTER
+# (with the work tree's storage/hostile_test.go copied into both, so that
+# both run the same test), runs TestLiveHostileVM from each alternately
+# ROUNDS times, and prints per attack vm2's IOPS as a share of vm2's IOPS
+# alone measured in the same run: each round's share and the median. Only
+# shares from the same run are compared; the machine is shared and noisy.
+#
+#   bench/storage-hostile.sh [BEFORE] [AFTER] [ROUNDS]
+#   bench/storage-hostile.sh 7616670 . 3        (the defaults)
+#
+# A revision is a commit, a branch, or "." for the work tree as it is.
+# Needs fio (scripts/deps.sh). About 30 s per run.
+set -euo pipefail
+before=${1:-7616670} after=${2:-.} rounds=${3:-3}
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+build() { # rev name
+	local src=$root
+	if [ "$1" != . ]; then
+		src=$tmp/src-$2
+		mkdir -p "$src"
+		git -C "$root" archive "$1" | tar -x -C "$src"
+		cp "$root/storage/hostile_test.go" "$src/storage/"
+	fi
+	(cd "$src" && go test -c -o "$tmp/$2.test" ./storage)
+}
+build "$before" before
+build "$after" after
+for r in $(seq "$rounds"); do
+	for v in before after; do
+		(cd "$root/storage" && "$tmp/$v.test" -test.run '^TestLiveHostileVM$' -test.v -test.count 1 2>&1 || true) |
+			sed -n 's/.*vm1 \(.*\): vm2 [0-9]* IOPS = \([0-9]*\)% of alone.*/\1|\2/p' |
+			awk -F'|' -v v=$v -v r=$r '{ print v "|" r "|" $1 "|" $2 }'
+	done
+done >"$tmp/runs"
+awk -F'|' '
+function median(arr, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && arr[j-1] > arr[j]; j--) { t = arr[j]; arr[j] = arr[j-1]; arr[j-1] = t } return n % 2 ? arr[(n+1)/2] : (arr[n/2] + arr[n/2+1]) / 2 }
+{ k = $1 SUBSEP $3; x[k, ++n[k]] = $4; s[k] = s[k] (s[k] == "" ? "" : " ") $4; names[$3] = 1 }
+END {
+	printf "%-36s %-22s %-22s\n", "vm1 attack (vm2: % of alone)", "before: runs | median", "after: runs | median"
+	for (a in names) {
+		for (vi = 1; vi <= 2; vi++) {
+			v = vi == 1 ? "before" : "after"; k = v SUBSEP a; m = n[k]
+			for (i = 1; i <= m; i++) y[i] = x[k, i]
+			out[vi] = sprintf("%s | %s", s[k], m ? median(y, m) : "-")
+		}
+		printf "%-36s %-22s %-22s\n", a, out[1], out[2]
+	}
+}' "$tmp/runs" | { IFS= read -r h; echo "$h"; sort; }
