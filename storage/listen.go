@@ -252,14 +252,19 @@ func (g *Gateway) VMs() []string {
 // DefaultMaxConnsPerVM is Options.MaxConnsPerVM's default.
 const DefaultMaxConnsPerVM = 64
 
+// maxConnsPerVM is Options.MaxConnsPerVM or its default.
+func (g *Gateway) maxConnsPerVM() int {
+	if n := g.opts.MaxConnsPerVM; n > 0 {
+		return n
+	}
+	return DefaultMaxConnsPerVM
+}
+
 // ServeVM serves VM vm's disks, and nothing else, on l (its own socket)
 // until Close. At most Options.MaxConnsPerVM connections are open on it.
 // The Status names a VM socket unix:DIR/*.sock.
 func (g *Gateway) ServeVM(l net.Listener, vm string) error {
-	n := g.opts.MaxConnsPerVM
-	if n <= 0 {
-		n = DefaultMaxConnsPerVM
-	}
+	n := g.maxConnsPerVM()
 	name := listenName(l)
 	if a := l.Addr(); a.Network() == "unix" {
 		name = "unix:" + filepath.Join(filepath.Dir(a.String()), "*.sock")
@@ -283,7 +288,8 @@ const (
 // strangers in the handshake cannot take every place from the VMs' sockets.
 // Of those, at most TLSMaxUnauthenticated (TLSMaxUnauthenticatedPerSource
 // per remote address) may be waiting to authenticate, for at most
-// TLSAuthTimeout; a newer one closes the oldest.
+// TLSAuthTimeout; a newer one closes the oldest. One VM's certificate
+// opens at most Options.MaxConnsPerVM connections, as on its socket.
 func (g *Gateway) ServeTLS(l net.Listener, cfg *tls.Config) error {
 	n := g.srv.MaxConns
 	if n <= 0 {
@@ -291,7 +297,7 @@ func (g *Gateway) ServeTLS(l net.Listener, cfg *tls.Config) error {
 	}
 	return g.ServeAccess(l, nbd.Access{Allow: OwnDisks, TLS: cfg, MaxConns: max(n/2, 1),
 		MaxUnauthenticated: TLSMaxUnauthenticated, MaxUnauthenticatedPerSource: TLSMaxUnauthenticatedPerSource,
-		AuthTimeout: TLSAuthTimeout})
+		AuthTimeout: TLSAuthTimeout, MaxConnsPerIdentity: g.maxConnsPerVM()})
 }
 
 // unwrapOp drops net.OpError's repetition of the operation and address

@@ -77,3 +77,50 @@ func TestUnauthenticatedBounds(t *testing.T) {
 		t.Fatalf("idle unauthenticated connection cut after %v, want about the 400 ms AuthTimeout", d)
 	}
 }
+
+// With MaxConnsPerIdentity 2, a third connection with a's certificate is
+// closed after its TLS handshake; b's certificate still opens b's disk;
+// when one of a's closes, a opens again.
+func TestConnsPerIdentity(t *testing.T) {
+	_, srvTLS, clients := tlsSetup(t, "a", "b")
+	s := &Server{Exports: threeExports(), HandshakeTimeout: 5 * time.Second}
+	addr := serveAccess(t, s, Access{Allow: ownDisks, TLS: srvTLS, MaxConnsPerIdentity: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var open []*Client
+	defer func() {
+		for _, c := range open {
+			c.Close()
+		}
+	}()
+	for i := 0; i < 2; i++ {
+		c, err := DialTLS(ctx, "tcp", addr, "a/d0", clients["a"])
+		if err != nil {
+			t.Fatalf("a's connection %d: %v", i, err)
+		}
+		open = append(open, c)
+	}
+	if c, err := DialTLS(ctx, "tcp", addr, "a/d0", clients["a"]); err == nil {
+		c.Close()
+		t.Fatal("a's third connection was served with MaxConnsPerIdentity 2")
+	}
+	b, err := DialTLS(ctx, "tcp", addr, "b/d0", clients["b"])
+	if err != nil {
+		t.Fatalf("b beside a's two connections: %v", err)
+	}
+	open = append(open, b)
+	open[0].Close()
+	<-open[0].Done()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := DialTLS(ctx, "tcp", addr, "a/d0", clients["a"])
+		if err == nil {
+			open = append(open, c)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a could not open again after closing one of its two: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // the server sees the close asynchronously
+	}
+}

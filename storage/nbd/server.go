@@ -92,6 +92,12 @@ type Access struct {
 	// (pending.go). 0: no bound. Only meaningful with TLS: without it no
 	// connection authenticates.
 	MaxUnauthenticated, MaxUnauthenticatedPerSource int
+	// MaxConnsPerIdentity, if > 0, bounds the connections of one identity
+	// learnt from a TLS client certificate on this listener: one more is
+	// closed when its TLS handshake ends, so that one VM's certificate
+	// cannot take the listener's places from the others.
+	MaxConnsPerIdentity int
+	perID               *identityConns // set by ServeAccess when MaxConnsPerIdentity > 0
 	// AuthTimeout, if > 0, is how long a connection may take to
 	// authenticate (the TLS handshake included); after that the rest of
 	// the handshake has the server's HandshakeTimeout.
@@ -178,6 +184,32 @@ type Server struct {
 	handshakeFailures atomic.Uint64 // failed handshakes not logged since
 }
 
+// identityConns counts one listener's connections per TLS identity
+// (Access.MaxConnsPerIdentity).
+type identityConns struct {
+	mu  sync.Mutex
+	max int
+	n   map[string]int
+}
+
+// hold takes a place for a connection of identity id; false if none is
+// free. The function returned gives it back.
+func (ic *identityConns) hold(id string) (func(), bool) {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	if ic.n[id] >= ic.max {
+		return nil, false
+	}
+	ic.n[id]++
+	return func() {
+		ic.mu.Lock()
+		defer ic.mu.Unlock()
+		if ic.n[id]--; ic.n[id] <= 0 {
+			delete(ic.n, id)
+		}
+	}, true
+}
+
 // onceASecond reports whether a second has passed since it last returned
 // true for last (a monoNs time; 0: never), and if so records now.
 func onceASecond(last *atomic.Int64) bool {
@@ -249,6 +281,9 @@ func (s *Server) ServeAccess(l net.Listener, a Access) error {
 	s.mu.Unlock()
 	defer func() { s.mu.Lock(); delete(s.listeners, l); s.mu.Unlock() }()
 	var mine atomic.Int32 // this listener's open connections
+	if a.MaxConnsPerIdentity > 0 {
+		a.perID = &identityConns{max: a.MaxConnsPerIdentity, n: map[string]int{}}
+	}
 	var pending *pendingSet
 	if a.MaxUnauthenticated > 0 || a.MaxUnauthenticatedPerSource > 0 {
 		pending = newPendingSet(a.MaxUnauthenticated, a.MaxUnauthenticatedPerSource)
@@ -357,6 +392,9 @@ func (s *Server) serveConn(rw io.ReadWriteCloser, a Access, onAuth func()) {
 	c.pc, _ = rw.(*pollConn)
 	c.onAuth = onAuth
 	err := c.run()
+	if c.releaseID != nil {
+		c.releaseID()
+	}
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		return
 	}
@@ -397,6 +435,7 @@ type serverConn struct {
 	rw           io.ReadWriteCloser
 	pc           *pollConn // the socket under rw (and under TLS), if it is one
 	onAuth       func()    // called once the client authenticated (nil: nobody cares)
+	releaseID    func()    // gives back the place held in Access.MaxConnsPerIdentity (nil: none)
 	r            *bufio.Reader
 	w            *bufio.Writer
 
@@ -659,6 +698,14 @@ func (c *serverConn) startTLS(n uint32) error {
 	c.tlsOn = true
 	if cs := tc.ConnectionState(); len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
 		c.id = certIdentity(cs.VerifiedChains[0][0].Subject)
+	}
+	if c.id != "" && c.acc.perID != nil {
+		release, ok := c.acc.perID.hold(c.id)
+		if !ok {
+			c.s.refused.Add(1)
+			return fmt.Errorf("client %q has %d connections on this listener (limit %d)", c.id, c.acc.MaxConnsPerIdentity, c.acc.MaxConnsPerIdentity)
+		}
+		c.releaseID = release
 	}
 	if c.id != "" && c.onAuth != nil {
 		c.onAuth()

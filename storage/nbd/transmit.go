@@ -91,13 +91,12 @@ type transmitter struct {
 	wg      sync.WaitGroup
 	share   *clientShare // the client's budgets and turn
 	turnLen int64        // requests per turn
-	// guarded by readMu
-	seenEpoch int64 // the client's turn epoch when this connection last yielded
 
 	// guarded by readMu
-	workers int
-	stopped bool
-	err     error // why reading stopped (nil after DISC)
+	seenEpoch int64 // the client's turn epoch when this connection last yielded
+	workers   int
+	stopped   bool
+	err       error // why reading stopped (nil after DISC)
 }
 
 // worker alternates between reading one request (as the reader) and serving
