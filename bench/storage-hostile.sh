@@ -32,7 +32,7 @@ build "$after" after
 for r in $(seq "$rounds"); do
 	for v in before after; do
 		(cd "$root/storage" && "$tmp/$v.test" -test.run '^TestLiveHostileVM$' -test.v -test.count 1 2>&1 || true) |
-			sed -n 's/.*vm1 \(.*\): vm2 [0-9]* IOPS = \([0-9]*\)% of alone.*/\1|\2/p' |
+			sed -n 's/.*vm1 \(.*\): vm2 kept a median \([0-9]*\)% of its IOPS alone (rounds.*/\1|\2/p' |
 			awk -F'|' -v v=$v -v r=$r '{ print v "|" r "|" $1 "|" $2 }'
 	done
 done >"$tmp/runs"

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -104,11 +105,9 @@ type attack struct {
 	name    string
 	conns   int
 	invalid bool // READs beyond the end of the disk (EINVAL) instead of valid ones
-	burn    bool // no NBD: a goroutine spinning on the CPU (the reference)
 }
 
 var attacks = []attack{
-	{name: "CPU burner (no NBD)", burn: true},
 	{name: "valid 4 KiB READs, 1 connection", conns: 1},
 	{name: "invalid READs, 1 connection", conns: 1, invalid: true},
 	{name: "invalid READs, 4 connections", conns: 4, invalid: true},
@@ -152,18 +151,6 @@ func runHostile(ctx context.Context, t *testing.T, sock, export string, a attack
 	const window = 256
 	replies = &atomic.Int64{}
 	var wg sync.WaitGroup
-	if a.burn {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				for i := 0; i < 1e6; i++ {
-					replies.Add(0)
-				}
-			}
-		}()
-		return replies, wg.Wait
-	}
 	for i := 0; i < a.conns; i++ {
 		c, err := hostileConn(ctx, sock, export)
 		if err != nil {
@@ -242,34 +229,43 @@ func victimIOPS(t *testing.T, socks string, secs int) float64 {
 	return res["vm2"].IOPS
 }
 
-// hostileResult is the victim's IOPS under one attack, and the attacker's.
+// hostileResult is what vm2 kept under one attack: per round its IOPS
+// under the attack over the mean of its IOPS alone just before and after
+// (the machine's load drifts; adjacent runs see the same), and the
+// attacker's replies per second.
 type hostileResult struct {
-	attack                 attack
-	victim, alone, hostile float64 // IOPS; alone: the mean of the alone runs before and after
+	attack  attack
+	shares  []float64
+	hostile []float64
 }
 
-// measureHostile measures vm2 alone, then under each attack by vm1 with
-// vm2 alone again after each: an attack's share is vm2's IOPS under it
-// over the mean of the alone runs just before and after (the machine's
-// load drifts; adjacent runs see the same).
-func measureHostile(t *testing.T, socks string, secs int) (res []hostileResult) {
+// measureHostile runs vm2 alone and under each attack by vm1 in turn,
+// rounds times over: alone, attack 1, alone, attack 2, alone, ...
+func measureHostile(t *testing.T, socks string, secs, rounds int) []hostileResult {
 	// The attacker is a VM with one vCPU: on a 2-CPU machine a client
 	// using both would take the CPUs of fio and of the gateway, whatever
 	// the gateway does.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	res := make([]hostileResult, len(attacks))
 	prev := victimIOPS(t, socks, secs)
-	for _, a := range attacks {
-		ctx, cancel := context.WithCancel(context.Background())
-		replies, wait := runHostile(ctx, t, VMSocket(socks, "vm1"), "vm1/d0", a)
-		start := time.Now()
-		v := victimIOPS(t, socks, secs)
-		n := replies.Load()
-		el := time.Since(start)
-		cancel()
-		wait()
-		next := victimIOPS(t, socks, secs)
-		res = append(res, hostileResult{attack: a, victim: v, alone: (prev + next) / 2, hostile: float64(n) / el.Seconds()})
-		prev = next
+	for r := 0; r < rounds; r++ {
+		for i, a := range attacks {
+			ctx, cancel := context.WithCancel(context.Background())
+			replies, wait := runHostile(ctx, t, VMSocket(socks, "vm1"), "vm1/d0", a)
+			start := time.Now()
+			v := victimIOPS(t, socks, secs)
+			n := replies.Load()
+			el := time.Since(start)
+			cancel()
+			wait()
+			next := victimIOPS(t, socks, secs)
+			alone := (prev + next) / 2
+			t.Logf("round %d, vm1 %s: vm2 %.0f IOPS, alone %.0f and %.0f: %.0f%%", r+1, a.name, v, prev, next, 100*v/alone)
+			res[i].attack = a
+			res[i].shares = append(res[i].shares, v/alone)
+			res[i].hostile = append(res[i].hostile, float64(n)/el.Seconds())
+			prev = next
+		}
 	}
 	return res
 }
@@ -277,7 +273,7 @@ func measureHostile(t *testing.T, socks string, secs int) (res []hostileResult) 
 // minVictimShare is the fraction of its alone IOPS vm2 keeps under each
 // attack by vm1 (TestLiveHostileVM). Before the fair-service rules it kept
 // 11–28% (docs/performance.md).
-const minVictimShare = 0.4
+const minVictimShare = 0.5
 
 // A hostile vm1 pipelining 256 requests per connection (valid READs on
 // one connection, invalid READs on one and on four) on its own socket,
@@ -285,25 +281,33 @@ const minVictimShare = 0.4
 // on its socket: the gateway (a child process, GOMAXPROCS=1 as with
 // --cpus 1, datastore on tmpfs) keeps vm2 at ≥ minVictimShare of its
 // IOPS alone, measured alone in the same run just before and after each
-// attack. With equal shares and the gateway's CPU the bottleneck, the fair
-// outcome is about half; a CPU burner without NBD (logged, not judged)
-// shows what a neighbour that only takes a core costs vm2 here.
+// attack run; the median of three rounds is judged. With equal shares and
+// the gateway's CPU the bottleneck, the fair outcome is about half.
 func TestLiveHostileVM(t *testing.T) {
 	if dir := os.Getenv(gwHostileEnv); dir != "" {
 		runGatewayHostileChild(t, dir)
 	}
 	needTools(t, "fio")
 	socks := startHostileGateway(t, "TestLiveHostileVM")
-	res := measureHostile(t, socks, 3)
+	res := measureHostile(t, socks, 2, 3)
 	for _, r := range res {
-		t.Logf("vm1 %s: vm2 %.0f IOPS = %.0f%% of alone (%.0f); vm1 got %.0f replies/s", r.attack.name, r.victim, 100*r.victim/r.alone, r.alone, r.hostile)
-	}
-	for _, r := range res {
-		if r.attack.burn {
-			continue
-		}
-		if r.victim < minVictimShare*r.alone {
-			t.Errorf("vm1 %s: vm2 got %.0f IOPS, %.0f%% of its %.0f alone; want ≥ %.0f%%", r.attack.name, r.victim, 100*r.victim/r.alone, r.alone, 100*minVictimShare)
+		med := median(r.shares)
+		t.Logf("vm1 %s: vm2 kept a median %.0f%% of its IOPS alone (rounds: %s); vm1 got a median %.0f replies/s",
+			r.attack.name, 100*med, percents(r.shares), median(r.hostile))
+		if med < minVictimShare {
+			t.Errorf("vm1 %s: vm2 kept a median %.0f%% of its IOPS alone; want ≥ %.0f%%", r.attack.name, 100*med, 100*minVictimShare)
 		}
 	}
+}
+
+// percents formats fractions as "12% 34% ...".
+func percents(v []float64) string {
+	var b strings.Builder
+	for i, x := range v {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%.0f%%", 100*x)
+	}
+	return b.String()
 }

@@ -69,7 +69,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	tlsKey := fs.String("tls-key", "", "its private key (PEM)")
 	tlsCA := fs.String("tls-ca", "", "CA certificate(s) (PEM) that sign the clients' certificates (Common Name = VM name)")
 	maxConns := fs.Int("max-conns", nbd.DefaultMaxConns, "connections open at once over all listeners")
-	maxConnsVM := fs.Int("max-conns-per-vm", storage.DefaultMaxConnsPerVM, "connections open at once on one VM's socket")
+	maxConnsVM := fs.Int("max-conns-per-vm", storage.DefaultMaxConnsPerVM, "connections open at once on one VM's socket, and with one VM's certificate on the TLS listener")
 	period := fs.Duration("period", 0, "control period (default: the datastore's sioc.controlPeriod)")
 	statusFile := fs.String("status-file", "", "status JSON file (default "+statusDir+"/gateway-CLUSTER-HOST.json; removed on exit)")
 	// One OS thread runs the gateway by default: the request path is a few

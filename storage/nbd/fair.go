@@ -18,7 +18,7 @@ import (
 // Three rules bound what one client gets:
 //
 //   - A turn: a client (all connections of one identity, or one
-//     connection without identity) reads at most TurnRequests requests,
+//     connection without identity) reads at most TurnRequests (8) requests,
 //     answered or invalid alike, then its reader yields: it asks the
 //     kernel which other connections have requests waiting (one
 //     epoll_wait on a level-triggered set of every connection in
@@ -34,14 +34,17 @@ import (
 //   - Error replies are sent with the next batch of replies, not with
 //     one system call each.
 
-// DefaultTurnRequests is Server.TurnRequests's default.
-const DefaultTurnRequests = 16
+// DefaultTurnRequests is Server.TurnRequests's default. Measured
+// (TestLiveHostileVM, medians of three rounds): a VM pipelining valid
+// READs left the other VM 41% of its IOPS alone with turns of 16, 64–74%
+// with 8, 66% with 4; a turn's end costs one epoll_wait and a yield.
+const DefaultTurnRequests = 8
 
 // DefaultMaxInFlightPerIdentity is Server.MaxInFlightPerIdentity's
-// default: twice QEMU's NBD client's 16 requests per connection. Measured
-// (TestLiveHostileVM, docs/performance.md): with 128 a VM pipelining valid
-// READs left the other VM 31–44% of its IOPS alone, with 32 55–56%, with 16
-// 55%.
+// default: twice QEMU's NBD client's 16 requests per connection, so that a
+// VM still keeps a slow datastore busy. In TestLiveHostileVM (turns of 16)
+// 16 and 32 were within the run-to-run noise of each other (medians 46%
+// and 41%), and 128 was clearly worse (single runs: 31% and 44%).
 const DefaultMaxInFlightPerIdentity = 32
 
 // readyPoll is a level-triggered epoll set of the server's connections in
