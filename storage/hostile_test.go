@@ -271,9 +271,11 @@ func measureHostile(t *testing.T, socks string, secs, rounds int) []hostileResul
 }
 
 // minVictimShare is the fraction of its alone IOPS vm2 keeps under each
-// attack by vm1 (TestLiveHostileVM). Before the fair-service rules it kept
-// 11–28% (docs/performance.md).
-const minVictimShare = 0.5
+// attack by vm1 (TestLiveHostileVM). Measured on the 2-CPU test machine at
+// load 7–8 (docs/performance.md): before the fair-service rules 7–23%
+// (medians of three rounds), after 51–74% under valid READs and 59–135%
+// under invalid ones; 0.4 leaves a margin under the worst of those.
+const minVictimShare = 0.4
 
 // A hostile vm1 pipelining 256 requests per connection (valid READs on
 // one connection, invalid READs on one and on four) on its own socket,
