@@ -4,6 +4,8 @@ import (
 	"container/list"
 	"net"
 	"sync"
+	"syscall"
+	"unsafe"
 )
 
 // Connections that have not authenticated yet.
@@ -15,7 +17,11 @@ import (
 // or of all) is closed to make room for the new one, so that a client with
 // a valid certificate, whose handshake takes milliseconds, still gets in
 // while strangers hold hundreds of idle connections; and the time to
-// authenticate is short (Access.AuthTimeout). A connection is
+// authenticate is short (Access.AuthTimeout). Idle connections go first:
+// those that have not asked for TLS (NBD_OPT_STARTTLS) and have no bytes
+// waiting to be read; then those with bytes waiting (the server has not
+// got to them yet); a client in its TLS handshake, which may take a while
+// on a loaded server, last. A connection is
 // authenticated once its TLS handshake verified a client certificate that
 // names an identity.
 
@@ -30,9 +36,10 @@ type pendingSet struct {
 
 // pendingConn is one unauthenticated connection in a pendingSet.
 type pendingConn struct {
-	c    net.Conn
-	src  string
-	elem *list.Element // nil once removed
+	c     net.Conn
+	src   string
+	elem  *list.Element // nil once removed
+	inTLS bool          // asked for TLS (guarded by the set's mu)
 }
 
 func newPendingSet(maxTotal, maxPerSource int) *pendingSet {
@@ -57,22 +64,76 @@ func (p *pendingSet) add(c net.Conn) (*pendingConn, []*pendingConn) {
 	defer p.mu.Unlock()
 	var out []*pendingConn
 	if p.maxPerSource > 0 && p.bySrc[pc.src] >= p.maxPerSource {
-		for e := p.order.Front(); e != nil; e = e.Next() {
-			if o := e.Value.(*pendingConn); o.src == pc.src {
-				p.removeLocked(o)
-				out = append(out, o)
-				break
-			}
+		if o := p.oldestLocked(pc.src, true); o != nil {
+			p.removeLocked(o)
+			out = append(out, o)
 		}
 	}
 	if p.maxTotal > 0 && p.order.Len() >= p.maxTotal {
-		o := p.order.Front().Value.(*pendingConn)
-		p.removeLocked(o)
-		out = append(out, o)
+		if o := p.oldestLocked("", false); o != nil {
+			p.removeLocked(o)
+			out = append(out, o)
+		}
 	}
 	pc.elem = p.order.PushBack(pc)
 	p.bySrc[pc.src]++
 	return pc, out
+}
+
+// oldestLocked is the connection to displace: the oldest (of source src
+// if bySrc) that is idle, else the oldest with bytes waiting, else the
+// oldest. p.mu held.
+func (p *pendingSet) oldestLocked(src string, bySrc bool) *pendingConn {
+	var waiting, inTLS *pendingConn
+	for e := p.order.Front(); e != nil; e = e.Next() {
+		o := e.Value.(*pendingConn)
+		switch {
+		case bySrc && o.src != src:
+		case o.inTLS:
+			if inTLS == nil {
+				inTLS = o
+			}
+		case unreadBytes(o.c) > 0:
+			if waiting == nil {
+				waiting = o
+			}
+		default:
+			return o
+		}
+	}
+	if waiting != nil {
+		return waiting
+	}
+	return inTLS
+}
+
+// unreadBytes is how many bytes wait in c's socket (FIONREAD; 0 when it
+// cannot tell).
+func unreadBytes(c net.Conn) int {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return 0
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var n int32
+	_ = rc.Control(func(fd uintptr) {
+		_, _, e := syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
+		if e != 0 {
+			n = 0
+		}
+	})
+	return int(n)
+}
+
+// startedTLS records that pc asked for TLS: it is displaced after those
+// that did not.
+func (p *pendingSet) startedTLS(pc *pendingConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pc.inTLS = true
 }
 
 // remove forgets pc (authenticated or ended); removing twice is harmless.

@@ -1,7 +1,9 @@
 package nbd
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"testing"
@@ -122,5 +124,37 @@ func TestConnsPerIdentity(t *testing.T) {
 			t.Fatalf("a could not open again after closing one of its two: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond) // the server sees the close asynchronously
+	}
+}
+
+// Idle connections are displaced before one that asked for TLS: c1 sends
+// NBD_OPT_STARTTLS and then stalls (as a slow TLS handshake would); with
+// 2 unauthenticated connections per source, each newer connection
+// displaces the idle one before it, never c1, whose TLS handshake then
+// succeeds.
+func TestIdleDisplacedFirst(t *testing.T) {
+	_, srvTLS, clients := tlsSetup(t, "a")
+	s := &Server{Exports: threeExports(), HandshakeTimeout: 5 * time.Second}
+	addr := serveAccess(t, s, Access{Allow: ownDisks, TLS: srvTLS, MaxUnauthenticatedPerSource: 2})
+	c1 := rawDial(t, "tcp", addr)
+	c1.opt(optStartTLS, nil)
+	if typ, _ := c1.mustReply(optStartTLS); typ != repAck {
+		t.Fatalf("NBD_OPT_STARTTLS: reply %#x", typ)
+	}
+	idle := dialFrom(t, "127.0.0.1", addr)
+	for i := 0; i < 3; i++ {
+		next := dialFrom(t, "127.0.0.1", addr)
+		if !closedByServer(idle) {
+			t.Fatalf("newer connection %d: the idle one before it was not displaced", i)
+		}
+		idle = next
+	}
+	tc := tls.Client(c1.conn, clients["a"])
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("the connection in its TLS handshake was displaced: %v", err)
+	}
+	c1.conn, c1.r = tc, bufio.NewReader(tc)
+	if typ := c1.goOpt(optGo, "a/d0"); typ != repAck {
+		t.Fatalf("NBD_OPT_GO after TLS: reply %#x", typ)
 	}
 }

@@ -310,7 +310,7 @@ func (s *Server) ServeAccess(l net.Listener, a Access) error {
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}
-		var onAuth func()
+		var onAuth, onStartTLS func()
 		if pending != nil {
 			pc, displaced := pending.add(c)
 			for _, o := range displaced {
@@ -324,6 +324,7 @@ func (s *Server) ServeAccess(l net.Listener, a Access) error {
 				}
 			}
 			onAuth = func() { pending.remove(pc) }
+			onStartTLS = func() { pending.startedTLS(pc) }
 		}
 		s.wg.Add(1)
 		go func() {
@@ -331,7 +332,7 @@ func (s *Server) ServeAccess(l net.Listener, a Access) error {
 			if onAuth != nil {
 				defer onAuth()
 			}
-			s.serveConn(c, a, onAuth)
+			s.serveConn(c, a, onAuth, onStartTLS)
 		}()
 	}
 }
@@ -359,11 +360,11 @@ func (s *Server) Close() error {
 func (s *Server) ServeConn(rw io.ReadWriteCloser) { s.ServeConnAccess(rw, Access{}) }
 
 // ServeConnAccess is ServeConn for a connection that may do what a allows.
-func (s *Server) ServeConnAccess(rw io.ReadWriteCloser, a Access) { s.serveConn(rw, a, nil) }
+func (s *Server) ServeConnAccess(rw io.ReadWriteCloser, a Access) { s.serveConn(rw, a, nil, nil) }
 
-// serveConn is ServeConnAccess; onAuth, if set, is called when the
-// connection authenticated.
-func (s *Server) serveConn(rw io.ReadWriteCloser, a Access, onAuth func()) {
+// serveConn is ServeConnAccess; onAuth and onStartTLS, if set, are called
+// when the connection authenticated and when it asked for TLS.
+func (s *Server) serveConn(rw io.ReadWriteCloser, a Access, onAuth, onStartTLS func()) {
 	if nc, ok := rw.(net.Conn); ok {
 		rw = newPollConn(nc, s.PollNs)
 	}
@@ -390,7 +391,7 @@ func (s *Server) serveConn(rw io.ReadWriteCloser, a Access, onAuth func()) {
 	// past it (or waits in it) costs little memory.
 	c := &serverConn{s: s, acc: &a, id: a.Identity, rw: rw, r: bufio.NewReaderSize(rw, handshakeBufBytes), w: bufio.NewWriterSize(rw, handshakeBufBytes)}
 	c.pc, _ = rw.(*pollConn)
-	c.onAuth = onAuth
+	c.onAuth, c.onStartTLS = onAuth, onStartTLS
 	err := c.run()
 	if c.releaseID != nil {
 		c.releaseID()
@@ -435,6 +436,7 @@ type serverConn struct {
 	rw           io.ReadWriteCloser
 	pc           *pollConn // the socket under rw (and under TLS), if it is one
 	onAuth       func()    // called once the client authenticated (nil: nobody cares)
+	onStartTLS   func()    // called when the client asks for TLS (nil: nobody cares)
 	releaseID    func()    // gives back the place held in Access.MaxConnsPerIdentity (nil: none)
 	r            *bufio.Reader
 	w            *bufio.Writer
@@ -680,6 +682,9 @@ func (c *serverConn) startTLS(n uint32) error {
 		return c.optErr(optStartTLS, repErrInvalid, "TLS is already on")
 	case n != 0:
 		return c.optErr(optStartTLS, repErrInvalid, "NBD_OPT_STARTTLS takes no data")
+	}
+	if c.onStartTLS != nil {
+		c.onStartTLS()
 	}
 	if err := c.optReply(optStartTLS, repAck, nil); err != nil {
 		return err
