@@ -25,7 +25,8 @@ import (
 //     transmission), wakes the readers of those parked in the netpoller,
 //     and lets the runnable goroutines run before it reads on. It keeps
 //     its connection's reader role meanwhile, so its own finished
-//     workers wait instead of reading more.
+//     workers wait instead of reading more; the readers of the client's
+//     other connections yield once per turn too.
 //   - In flight: the connections of one identity share
 //     MaxInFlightPerIdentity requests in flight (as they share
 //     MaxInFlightBytes), so more connections buy a client neither more
@@ -36,8 +37,9 @@ import (
 
 // DefaultTurnRequests is Server.TurnRequests's default. Measured
 // (TestLiveHostileVM, medians of three rounds): a VM pipelining valid
-// READs left the other VM 41% of its IOPS alone with turns of 16, 64–74%
-// with 8, 66% with 4; a turn's end costs one epoll_wait and a yield.
+// READs left the other VM 41% of its IOPS alone with turns of 16, 51–74%
+// with 8 (six runs), 66% with 4 (one run); a turn's end costs one
+// epoll_wait and a yield.
 const DefaultTurnRequests = 8
 
 // DefaultMaxInFlightPerIdentity is Server.MaxInFlightPerIdentity's

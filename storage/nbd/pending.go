@@ -160,3 +160,29 @@ func (p *pendingSet) len() int {
 	defer p.mu.Unlock()
 	return p.order.Len()
 }
+
+// identityConns counts one listener's connections per TLS identity
+// (Access.MaxConnsPerIdentity).
+type identityConns struct {
+	mu  sync.Mutex
+	max int
+	n   map[string]int
+}
+
+// hold takes a place for a connection of identity id; false if none is
+// free. The function returned gives it back.
+func (ic *identityConns) hold(id string) (func(), bool) {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	if ic.n[id] >= ic.max {
+		return nil, false
+	}
+	ic.n[id]++
+	return func() {
+		ic.mu.Lock()
+		defer ic.mu.Unlock()
+		if ic.n[id]--; ic.n[id] <= 0 {
+			delete(ic.n, id)
+		}
+	}, true
+}

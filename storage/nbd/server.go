@@ -184,32 +184,6 @@ type Server struct {
 	handshakeFailures atomic.Uint64 // failed handshakes not logged since
 }
 
-// identityConns counts one listener's connections per TLS identity
-// (Access.MaxConnsPerIdentity).
-type identityConns struct {
-	mu  sync.Mutex
-	max int
-	n   map[string]int
-}
-
-// hold takes a place for a connection of identity id; false if none is
-// free. The function returned gives it back.
-func (ic *identityConns) hold(id string) (func(), bool) {
-	ic.mu.Lock()
-	defer ic.mu.Unlock()
-	if ic.n[id] >= ic.max {
-		return nil, false
-	}
-	ic.n[id]++
-	return func() {
-		ic.mu.Lock()
-		defer ic.mu.Unlock()
-		if ic.n[id]--; ic.n[id] <= 0 {
-			delete(ic.n, id)
-		}
-	}, true
-}
-
 // onceASecond reports whether a second has passed since it last returned
 // true for last (a monoNs time; 0: never), and if so records now.
 func onceASecond(last *atomic.Int64) bool {
