@@ -272,10 +272,12 @@ func measureHostile(t *testing.T, socks string, secs, rounds int) []hostileResul
 
 // minVictimShare is the fraction of its alone IOPS vm2 keeps under each
 // attack by vm1 (TestLiveHostileVM). Measured on the 2-CPU test machine at
-// load 7–8 (docs/performance.md): before the fair-service rules 7–23%
-// (medians of three rounds), after 51–74% under valid READs and 59–135%
-// under invalid ones; 0.4 leaves a margin under the worst of those.
-const minVictimShare = 0.4
+// load 5–8 (docs/performance.md), medians of three rounds: before the
+// fair-service rules 7–23%; after, in seven runs, 45–74% under valid READs,
+// 63–135% under invalid ones on one connection and 32–82% on four (32%
+// once, 59% or more otherwise). Run-to-run noise here is ±20 points; 0.3
+// is below every figure after and above every figure before.
+const minVictimShare = 0.3
 
 // A hostile vm1 pipelining 256 requests per connection (valid READs on
 // one connection, invalid READs on one and on four) on its own socket,

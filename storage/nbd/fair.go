@@ -169,6 +169,7 @@ func (t *turn) next(c *serverConn, turnLen int64, seen *int64) {
 	}
 	if e := t.epoch.Load(); e != *seen {
 		*seen = e
+		c.flushSoon()
 		runtime.Gosched()
 	}
 }
@@ -177,6 +178,7 @@ func (t *turn) next(c *serverConn, turnLen int64, seen *int64) {
 // turn: the readers of other connections with data waiting are woken, and
 // the runnable goroutines run before c reads on.
 func (c *serverConn) endOfTurn() {
+	c.flushSoon()
 	if c.pc != nil && c.s.ready != nil {
 		c.s.ready.kickReady(c.pc)
 	}

@@ -415,10 +415,11 @@ type serverConn struct {
 	r            *bufio.Reader
 	w            *bufio.Writer
 
-	wmu      sync.Mutex    // guards w during transmission
-	flushReq chan struct{} // a reply is waiting in w (capacity 1)
-	active   atomic.Int32  // requests handed to workers and not yet answered
-	noZeroes bool
+	wmu       sync.Mutex    // guards w during transmission
+	flushReq  chan struct{} // a reply is waiting in w (capacity 1)
+	active    atomic.Int32  // requests handed to workers and not yet answered
+	unflushed atomic.Bool   // error replies queued without waking the flusher
+	noZeroes  bool
 }
 
 // violation is a protocol error that ends the connection.

@@ -271,6 +271,11 @@ func (t *transmitter) read() (request, error) {
 			if err := c.replyBatched(req.handle, errno); err != nil {
 				return request{}, err
 			}
+			if c.r.Buffered() < 28 {
+				// The next read may wait for the client: send what is
+				// queued first.
+				c.flushSoon()
+			}
 			continue
 		}
 		if req.typ == CmdRead {
@@ -278,6 +283,7 @@ func (t *transmitter) read() (request, error) {
 		}
 		// Wait while the client has MaxInFlight requests in flight (over
 		// all its connections): it is not read meanwhile.
+		c.flushSoon()
 		t.share.reqs.acquire(1)
 		return req, nil
 	}
@@ -408,10 +414,22 @@ func putBuf(b []byte) {
 	}
 }
 
-// replyBatched queues an error reply for the flusher, which sends it with
-// the replies that complete meanwhile.
+// replyBatched queues an error reply without waking the flusher: the
+// reader does (flushSoon) before it may wait for the client, before it
+// yields at the end of a turn, and whenever it hands on a valid request;
+// meanwhile replies that complete send it along.
 func (c *serverConn) replyBatched(handle uint64, errno uint32) error {
 	return c.replyOpt(handle, errno, nil, true)
+}
+
+// flushSoon wakes the flusher if error replies are waiting for it.
+func (c *serverConn) flushSoon() {
+	if c.unflushed.Swap(false) {
+		select {
+		case c.flushReq <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // reply queues one simple reply (the payload follows only for a good READ)
@@ -449,6 +467,10 @@ func (c *serverConn) replyOpt(handle uint64, errno uint32, data []byte, batched 
 	c.wmu.Unlock()
 	if err != nil {
 		return fmt.Errorf("reply: %w", err)
+	}
+	if batched {
+		c.unflushed.Store(true)
+		return nil
 	}
 	select {
 	case c.flushReq <- struct{}{}:
