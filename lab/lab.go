@@ -646,6 +646,17 @@ func Down(cluster, stateDir string) error {
 			_ = os.Remove(f)
 		}
 	}
+	// The lab's gateways publish where a gateway does by default: their
+	// status files and per-VM socket directories go with their processes
+	// (a gateway killed with SIGKILL leaves them).
+	for _, pat := range []string{"gateway-" + cluster + "-*.json", "gw-" + cluster + "-*"} {
+		m, _ := filepath.Glob(filepath.Join(filepath.Dir(storage.SocketDir(cluster, "h")), pat))
+		for _, f := range m {
+			if err := os.RemoveAll(f); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	for _, d := range []string{"lab-" + cluster + ".volumes"} {
 		if err := os.RemoveAll(filepath.Join(stateDirOr(stateDir), d)); err != nil {
 			errs = append(errs, err)

@@ -63,7 +63,7 @@ func TestDatastoreRestartMidWrite(t *testing.T) {
 	ds := nbdkit()
 	startDaemon(t, "", filepath.Join(dir, "gateway.log"), sluiceBin, "gateway", "--host", "h1", "--policy", file,
 		"--datastore", "ds1=nbd+unix:///?socket="+dsSock, "--listen", "unix:"+gwSock, "--period", "500ms",
-		"--status-file", statusFile)
+		"--status-file", statusFile, "--socket-dir", filepath.Join(dir, "gw"))
 	waitSocket(t, gwSock, 10*time.Second)
 	uri := "nbd+unix:///vm1/d0?socket=" + gwSock
 
