@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"slices"
 	"time"
+
+	"sluice/internal/clock"
 )
 
 // AgentSide is what Follow drives on an agent's host.
@@ -70,17 +72,6 @@ func (f *Follower) Run(ctx context.Context) {
 	go func() { defer close(done); f.lease(ctx) }()
 	f.watch(ctx)
 	<-done
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // lease registers the host and reports every TTL/3, and at once when the
@@ -147,7 +138,7 @@ func (f *Follower) watch(ctx context.Context) {
 			f.logAt(slog.LevelWarn, "%v", err)
 			lastErr = err.Error()
 		}
-		return sleep(ctx, f.RetryEvery)
+		return clock.SleepCtx(ctx, f.RetryEvery)
 	}
 	for ctx.Err() == nil {
 		d, err := f.Client.WatchDesired(ctx, f.Host, rev, f.Wait)

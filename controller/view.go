@@ -13,6 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"sluice/internal/clock"
 	"sluice/placement"
 	"sluice/policy"
 )
@@ -222,7 +223,7 @@ func (rc *reportCache) run(cli *clientv3.Client, prefix string) {
 			first = false
 		}
 		if err != nil {
-			if !sleep(cli.Ctx(), time.Second) {
+			if !clock.SleepCtx(cli.Ctx(), time.Second) {
 				return
 			}
 			continue
@@ -248,7 +249,7 @@ func (rc *reportCache) run(cli *clientv3.Client, prefix string) {
 		}
 		cancel()
 		// The watch ended (no leader, compaction): read everything again.
-		if !sleep(cli.Ctx(), 100*time.Millisecond) {
+		if !clock.SleepCtx(cli.Ctx(), 100*time.Millisecond) {
 			return
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"sluice/internal/clock"
 )
 
 // desiredHub is one etcd watch of every host's desired state, shared by
@@ -63,7 +65,7 @@ func (h *desiredHub) run(cli *clientv3.Client, prefix string, rev int64) {
 		// The watch ended (no leader, compaction, a member gone): every
 		// waiter reads again, and the watch starts anew from now on.
 		h.wakeAll()
-		if !sleep(cli.Ctx(), 100*time.Millisecond) {
+		if !clock.SleepCtx(cli.Ctx(), 100*time.Millisecond) {
 			return
 		}
 		rev = h.watch(cli, prefix)

@@ -402,21 +402,8 @@ func mhz(s string, unlimitedOK bool) (int, error) {
 // VMs (nil: the hosts p gives), pl np's.
 func refusal(p *policy.Policy, old Placement, np *policy.Policy, pl Placement, c Change) string {
 	if v := np.VM(c.Target); v != nil {
-		for _, n := range v.NICs {
-			if n.Passthrough && n.Reservation > 0 {
-				return fmt.Sprintf("%s is a passthrough vNIC: it bypasses the scheduler and takes no reservation", policy.PortName(v.Name, n.Name))
-			}
-			if n.Limit != policy.Unlimited && n.Reservation > n.Limit {
-				return fmt.Sprintf("%s reservation %s > limit %s", policy.PortName(v.Name, n.Name), fmtRate(float64(n.Reservation)), fmtRate(float64(n.Limit)))
-			}
-		}
-		for _, d := range v.Disks {
-			if d.LimitIOPS != policy.UnlimitedIOPS && d.ReservationIOPS > d.LimitIOPS {
-				return fmt.Sprintf("%s/%s reservation %d IOPS > limit %d IOPS", v.Name, d.Name, d.ReservationIOPS, d.LimitIOPS)
-			}
-		}
-		if v.CPU.LimitMHz > 0 && v.CPU.ReservationMHz > v.CPU.LimitMHz {
-			return fmt.Sprintf("%s cpu reservation %dMHz > limit %dMHz", v.Name, v.CPU.ReservationMHz, v.CPU.LimitMHz)
+		if why := settingRefusal(v); why != "" {
+			return why
 		}
 		// A vNIC reservation must fit on one uplink of some host: how
 		// much room a host has depends on its uplinks, not its VMs.
@@ -461,6 +448,28 @@ func refusal(p *policy.Policy, old Placement, np *policy.Policy, pl Placement, c
 		if !before[d.Why] {
 			return d.Why
 		}
+	}
+	return ""
+}
+
+// settingRefusal says which of v's own settings no placement can mend (a
+// reservation on a passthrough vNIC, a reservation above its limit), or "".
+func settingRefusal(v *policy.VM) string {
+	for _, n := range v.NICs {
+		if n.Passthrough && n.Reservation > 0 {
+			return fmt.Sprintf("%s is a passthrough vNIC: it bypasses the scheduler and takes no reservation", policy.PortName(v.Name, n.Name))
+		}
+		if n.Limit != policy.Unlimited && n.Reservation > n.Limit {
+			return fmt.Sprintf("%s reservation %s > limit %s", policy.PortName(v.Name, n.Name), fmtRate(float64(n.Reservation)), fmtRate(float64(n.Limit)))
+		}
+	}
+	for _, d := range v.Disks {
+		if d.LimitIOPS != policy.UnlimitedIOPS && d.ReservationIOPS > d.LimitIOPS {
+			return fmt.Sprintf("%s/%s reservation %d IOPS > limit %d IOPS", v.Name, d.Name, d.ReservationIOPS, d.LimitIOPS)
+		}
+	}
+	if v.CPU.LimitMHz > 0 && v.CPU.ReservationMHz > v.CPU.LimitMHz {
+		return fmt.Sprintf("%s cpu reservation %dMHz > limit %dMHz", v.Name, v.CPU.ReservationMHz, v.CPU.LimitMHz)
 	}
 	return ""
 }

@@ -325,21 +325,8 @@ func applyWhole(c Change, p *policy.Policy, cur Placement) (*policy.Policy, Plac
 
 func refusalWhole(p *policy.Policy, old Placement, np *policy.Policy, pl Placement, c Change) string {
 	if v := np.VM(c.Target); v != nil {
-		for _, n := range v.NICs {
-			if n.Passthrough && n.Reservation > 0 {
-				return fmt.Sprintf("%s is a passthrough vNIC: it bypasses the scheduler and takes no reservation", policy.PortName(v.Name, n.Name))
-			}
-			if n.Limit != policy.Unlimited && n.Reservation > n.Limit {
-				return fmt.Sprintf("%s reservation %s > limit %s", policy.PortName(v.Name, n.Name), fmtRate(float64(n.Reservation)), fmtRate(float64(n.Limit)))
-			}
-		}
-		for _, d := range v.Disks {
-			if d.LimitIOPS != policy.UnlimitedIOPS && d.ReservationIOPS > d.LimitIOPS {
-				return fmt.Sprintf("%s/%s reservation %d IOPS > limit %d IOPS", v.Name, d.Name, d.ReservationIOPS, d.LimitIOPS)
-			}
-		}
-		if v.CPU.LimitMHz > 0 && v.CPU.ReservationMHz > v.CPU.LimitMHz {
-			return fmt.Sprintf("%s cpu reservation %dMHz > limit %dMHz", v.Name, v.CPU.ReservationMHz, v.CPU.LimitMHz)
+		if why := settingRefusal(v); why != "" {
+			return why
 		}
 		s := newState(np, pl, Demand{}, &Options{})
 		for _, n := range v.NICs {

@@ -85,18 +85,7 @@ func startHostileGateway(t *testing.T, testName string) string {
 	}
 	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
 	socks := filepath.Join(dir, "socks")
-	deadline := time.Now().Add(20 * time.Second)
-	for _, vm := range []string{"vm1", "vm2"} {
-		for {
-			if _, err := os.Lstat(VMSocket(socks, vm)); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no socket for %s after 20 s", vm)
-			}
-			time.Sleep(10 * time.Millisecond) // polling a child process, with a deadline
-		}
-	}
+	waitVMSockets(t, socks, []string{"vm1", "vm2"})
 	return socks
 }
 

@@ -100,18 +100,7 @@ func TestGatewayIdleConnectionsMemory(t *testing.T) {
 		return st
 	}
 	vms := []string{"a", "b", "c", "d"}
-	deadline := time.Now().Add(20 * time.Second)
-	for _, vm := range vms { // the child serves once every socket exists
-		for {
-			if _, err := os.Lstat(VMSocket(dir, vm)); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no socket for %s after 20 s", vm)
-			}
-			time.Sleep(10 * time.Millisecond) // polling a child process, with a deadline
-		}
-	}
+	waitVMSockets(t, dir, vms) // the child serves once every socket exists
 	base := stats()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -161,5 +150,23 @@ func TestGatewayIdleConnectionsMemory(t *testing.T) {
 	if goGrowth > n*nbd.IdleConnBytes || rssGrowth > n*nbd.IdleConnBytes {
 		t.Errorf("gateway grew by %d bytes (Go) and %d bytes (RSS) for %d connections; stated bound %d per connection",
 			goGrowth, rssGrowth, n, nbd.IdleConnBytes)
+	}
+}
+
+// waitVMSockets waits until a gateway in a child process has made each
+// VM's socket in dir, for at most 20 s.
+func waitVMSockets(t *testing.T, dir string, vms []string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, vm := range vms {
+		for {
+			if _, err := os.Lstat(VMSocket(dir, vm)); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no socket for %s after 20 s", vm)
+			}
+			time.Sleep(10 * time.Millisecond) // polling a child process, with a deadline
+		}
 	}
 }

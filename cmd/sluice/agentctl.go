@@ -16,6 +16,7 @@ import (
 	"sluice/admit"
 	"sluice/agent"
 	"sluice/controller"
+	"sluice/internal/clock"
 	"sluice/lab"
 	"sluice/policy"
 )
@@ -76,7 +77,7 @@ func (f *controllerFlags) startState(ctx context.Context, cl *controller.Client,
 			said = why
 		}
 		wait = 30 * time.Second
-		if err != nil && !sleepCtx(ctx, time.Second) {
+		if err != nil && !clock.SleepCtx(ctx, time.Second) {
 			return controller.DesiredHost{}, ctx.Err()
 		}
 	}
@@ -95,18 +96,6 @@ func askController(cl *controller.Client, host string) func(ctx context.Context,
 			return admit.Decision{}, false, err
 		}
 		return admit.Decision{Allow: a.Allow, VM: a.VM, Why: a.Why, Details: a.Details}, true, nil
-	}
-}
-
-// sleepCtx waits for d or until ctx ends (false).
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

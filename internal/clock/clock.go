@@ -4,7 +4,10 @@
 // tstime.Clock). Real is the time package; tests pass a fake.
 package clock
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Clock gives time, tickers and timers.
 type Clock interface {
@@ -48,4 +51,16 @@ func Sleep(c Clock, d time.Duration) {
 	done := make(chan struct{})
 	c.AfterFunc(d, func() { close(done) })
 	<-done
+}
+
+// SleepCtx waits d in real time, or until ctx ends (then false).
+func SleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
