@@ -227,7 +227,7 @@ func TestTLS(t *testing.T) {
 	if _, _, err := EnsureCert("x.pem", "", dir); err == nil {
 		t.Error("a certificate without a key was accepted")
 	}
-	c := New(Config{Client: testEtcd.Client, Prefix: "/test/" + t.Name() + "/"})
+	c := New(Config{Client: testEtcd.Client, Prefix: testPrefix(t)})
 	toks, _ := ParseTokens([]byte(testToken))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -264,7 +264,7 @@ func portOf(l net.Listener) string {
 // hosts and operators are not held by it, and every request gives its
 // place back.
 func TestHostInFlight(t *testing.T) {
-	c := New(Config{Client: testEtcd.Client, Prefix: "/test/" + t.Name() + "/"})
+	c := New(Config{Client: testEtcd.Client, Prefix: testPrefix(t)})
 	if _, err := c.Apply(context.Background(), ApplyRequest{Document: offDoc(t)}); err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func bodyHandler(t *testing.T) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Handler(New(Config{Client: testEtcd.Client, Prefix: "/test/" + t.Name() + "/"}), toks, nil)
+	return Handler(New(Config{Client: testEtcd.Client, Prefix: testPrefix(t)}), toks, nil)
 }
 
 func bigPost(body *lazyBody, declared bool) *http.Request {

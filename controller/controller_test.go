@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -63,6 +64,13 @@ type fixture struct {
 	ctx context.Context
 }
 
+// prefixSeq numbers the controllers of one test binary.
+var prefixSeq atomic.Int64
+
+// testPrefix is a key prefix of its own for each controller a test makes:
+// -count=N runs the same test names against the one embedded etcd.
+func testPrefix(t *testing.T) string { return fmt.Sprintf("/test/%s/%d/", t.Name(), prefixSeq.Add(1)) }
+
 func newFixture(t *testing.T, choose bool) *fixture {
 	t.Helper()
 	return newFixtureWith(t, Config{ChooseHosts: choose})
@@ -72,7 +80,7 @@ func newFixture(t *testing.T, choose bool) *fixture {
 // set here).
 func newFixtureWith(t *testing.T, cfg Config) *fixture {
 	t.Helper()
-	cfg.Client, cfg.Prefix, cfg.HostTTLSeconds = testEtcd.Client, "/test/"+t.Name()+"/", 5
+	cfg.Client, cfg.Prefix, cfg.HostTTLSeconds = testEtcd.Client, testPrefix(t), 5
 	c := New(cfg)
 	toks, err := ParseTokens([]byte("# test\n" + testToken + "\n" + h1Token + " host=h1\n" + h2Token + " host=h2\n"))
 	if err != nil {

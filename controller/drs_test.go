@@ -160,7 +160,7 @@ func TestDRSHistoryRestart(t *testing.T) {
 	if err != nil || before["vm2"].To != "h2" || before["vm2"].AtNs == 0 {
 		t.Fatalf("history %+v %v", before, err)
 	}
-	c2 := New(Config{Client: testEtcd.Client, Prefix: "/test/" + t.Name() + "/", ChooseHosts: true, DRS: DRSAutomatic, RebalanceThreshold: 5})
+	c2 := New(Config{Client: testEtcd.Client, Prefix: f.c.cfg.Prefix, ChooseHosts: true, DRS: DRSAutomatic, RebalanceThreshold: 5})
 	after, err := c2.History(f.ctx)
 	if err != nil || jsonOf(after) != jsonOf(before) {
 		t.Fatalf("history after a restart %+v %v, before %+v", after, err, before)
@@ -212,7 +212,7 @@ func TestDRSNoPingPong(t *testing.T) {
 	perPass := make([]int, passes)
 	for pass := 0; pass < passes; pass++ {
 		if pass == restartAt {
-			f.c = New(Config{Client: testEtcd.Client, Prefix: "/test/" + t.Name() + "/", DRS: DRSAutomatic, RebalanceThreshold: 5, Now: clock})
+			f.c = New(Config{Client: testEtcd.Client, Prefix: f.c.cfg.Prefix, DRS: DRSAutomatic, RebalanceThreshold: 5, Now: clock})
 		}
 		var changes []string
 		for i := 1; i <= 5; i++ {

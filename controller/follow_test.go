@@ -50,16 +50,24 @@ func (a *fakeAgent) reservation() float64 {
 	return float64(a.policy.VM("vm1").NICs[0].Reservation)
 }
 
-func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) time.Duration {
+// stuckAfter bounds waitFor: a follower that has not taken a change by
+// then is stuck. How fast it takes one is not these tests' verdict (they
+// run beside every other package on a loaded machine): the live
+// TestClusterAsItIs and bench/controller.sh measure that.
+const stuckAfter = 20 * time.Second
+
+// waitFor polls ok until it holds and returns how long that took; after
+// stuckAfter the test fails.
+func waitFor(t *testing.T, what string, ok func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for time.Since(start) < within {
+	for time.Since(start) < stuckAfter {
 		if ok() {
 			return time.Since(start)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatalf("%s: not within %v", what, within)
+	t.Fatalf("%s: not within %v", what, stuckAfter)
 	return 0
 }
 
@@ -93,13 +101,13 @@ func TestFollower(t *testing.T) {
 		close(done)
 	}()
 	defer func() { cancel(); <-done }()
-	waitFor(t, 2*time.Second, "first policy", func() bool { return ag.reservation() == 7.5e9 })
-	waitFor(t, 2*time.Second, "registration", func() bool {
+	waitFor(t, "first policy", func() bool { return ag.reservation() == 7.5e9 })
+	waitFor(t, "registration", func() bool {
 		hs, _ := f.cl.Hosts(f.ctx)
 		return hs[0].Registered && hs[0].Report != nil && hs[0].Report.RatesBps["vm1/nic0"] == 1e9
 	})
 	f.set("vm1/nic0.reservation=7Gbps")
-	took := waitFor(t, time.Second, "set taken", func() bool { return ag.reservation() == 7e9 })
+	took := waitFor(t, "set taken", func() bool { return ag.reservation() == 7e9 })
 	t.Logf("ctl set to the agent's policy: %v", took)
 
 	// The API goes away: the agent keeps its policy.
@@ -116,11 +124,11 @@ func TestFollower(t *testing.T) {
 	}
 	srv = serve(l2)
 	defer srv.Close()
-	waitFor(t, 3*time.Second, "change after reconnect", func() bool { return ag.reservation() == 6e9 })
+	waitFor(t, "change after reconnect", func() bool { return ag.reservation() == 6e9 })
 
 	// Step b moves vm2 to h2: h1's desired VMs lose it.
 	f.set("vm2/nic0.reservation=4.5Gbps")
-	waitFor(t, time.Second, "vm2 leaves h1", func() bool {
+	waitFor(t, "vm2 leaves h1", func() bool {
 		ag.mu.Lock()
 		defer ag.mu.Unlock()
 		return slices.Equal(ag.vms, []string{"vm1", "vm3"})
@@ -144,7 +152,7 @@ func TestFollowerRetriesApply(t *testing.T) {
 	ag.mu.Lock()
 	ag.fail = nil
 	ag.mu.Unlock()
-	waitFor(t, 2*time.Second, "apply after failures", func() bool { return ag.reservation() == 7.5e9 })
+	waitFor(t, "apply after failures", func() bool { return ag.reservation() == 7.5e9 })
 }
 
 // TestFollowerReportsArrival: when a VM migrates to the follower's host,
@@ -162,17 +170,20 @@ func TestFollowerReportsArrival(t *testing.T) {
 		close(done)
 	}()
 	defer func() { cancel(); <-done }()
-	waitFor(t, 2*time.Second, "registration", func() bool {
+	waitFor(t, "registration", func() bool {
 		hs, _ := f.cl.Hosts(f.ctx)
 		return hs[1].Registered
 	})
 	f.set("vm1/nic0.reservation=7.5Gbps")
 	f.set("vm2/nic0.reservation=4.5Gbps") // vm2 moves to h2
-	took := waitFor(t, 2*time.Second, "vm2's migration done", func() bool {
+	took := waitFor(t, "vm2's migration done", func() bool {
 		ds, _ := f.cl.Decisions(f.ctx)
 		return len(ds) == 1 && ds[0].Status == "done"
 	})
 	t.Logf("set to the migration done (the destination's report): %v", took)
+	if periodic := time.Duration(f.c.cfg.HostTTLSeconds) * time.Second / 3; took >= periodic {
+		t.Errorf("the migration was done after %v, not before the periodic report (every %v)", took, periodic)
+	}
 }
 
 // TestFollowerRefusedToken: an agent with another host's token is told

@@ -16,7 +16,7 @@ import (
 // whole wait (docs/perf/controller.md).
 func TestManyWatches(t *testing.T) {
 	const hosts, vms = 300, 600
-	c := New(Config{Client: testEtcd.Client, Prefix: "/test/" + t.Name() + "/"})
+	c := New(Config{Client: testEtcd.Client, Prefix: testPrefix(t)})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if _, err := c.Apply(ctx, ApplyRequest{File: "scale.yaml", Document: string(scalePolicy(hosts, vms))}); err != nil {

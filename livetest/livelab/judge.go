@@ -52,6 +52,9 @@ type Judgement struct {
 //     delivers it in the next second; the class's own counters show that
 //     the scheduler did not stop (a class that stopped while backlogged
 //     is the scheduler's, and is judged);
+//   - no watched port's receiver got more in it than the port's class sent
+//     over the class samples around it (plus MaxInFlight): those bytes
+//     were held back from the second before, which is set aside too;
 //   - with usable > 0, all flows together carried MinCarried of usable.
 //
 // Seconds backlogged and timed but thin are the scheduler's: their share
@@ -67,6 +70,7 @@ func Judge(cw *ClassWatch, rw *Receivers, flows []Flow, ports []string, usable f
 		j.Rates[f.Name] = make([]float64, f.N)
 	}
 	backlogged, sums := make([]bool, n), make([]float64, n)
+	var late []int // seconds in which a receiver got more than its class sent
 	for i := range n {
 		a := start.Add(time.Duration(i) * time.Second)
 		tw := rw.Window(a, a.Add(time.Second))
@@ -116,6 +120,19 @@ func Judge(cw *ClassWatch, rw *Receivers, flows []Flow, ports []string, usable f
 				}
 			}
 		}
+		if tw.OK() {
+			for _, f := range flows {
+				if !slices.Contains(ports, f.Name) || i < f.StartS || i-f.StartS >= f.N {
+					continue
+				}
+				got := j.Rates[f.Name][i-f.StartS] / 8 * tw.To.Sub(tw.From).Seconds()
+				if sent, ok := cw.SentAround(f.Name, tw.From, tw.To); ok && got > sent+MaxInFlight {
+					late = append(late, i)
+					j.Holds = append(j.Holds, fmt.Sprintf("%s's receiver got %.0f kB in second %d of the run where its class sent %.0f kB: bytes held from the second before",
+						f.Name, got/1e3, i, sent/1e3))
+				}
+			}
+		}
 		backlogged[i] = full && tw.OK() && !starting && !held
 		switch {
 		case !full:
@@ -133,6 +150,20 @@ func Judge(cw *ClassWatch, rw *Receivers, flows []Flow, ports []string, usable f
 		case usable > 0 && sum < MinCarried*usable:
 			j.Short[i] = true
 			j.Thin++
+		}
+	}
+	// A second in which a receiver got more than its class sent got
+	// bytes of the second before, held back (TCP repairing a loss in less
+	// than MinStall): neither second's split is the scheduler's.
+	for _, i := range late {
+		for _, k := range []int{i - 1, i} {
+			if k >= 0 && !j.Short[k] {
+				j.Short[k] = true
+				j.Held++
+			}
+			if k >= 0 {
+				backlogged[k] = false
+			}
 		}
 	}
 	if usable > 0 {

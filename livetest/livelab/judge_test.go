@@ -104,6 +104,38 @@ func TestWindowFastestRead(t *testing.T) {
 	}
 }
 
+// A receiver that gets more in a second than its class sent around it got
+// bytes held from the second before (a repair shorter than MinStall): both
+// seconds are set aside; the same dip without the catch-up is judged.
+func TestJudgeLateBytes(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	full := int(time.Second / SampleEvery)
+	secs := []Second{fullSecond(full), fullSecond(full), fullSecond(full), fullSecond(full), fullSecond(full)}
+	flows := []Flow{{Name: "a", Port: 5201, N: 4}}
+	cw := fakeClassWatch(t, t0, secs, 100e6, 0, 0)
+	// 4 Mb of second 1 (more than MaxInFlight) arrive in second 2: the
+	// receiver read 96 then 104 Mbps while the class sent 100 in each.
+	rw := fakeReceivers(t0, 5, 100e6, time.Millisecond, nil)
+	for k := 20; k < 40; k++ {
+		rw.bytes[k][5201] -= 4e6 / 8 * float64(k-20) / 20
+	}
+	for k := 40; k < 45; k++ {
+		rw.bytes[k][5201] -= 4e6 / 8 * float64(45-k) / 5
+	}
+	j := Judge(cw, rw, flows, []string{"a"}, 0, Load{})
+	if got, want := fmt.Sprint(j.Short), "[false true true false]"; got != want || j.Held != 2 || len(j.Holds) == 0 {
+		t.Errorf("late bytes: short %s (held %d, %q), want %s (2)", got, j.Held, j.Holds, want)
+	}
+	// The same dip in second 1 with nothing made up later: judged.
+	rw = fakeReceivers(t0, 5, 100e6, time.Millisecond, nil)
+	for k := 20; k < len(rw.bytes); k++ {
+		rw.bytes[k][5201] -= 4e6 / 8 * min(float64(k-20)/20, 1)
+	}
+	if j = Judge(cw, rw, flows, []string{"a"}, 0, Load{}); fmt.Sprint(j.Short) != "[false false false false]" {
+		t.Errorf("a dip alone: short %v, want every second judged", j.Short)
+	}
+}
+
 // A receiver that holds its bytes across a second's end while its class
 // goes on sending (TCP repairing a loss) sets the two seconds aside; a
 // class that stops sending is the scheduler's and is judged.
@@ -123,8 +155,13 @@ func TestJudgeHeldBytes(t *testing.T) {
 	if got, want := fmt.Sprint(j.Short), "[false true true false]"; got != want || j.Held != 2 {
 		t.Errorf("class sending: short %s (held %d), want %s (2)", got, j.Held, want)
 	}
-	// The class itself stopped over the same time: judged, the dip shows.
-	j = Judge(fakeClassWatch(t, t0, secs, 100e6, 1900*time.Millisecond, 2150*time.Millisecond), rw, flows, []string{"a"}, 0, Load{})
+	// The class itself stopped over the same time, so its receiver never
+	// gets those bytes: judged, the dip shows.
+	stopped := fakeReceivers(t0, 5, 100e6, time.Millisecond, nil)
+	for k := 38; k < len(stopped.bytes); k++ {
+		stopped.bytes[k][5201] = max(held, stopped.bytes[k][5201]-100e6/8*0.25)
+	}
+	j = Judge(fakeClassWatch(t, t0, secs, 100e6, 1900*time.Millisecond, 2150*time.Millisecond), stopped, flows, []string{"a"}, 0, Load{})
 	if got, want := fmt.Sprint(j.Short), "[false false false false]"; got != want || j.Rates["a"][1] > 90e6 {
 		t.Errorf("class stopped: short %s, second 1 at %.0f bits/s; want %s and the dip", got, j.Rates["a"][1], want)
 	}

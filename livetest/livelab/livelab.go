@@ -285,17 +285,43 @@ func (w *ClassWatch) BackloggedBetween(ports []string, a, b time.Time) bool {
 }
 
 // Sent is how many bytes port's class sent between the samples nearest
-// to a and b (false when the watch has no samples there).
+// to a and b (false when the watch has no samples there, or the class was
+// made again in between: its counter went back).
 func (w *ClassWatch) Sent(port string, a, b time.Time) (float64, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	i := sort.Search(len(w.sent), func(i int) bool { return !w.sent[i].at.Before(a) })
 	j := sort.Search(len(w.sent), func(i int) bool { return !w.sent[i].at.Before(b) })
-	if i >= len(w.sent) || j >= len(w.sent) || j <= i {
+	return w.sentBetween(port, i, j)
+}
+
+// SentAround is Sent between the class's last sample at or before a and
+// its first at or after b: at least what it sent from a to b.
+func (w *ClassWatch) SentAround(port string, a, b time.Time) (float64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i := sort.Search(len(w.sent), func(i int) bool { return w.sent[i].at.After(a) }) - 1
+	j := sort.Search(len(w.sent), func(i int) bool { return !w.sent[i].at.Before(b) })
+	return w.sentBetween(port, i, j)
+}
+
+// sentBetween is what port's class sent from sample i to sample j.
+func (w *ClassWatch) sentBetween(port string, i, j int) (float64, bool) {
+	if i < 0 || j >= len(w.sent) || j <= i {
 		return 0, false
+	}
+	for k := i + 1; k <= j; k++ {
+		if w.sent[k].bytes[port] < w.sent[k-1].bytes[port] {
+			return 0, false
+		}
 	}
 	return float64(w.sent[j].bytes[port]) - float64(w.sent[i].bytes[port]), true
 }
+
+// MaxInFlight bounds the bytes that can have left a class before a class
+// sample and reach its receiver in order after it: the veth pair and the
+// bridge between hold a few GSO packets of at most 64 KiB.
+const MaxInFlight = 256 << 10
 
 // Start is when the watch's second 0 began.
 func (w *ClassWatch) Start() time.Time { return w.start }
