@@ -97,7 +97,7 @@ test: deps build
 	set -o pipefail; { \
 		$(GO) test -count=1 -p 2 -timeout 10m -json $$($(GO) list ./... | grep -v -e /livetest/ -e /storage); s1=$$?; \
 		$(GO) test -count=1 -p 1 -timeout 18m -json $(LIVE_PKGS); s2=$$?; \
-		exit $$((s1 | s2)); } | bin/testreport
+		exit $$((s1 | s2)); } | bin/testreport -slowest 30
 
 # Every seed experiment in the simulator; writes out/report.md.
 reproduce: build
