@@ -60,6 +60,16 @@ func ReadFioLog(path string) ([]FioLogEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fio log: %w", err)
 	}
+	es, err := ParseFioLog(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	return es, nil
+}
+
+// ParseFioLog parses the text of a fio log.
+func ParseFioLog(b []byte) ([]FioLogEntry, error) {
+	var err error
 	var out []FioLogEntry
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		if line == "" {
@@ -69,11 +79,11 @@ func ReadFioLog(path string) ([]FioLogEntry, error) {
 		var v [5]int64
 		for i := range min(len(f), len(v)) {
 			if v[i], err = strconv.ParseInt(strings.TrimSpace(f[i]), 10, 64); err != nil {
-				return nil, fmt.Errorf("%s: %q: %v", path, line, err)
+				return nil, fmt.Errorf("%q: %v", line, err)
 			}
 		}
 		if len(f) < 4 {
-			return nil, fmt.Errorf("%s: %q: want time, value, direction, size", path, line)
+			return nil, fmt.Errorf("%q: want time, value, direction, size", line)
 		}
 		out = append(out, FioLogEntry{Msec: v[0], Value: v[1], Dir: int(v[2]), Size: v[3], Offset: v[4]})
 	}

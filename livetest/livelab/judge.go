@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"sluice/agent"
 )
 
 // Flow is one flow of a judged run, as Judge reads it: its receiver's
@@ -36,6 +38,16 @@ type Judgement struct {
 	Evidence string
 }
 
+// MaxLate is the part of a second's payload that a receiver may get late
+// (held back by TCP's repair of a loss) and the second still be judged:
+// the receivers' per-second counts are this precise. No live test judges a
+// single second tighter than 10%; means and medians move far less.
+const MaxLate = 0.05
+
+// payloadOf is the most TCP payload frames of sent bytes (as HTB counts
+// them) carry: full segments.
+func payloadOf(sent float64) float64 { return sent * agent.MaxPayloadBps(1e9) / 1e9 }
+
 // Judge judges the seconds of a run that began when the class watch cw
 // began (cw stopped) and whose receivers rw sampled. Second i counts (is
 // judged) when:
@@ -53,8 +65,9 @@ type Judgement struct {
 //     the scheduler did not stop (a class that stopped while backlogged
 //     is the scheduler's, and is judged);
 //   - no watched port's receiver got more in it than the port's class sent
-//     over the class samples around it (plus MaxInFlight): those bytes
-//     were held back from the second before, which is set aside too;
+//     over the class samples around it (as payload, plus MaxLate and
+//     MaxInFlight): those bytes were held back from the second before,
+//     which is set aside too;
 //   - with usable > 0, all flows together carried MinCarried of usable.
 //
 // Seconds backlogged and timed but thin are the scheduler's: their share
@@ -126,10 +139,10 @@ func Judge(cw *ClassWatch, rw *Receivers, flows []Flow, ports []string, usable f
 					continue
 				}
 				got := j.Rates[f.Name][i-f.StartS] / 8 * tw.To.Sub(tw.From).Seconds()
-				if sent, ok := cw.SentAround(f.Name, tw.From, tw.To); ok && got > sent+MaxInFlight {
+				if sent, ok := cw.SentAround(f.Name, tw.From, tw.To); ok && got > payloadOf(sent)*(1+MaxLate)+MaxInFlight {
 					late = append(late, i)
-					j.Holds = append(j.Holds, fmt.Sprintf("%s's receiver got %.0f kB in second %d of the run where its class sent %.0f kB: bytes held from the second before",
-						f.Name, got/1e3, i, sent/1e3))
+					j.Holds = append(j.Holds, fmt.Sprintf("%s's receiver got %.0f kB in second %d of the run where its class sent %.0f kB of payload at most: bytes held from the second before",
+						f.Name, got/1e3, i, payloadOf(sent)/1e3))
 				}
 			}
 		}

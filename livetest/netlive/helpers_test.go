@@ -285,6 +285,40 @@ func (l *liveLab) runFlows(durS int, flows ...flow) []result {
 	return out
 }
 
+// backgroundFlows starts flows' iperf3 clients, for at most durS seconds,
+// as traffic for a test that reads the rates elsewhere (their own
+// results are not kept); stop ends them, waits, and fails the test if one
+// ended with an error before it was stopped.
+func (l *liveLab) backgroundFlows(durS int, flows ...flow) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make([]error, len(flows))
+	var wg sync.WaitGroup
+	for i, f := range flows {
+		dst := f.Dst
+		if dst == "" {
+			dst = lab.FabricIP.String()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := lab.Exec(ctx, f.NS, "iperf3", "-c", dst, "-p", strconv.Itoa(f.Port), "-t", strconv.Itoa(durS), "-C", GuestTCP)
+			if ctx.Err() == nil {
+				errs[i] = err
+			}
+		}()
+	}
+	return func() {
+		l.t.Helper()
+		cancel()
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				l.t.Errorf("%s's flow ended before it was stopped: %v", flows[i].Name, err)
+			}
+		}
+	}
+}
+
 func tail(s string) string {
 	if len(s) > 300 {
 		return s[len(s)-300:]

@@ -73,14 +73,11 @@ func TestTopLive(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polling another process, with a deadline
 	}
 
-	// The flows outlast the sampling: steady within 12 s, the screen
-	// within 10 s more, five samples, the sorting.
-	const durS = 45
-	results := make(chan []result, 1)
-	go func() {
-		results <- l.runFlows(durS, l.nicFlow(ports[0], 1), l.nicFlow(ports[1], 1), l.nicFlow(ports[2], 1))
-	}()
-	defer func() { <-results }() // the flows end by themselves; lab down waits for nothing of theirs
+	// The flows outlast the sampling (steady within 12 s, the screen
+	// within 10 s more, five samples, the sorting) and end with the test.
+	const durS = 60
+	stopFlows := l.backgroundFlows(durS, l.nicFlow(ports[0], 1), l.nicFlow(ports[1], 1), l.nicFlow(ports[2], 1))
+	defer stopFlows()
 	if _, err := l.waitSteady("h1", ports, 12*time.Second); err != nil {
 		t.Fatalf("the agent did not bring the flows to steady rates: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"sluice/lab"
+	"sluice/livetest/livelab"
 )
 
 // SIOC Test 3 (seed 002) with QEMU guests: hosts h1 and h2, disk shares
@@ -57,25 +58,29 @@ vms:
 // siocThresholdMs is the policy's congestion threshold.
 const siocThresholdMs = 12
 
-// The fio run in every guest: rampS seconds not counted in fio's report
-// (the windows settle), then runS seconds measured.
+// The measurement counts control periods, not seconds: siocSettle paired
+// periods of both hosts after both guests' fio started are not counted
+// (the windows settle: PARDA converges in periods, and on a loaded
+// machine a period stretches to several seconds), then siocRun periods
+// are measured; fio is stopped after them. siocMaxS bounds fio's run.
 const (
-	siocRampS = 12
-	siocRunS  = 15
+	siocSettle = 12
+	siocRun    = 15
+	siocMaxS   = 150
 )
 
 // TestGuestSIOCTest3: fio in both guests at once, one job per disk (4 KiB
 // random reads, queue depth 64: a backlog at the gateway that lasts
 // through a second of a guest starved of CPU; direct I/O on /dev/vda and /dev/vdb, whose
 // serial numbers are checked to be the policy's disks a and b). Over the
-// measured part: the median of the hosts' window ratio h2/h1 is 1.5 ± 15%,
-// the median datastore latency the threshold ± 25%, and each disk's share
-// of the IOPS fio reports (fio's JSON, ramp excluded) is 20/20/20/40% ±
-// 15%.
+// measured periods: the median of the hosts' window ratio h2/h1 is 1.5 ±
+// 15%, the median datastore latency the threshold ± 25%, and each disk's
+// share of the IOPS fio reports (fio's own per-second IOPS log over the
+// measured periods) is 20/20/20/40% ± 15%.
 func TestGuestSIOCTest3(t *testing.T) {
 	l := upLab(t, "vss", siocPolicy)
 	vms := []string{"vm1", "vm2"}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	for _, vm := range vms {
 		r, err := lab.GuestExec(ctx, l.p.Cluster, vm, "/bin/sh", "-c", "for d in vda vdb; do cat /sys/block/$d/serial; echo; done")
@@ -83,26 +88,27 @@ func TestGuestSIOCTest3(t *testing.T) {
 			t.Fatalf("%s: serial numbers of vda, vdb = %q (%v), want a, b", vm, r.Stdout, err)
 		}
 	}
+	// Job 1 is disk a, job 2 disk b: fio logs them as sioc_iops.1.log and
+	// sioc_iops.2.log, one average per second.
 	job := []string{"direct=1", "ioengine=libaio", "iodepth=64", "rw=randread", "bs=4k", "size=64M", "time_based",
-		"ramp_time=" + strconv.Itoa(siocRampS), "runtime=" + strconv.Itoa(siocRunS),
+		"runtime=" + strconv.Itoa(siocMaxS), "write_iops_log=sioc", "log_avg_msec=1000",
 		"name=a", "filename=/dev/vda", "name=b", "filename=/dev/vdb"}
 
 	var mu sync.Mutex
 	starts := map[string]time.Time{}
+	pids := map[string]int{}
 	results := map[string]fioResult{}
 	var wg sync.WaitGroup
 	for _, vm := range vms {
+		pid, err := l.startFio(ctx, vm, job...)
+		if err != nil {
+			t.Fatalf("fio in %s: %v", vm, err)
+		}
+		starts[vm], pids[vm] = time.Now(), pid
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pid, err := l.startFio(ctx, vm, job...)
-			mu.Lock()
-			starts[vm] = time.Now()
-			mu.Unlock()
-			r := fioResult{Err: err}
-			if err == nil {
-				r = l.waitFio(ctx, vm, pid)
-			}
+			r := l.waitFio(ctx, vm, pid)
 			mu.Lock()
 			results[vm] = r
 			mu.Unlock()
@@ -110,17 +116,60 @@ func TestGuestSIOCTest3(t *testing.T) {
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
-	samples := l.collectStatus(done, "h1", "h2")
+	last := starts["vm1"]
+	if starts["vm2"].After(last) {
+		last = starts["vm2"]
+	}
 
-	first, last := time.Time{}, time.Time{}
+	// Watch both gateways until siocSettle+siocRun paired periods began
+	// after the later fio start, then stop fio in both guests.
+	sw := &statusWatch{l: l, hosts: [2]string{"h1", "h2"}}
+	var after []statusSample
+	for ended := false; !ended; {
+		sw.poll()
+		after = after[:0]
+		for _, s := range sw.pairs() {
+			if !s.begin.Before(last) {
+				after = append(after, s)
+			}
+		}
+		if len(after) >= siocSettle+siocRun {
+			break
+		}
+		select {
+		case <-done:
+			ended = true
+		case <-ctx.Done():
+			ended = true
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if len(after) < siocSettle+siocRun {
+		t.Fatalf("fio ended after %d control periods of both hosts, want %d (%d to settle, %d measured): %s",
+			len(after), siocSettle+siocRun, siocSettle, siocRun, sw.lengths())
+	}
 	for _, vm := range vms {
-		s := starts[vm]
-		if first.IsZero() || s.Before(first) {
-			first = s
+		if _, err := lab.GuestExec(ctx, l.p.Cluster, vm, "/bin/sh", "-c", "kill -INT "+strconv.Itoa(pids[vm])); err != nil {
+			t.Fatalf("stopping fio in %s: %v", vm, err)
 		}
-		if s.After(last) {
-			last = s
-		}
+	}
+	<-done
+	measured := after[siocSettle : siocSettle+siocRun]
+	from, to := measured[0].begin, measured[len(measured)-1].end
+	t.Logf("%d paired periods after fio started (lengths %s); measured %s to %s; fio started %s and %s",
+		len(after), sw.lengths(), from.Format("15:04:05.0"), to.Format("15:04:05.0"), starts["vm1"].Format("15:04:05.0"), starts["vm2"].Format("15:04:05.0"))
+
+	var ratios, lats []float64
+	for _, s := range measured {
+		t.Logf("period to %s: windows h1 %5.1f h2 %5.1f (ratio %.2f), datastore latency %5.1f ms, IOPS h1 %4.0f h2 %4.0f (%s)",
+			s.end.Format("15:04:05.0"), s.window[0], s.window[1], s.window[1]/s.window[0], s.latMs, s.iops[0], s.iops[1], s.disks)
+		ratios = append(ratios, s.window[1]/s.window[0])
+		lats = append(lats, s.latMs)
+	}
+	disks := []string{"vm1/a", "vm1/b", "vm2/a", "vm2/b"}
+	iops := map[string]float64{}
+	var total float64
+	for _, vm := range vms {
 		r := results[vm]
 		if r.Err != nil || len(r.Jobs) != 2 {
 			t.Fatalf("fio in %s: %v (%d jobs): %s", vm, r.Err, len(r.Jobs), tail(r.Stderr, 5))
@@ -130,43 +179,21 @@ func TestGuestSIOCTest3(t *testing.T) {
 				t.Fatalf("fio in %s, disk %s: job error %d: %s", vm, name, j.JobError, tail(r.Stderr, 5))
 			}
 		}
-	}
-	from, to := last.Add(siocRampS*time.Second), first.Add((siocRampS+siocRunS)*time.Second)
-	var ratios, lats []float64
-	for _, s := range samples {
-		if s.begin.Before(from) || s.end.After(to) {
-			continue
+		for k, disk := range []string{"a", "b"} {
+			v, n, err := l.fioIOPSBetween(ctx, vm, fmt.Sprintf("/tmp/sioc_iops.%d.log", k+1), from.Sub(starts[vm]), to.Sub(starts[vm]))
+			if err != nil || n < siocRun/2 {
+				t.Fatalf("fio's IOPS log of %s/%s: %v (%d seconds in the measured periods)", vm, disk, err, n)
+			}
+			iops[vm+"/"+disk] = v
+			total += v
 		}
-		t.Logf("period to %s: windows h1 %5.1f h2 %5.1f (ratio %.2f), datastore latency %5.1f ms, IOPS h1 %4.0f h2 %4.0f (%s)",
-			s.end.Format("15:04:05.0"), s.window[0], s.window[1], s.window[1]/s.window[0], s.latMs, s.iops[0], s.iops[1], s.disks)
-		ratios = append(ratios, s.window[1]/s.window[0])
-		lats = append(lats, s.latMs)
-	}
-	if len(samples) > 0 {
-		var ps []string
-		for _, s := range samples {
-			ps = append(ps, s.end.Sub(s.begin).Round(10*time.Millisecond).String())
-		}
-		t.Logf("%d paired periods from %s to %s (lengths %s); fio started %s–%s", len(samples), samples[0].end.Format("15:04:05.0"),
-			samples[len(samples)-1].end.Format("15:04:05.0"), strings.Join(ps, " "), first.Format("15:04:05.0"), last.Format("15:04:05.0"))
-	}
-	if len(ratios) < siocRunS/2 {
-		t.Fatalf("only %d control periods of both hosts in the measured %d s (from %s to %s): gateways' status not written?", len(ratios), siocRunS, from.Format("15:04:05.0"), to.Format("15:04:05.0"))
-	}
-	disks := []string{"vm1/a", "vm1/b", "vm2/a", "vm2/b"}
-	iops := map[string]float64{}
-	var total float64
-	for _, d := range disks {
-		vm, disk, _ := strings.Cut(d, "/")
-		iops[d] = results[vm].Jobs[disk].ReadIOPS
-		total += iops[d]
 	}
 	want := map[string]float64{"vm1/a": 0.2, "vm1/b": 0.2, "vm2/a": 0.2, "vm2/b": 0.4}
 	for _, d := range disks {
 		vm, disk, _ := strings.Cut(d, "/")
 		j := results[vm].Jobs[disk]
-		t.Logf("%s: fio %.0f IOPS (%.1f%% of %.0f), mean latency %.1f ms; guest CPU usr %.0f%% sys %.0f%%",
-			d, j.ReadIOPS, 100*j.ReadIOPS/total, total, j.ReadLatMs, j.UsrCPU, j.SysCPU)
+		t.Logf("%s: fio %.0f IOPS in the measured periods (%.1f%% of %.0f); over its whole run %.0f IOPS, mean latency %.1f ms; guest CPU usr %.0f%% sys %.0f%%",
+			d, iops[d], 100*iops[d]/total, total, j.ReadIOPS, j.ReadLatMs, j.UsrCPU, j.SysCPU)
 	}
 	w, lat := median(ratios), median(lats)
 	t.Logf("median window ratio h2/h1 %.2f (want 1.5 ± 15%%), median datastore latency %.1f ms (want %d ± 25%%), %d periods; load %s",
@@ -184,6 +211,32 @@ func TestGuestSIOCTest3(t *testing.T) {
 	}
 }
 
+// fioIOPSBetween is the mean of the per-second IOPS in a fio log in the
+// guest whose seconds lie within [from, to] of fio's run, and how many
+// seconds that was.
+func (l *guestLab) fioIOPSBetween(ctx context.Context, vm, path string, from, to time.Duration) (float64, int, error) {
+	r, err := lab.GuestExec(ctx, l.p.Cluster, vm, "/bin/cat", path)
+	if err != nil {
+		return 0, 0, err
+	}
+	es, err := livelab.ParseFioLog(r.Stdout)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s in %s: %v", path, vm, err)
+	}
+	sum, n := 0.0, 0
+	for _, e := range es {
+		end := time.Duration(e.Msec) * time.Millisecond
+		if end-time.Second >= from && end <= to {
+			sum += float64(e.Value)
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, 0, fmt.Errorf("%s in %s: no second within %v–%v of fio's run (%d entries)", path, vm, from, to, len(es))
+	}
+	return sum / float64(n), n, nil
+}
+
 // statusSample is one control period of both hosts' gateways.
 type statusSample struct {
 	begin, end time.Time
@@ -193,55 +246,71 @@ type statusSample struct {
 	disks      string  // each disk's IOPS at its gateway
 }
 
-// collectStatus reads both hosts' gateway status files until done, and
-// pairs each record of the first host with the second host's record that
-// ended nearest to it (within a period).
-func (l *guestLab) collectStatus(done <-chan struct{}, h1, h2 string) []statusSample {
-	type rec struct {
-		end                 time.Time
-		period              time.Duration
-		window, iops, latMs float64
-		disks               string
-	}
-	recs := [2]map[int64]rec{{}, {}}
-	for {
-		for i, h := range []string{h1, h2} {
-			st, err := l.gatewayStatus(h)
-			if err != nil || len(st.Datastores) == 0 {
-				continue
-			}
-			d := st.Datastores[0]
-			var dk []string
-			for _, x := range st.Disks {
-				dk = append(dk, fmt.Sprintf("%s %.0f", x.Disk, x.IOPS))
-			}
-			recs[i][st.TimeUnixNs] = rec{time.Unix(0, st.TimeUnixNs), time.Duration(st.PeriodS * 1e9), d.Window, d.HostIOPS, d.DatastoreLatencyMs, strings.Join(dk, ", ")}
+// statusWatch reads both hosts' gateway status files and pairs their
+// control periods.
+type statusWatch struct {
+	l     *guestLab
+	hosts [2]string
+	recs  [2]map[int64]statusRec
+}
+
+type statusRec struct {
+	end                 time.Time
+	period              time.Duration
+	window, iops, latMs float64
+	disks               string
+}
+
+// poll reads each host's latest period.
+func (w *statusWatch) poll() {
+	for i, h := range w.hosts {
+		if w.recs[i] == nil {
+			w.recs[i] = map[int64]statusRec{}
 		}
-		select {
-		case <-done:
-			// Each h1 period with the h2 period that ended nearest to it
-			// (the gateways' periods need not be in phase).
-			var out []statusSample
-			for _, a := range recs[0] {
-				var best *rec
-				for _, b := range recs[1] {
-					d := math.Abs(float64(a.end.Sub(b.end)))
-					if d <= float64(a.period) && (best == nil || d < math.Abs(float64(a.end.Sub(best.end)))) {
-						b := b
-						best = &b
-					}
-				}
-				if best != nil {
-					out = append(out, statusSample{begin: a.end.Add(-a.period), end: a.end,
-						window: [2]float64{a.window, best.window}, iops: [2]float64{a.iops, best.iops}, latMs: a.latMs,
-						disks: a.disks + "; " + best.disks})
-				}
+		st, err := w.l.gatewayStatus(h)
+		if err != nil || len(st.Datastores) == 0 {
+			continue
+		}
+		d := st.Datastores[0]
+		var dk []string
+		for _, x := range st.Disks {
+			dk = append(dk, fmt.Sprintf("%s %.0f", x.Disk, x.IOPS))
+		}
+		w.recs[i][st.TimeUnixNs] = statusRec{time.Unix(0, st.TimeUnixNs), time.Duration(st.PeriodS * 1e9), d.Window, d.HostIOPS, d.DatastoreLatencyMs, strings.Join(dk, ", ")}
+	}
+}
+
+// pairs is each h1 period with the h2 period that ended nearest to it
+// (the gateways' periods need not be in phase), in time order.
+func (w *statusWatch) pairs() []statusSample {
+	var out []statusSample
+	for _, a := range w.recs[0] {
+		var best *statusRec
+		for _, b := range w.recs[1] {
+			d := math.Abs(float64(a.end.Sub(b.end)))
+			if d <= float64(a.period) && (best == nil || d < math.Abs(float64(a.end.Sub(best.end)))) {
+				b := b
+				best = &b
 			}
-			sort.Slice(out, func(i, j int) bool { return out[i].end.Before(out[j].end) })
-			return out
-		case <-time.After(200 * time.Millisecond):
+		}
+		if best != nil {
+			out = append(out, statusSample{begin: a.end.Add(-a.period), end: a.end,
+				window: [2]float64{a.window, best.window}, iops: [2]float64{a.iops, best.iops}, latMs: a.latMs,
+				disks: a.disks + "; " + best.disks})
 		}
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].end.Before(out[j].end) })
+	return out
+}
+
+// lengths lists the paired periods' lengths (evidence of a loaded
+// machine).
+func (w *statusWatch) lengths() string {
+	var ps []string
+	for _, s := range w.pairs() {
+		ps = append(ps, s.end.Sub(s.begin).Round(10*time.Millisecond).String())
+	}
+	return strings.Join(ps, " ")
 }
 
 func median(v []float64) float64 {
