@@ -77,6 +77,7 @@ type Controller struct {
 	namesOf *policy.Policy
 	names   map[string]bool
 	met     *metrics // what it counts for Prometheus (Collector)
+	hist    rateHistory // each report's measured rates and entitlements (history.go)
 }
 
 // Key names under the prefix (docs/controller.md, "State in etcd").
