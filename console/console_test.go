@@ -19,7 +19,9 @@ func get(t *testing.T, h http.Handler, method, path string) *http.Response {
 // TestHandler: / and /ui redirect to /ui/; the console's files are served
 // with the CSP and no token; every other path is the API's.
 func TestHandler(t *testing.T) {
-	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "api "+r.URL.Path, http.StatusUnauthorized) })
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "api "+r.URL.Path, http.StatusUnauthorized)
+	})
 	h := Handler(api)
 	for _, p := range []string{"/", "/ui"} {
 		if r := get(t, h, "GET", p); r.StatusCode != http.StatusFound || r.Header.Get("Location") != "/ui/" {

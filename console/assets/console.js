@@ -112,8 +112,11 @@ async function showCharts() {
   const h = await api("GET", "/v1/history");
   document.getElementById("charts-note").textContent =
     `Each agent report's measured rate beside the port's entitlement then, over the last ${h.window_s / 60} minutes ` +
-    `(at most ${h.max_samples} samples a port, kept in the controller's memory). ` + (h.ports.length ? "" : "No report with measured rates yet.");
-  for (const p of h.ports) {
+    `(at most ${h.max_samples} samples a port, kept in the controller's memory). ` + (h.ports.length ? "Ports that neither are entitled to nor send 1 Mbps are left out." : "No report with measured rates yet.");
+  // A port that neither is entitled to nor sends 1 Mbps (a system class
+  // without traffic) gets no chart.
+  const busy = h.ports.filter((p) => p.samples.some((s) => Math.max(s.entitled_bps, s.measured_bps) >= 1e6));
+  for (const p of busy) {
     const c = chartFor(p.port);
     const xs = [], ent = [], meas = [];
     for (const s of p.samples) {
@@ -229,12 +232,13 @@ function handleAuth(err) {
 
 async function refresh(name) {
   const f = pages[name];
-  if (!f) return;
-  try {
-    await f();
-    document.getElementById("error").textContent = "";
-  } catch (err) {
-    if (!handleAuth(err)) document.getElementById("error").textContent = err.message;
+  if (f) {
+    try {
+      await f();
+      document.getElementById("error").textContent = "";
+    } catch (err) {
+      if (!handleAuth(err)) document.getElementById("error").textContent = err.message;
+    }
   }
   document.body.dataset.loaded = name;
 }
