@@ -13,7 +13,6 @@
 package consolelive
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -35,6 +34,7 @@ import (
 	"sluice/controller"
 	"sluice/entitle"
 	"sluice/lab"
+	"sluice/livetest/livelab"
 	"sluice/placement"
 	"sluice/policy"
 )
@@ -118,18 +118,7 @@ func TestConsoleLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := filepath.Join(dir, "state")
-	_ = lab.Down(p.Cluster, state) // a leftover of a crashed run
-	t.Cleanup(func() {
-		if err := lab.Down(p.Cluster, state); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-		if left := lab.Existing(p.Cluster); len(left) > 0 {
-			t.Errorf("lab down left namespaces behind: %v", left)
-		}
-	})
-	if _, err := lab.Up(p, lab.Options{StateDir: state, PolicyFile: polFile}); err != nil {
-		t.Fatalf("lab up: %v", err)
-	}
+	livelab.UpLab(t, p, polFile, state)
 	plan, err := lab.NewPlan(p)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +129,7 @@ func TestConsoleLive(t *testing.T) {
 	data := filepath.Join(dir, "data")
 	port := freePort(t)
 	server := fmt.Sprintf("https://127.0.0.1:%d", port)
-	startController(t, data, []string{"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--host-ttl", "3", "--metrics-listen", ""})
+	livelab.StartController(t, bin, data, []string{"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--host-ttl", "3", "--metrics-listen", ""})
 	conn := []string{"--server", server, "--data-dir", data}
 	ctl(t, conn, 0, "apply", "-f", polFile)
 	ctl(t, conn, 0, "set", "vm1/nic0", "reservation=750Mbps", "--reason", "seed Fig. 2 step a")
@@ -495,53 +484,6 @@ func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) {
 	}
 }
 
-// startController starts `sluice controller` on dir and waits for its
-// ready line; it is killed at the end of the test.
-func startController(t *testing.T, dir string, args []string) {
-	t.Helper()
-	cmd := exec.Command(bin, append([]string{"controller", "--data-dir", dir}, args...)...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logPath := dir + ".stderr"
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("controller's log:\n%s", b)
-		}
-	})
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			select {
-			case ready <- sc.Text():
-			default:
-			}
-		}
-	}()
-	select {
-	case l := <-ready:
-		if !strings.Contains(l, "ready") {
-			t.Fatalf("controller: %s", l)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("controller not ready after 30 s")
-	}
-}
-
 // startSluice runs the sluice binary with args until the test ends (then
 // SIGTERM); its output goes to dir/NAME.log, shown if the test failed.
 func startSluice(t *testing.T, dir, name string, args ...string) {
@@ -568,22 +510,10 @@ func startSluice(t *testing.T, dir, name string, args ...string) {
 	})
 }
 
-// ctl runs `sluice ctl` and returns its output; another exit code than
-// want fails the test.
+// ctl runs `sluice ctl` (livelab.Ctl).
 func ctl(t *testing.T, conn []string, want int, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(bin, append(append([]string{"ctl"}, conn...), args...)...)
-	out, err := cmd.CombinedOutput()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	if code != want {
-		t.Fatalf("sluice ctl %s: exit %d, want %d\n%s", strings.Join(args, " "), code, want, out)
-	}
-	return string(out)
+	return livelab.Ctl(t, bin, conn, want, args...)
 }
 
 // startFlows runs one iperf3 client per port from its VM to the port's

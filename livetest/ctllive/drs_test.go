@@ -87,18 +87,7 @@ func TestFig2DRSLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := filepath.Join(dir, "state")
-	_ = lab.Down(p0.Cluster, state) // a leftover of a crashed run
-	t.Cleanup(func() {
-		if err := lab.Down(p0.Cluster, state); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-		if left := lab.Existing(p0.Cluster); len(left) > 0 {
-			t.Errorf("lab down left namespaces behind: %v", left)
-		}
-	})
-	if _, err := lab.Up(p0, lab.Options{StateDir: state, PolicyFile: labFile}); err != nil {
-		t.Fatalf("lab up: %v", err)
-	}
+	livelab.UpLab(t, p0, labFile, state)
 	plan, err := lab.NewPlan(p0)
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +177,7 @@ func TestFig2DRSLive(t *testing.T) {
 		t.Fatalf("vm2's migration not done (reported by h2's agent) within 10 s: %+v", ds)
 	}
 	before := snapshot(t, conn)
-	d.kill()
+	d.Kill()
 	killed := time.Now()
 	report = append(report, s.hold("controller killed (SIGKILL), agents alone", killed, 5*time.Second))
 	d = startController(t, data, cargs)
