@@ -45,18 +45,14 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	dir, err := os.MkdirTemp("", "consolelive-")
+	b, remove, err := livelab.BuildSluice("consolelive-")
 	if err != nil {
-		panic(err)
-	}
-	bin = filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, "sluice/cmd/sluice").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	bin = b
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
@@ -109,16 +105,7 @@ func TestConsoleLive(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 
-	polFile := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(polFile, []byte(labPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p, err := policy.Load(polFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := filepath.Join(dir, "state")
-	livelab.UpLab(t, p, polFile, state)
+	p, polFile, state := livelab.UpLab(t, dir, "policy.yaml", labPolicy)
 	plan, err := lab.NewPlan(p)
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,17 +22,14 @@ import (
 var bin string // the sluice binary built for the tests
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "ctllive-")
+	b, remove, err := livelab.BuildSluice("ctllive-")
 	if err != nil {
-		panic(err)
-	}
-	bin = filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, "sluice/cmd/sluice").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	bin = b
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 

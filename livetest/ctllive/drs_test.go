@@ -78,16 +78,7 @@ func TestFig2DRSLive(t *testing.T) {
 	ctx := context.Background()
 
 	// The lab, and its usable rate measured with the three flows.
-	labFile := filepath.Join(dir, "lab.yaml")
-	if err := os.WriteFile(labFile, []byte(fmt.Sprintf(drsPolicy, "", "")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p0, err := policy.Load(labFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := filepath.Join(dir, "state")
-	livelab.UpLab(t, p0, labFile, state)
+	p0, _, state := livelab.UpLab(t, dir, "lab.yaml", fmt.Sprintf(drsPolicy, "", ""))
 	plan, err := lab.NewPlan(p0)
 	if err != nil {
 		t.Fatal(err)

@@ -2,8 +2,10 @@ package livelab
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,11 +14,21 @@ import (
 	"sluice/policy"
 )
 
-// UpLab builds the lab of p (its file policyFile) with its state in
-// stateDir, after removing a leftover of a crashed run; at cleanup it
-// removes the lab and fails the test if a namespace of it is left.
-func UpLab(t testing.TB, p *policy.Policy, policyFile, stateDir string) {
+// UpLab writes the policy text to dir/name, loads it and builds its lab
+// with the lab's state in dir/state, after removing a leftover of a
+// crashed run; at cleanup it removes the lab and fails the test if a
+// namespace of it is left. It returns the policy, its file and the
+// state directory.
+func UpLab(t testing.TB, dir, name, text string) (p *policy.Policy, file, stateDir string) {
 	t.Helper()
+	file, stateDir = filepath.Join(dir, name), filepath.Join(dir, "state")
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
 	_ = lab.Down(p.Cluster, stateDir) // a leftover of a crashed run
 	t.Cleanup(func() {
 		if err := lab.Down(p.Cluster, stateDir); err != nil {
@@ -26,9 +38,26 @@ func UpLab(t testing.TB, p *policy.Policy, policyFile, stateDir string) {
 			t.Errorf("lab down left namespaces behind: %v", left)
 		}
 	})
-	if _, err := lab.Up(p, lab.Options{StateDir: stateDir, PolicyFile: policyFile}); err != nil {
+	if _, err := lab.Up(p, lab.Options{StateDir: stateDir, PolicyFile: file}); err != nil {
 		t.Fatalf("lab up: %v", err)
 	}
+	return p, file, stateDir
+}
+
+// BuildSluice builds sluice/cmd/sluice into a new temporary directory
+// (for a TestMain) and returns the binary and a function that removes
+// the directory.
+func BuildSluice(prefix string) (bin string, remove func(), err error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	bin = filepath.Join(dir, "sluice")
+	if out, err := exec.Command("go", "build", "-o", bin, "sluice/cmd/sluice").CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, func() { os.RemoveAll(dir) }, nil
 }
 
 // Controller is a `sluice controller` process that StartController
