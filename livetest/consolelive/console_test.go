@@ -131,7 +131,7 @@ func TestConsoleLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, h := range []string{"h1", "h2"} {
-		startSluice(t, dir, "agent-"+h, "agent", "--host", h, "--controller", server, "--token-file", tokFile, "--ca", ca,
+		livelab.StartSluice(t, bin, dir, "agent-"+h, syscall.SIGTERM, "agent", "--host", h, "--controller", server, "--token-file", tokFile, "--ca", ca,
 			"--state-dir", filepath.Join(dir, "agent-"+h), "--lab-state-dir", state, "--metrics-listen", "")
 	}
 	waitFor(t, 20*time.Second, "the agents of h1 and h2 register and h1's reports vm1, vm2, vm3 running", func() bool {
@@ -469,32 +469,6 @@ func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// startSluice runs the sluice binary with args until the test ends (then
-// SIGTERM); its output goes to dir/NAME.log, shown if the test failed.
-func startSluice(t *testing.T, dir, name string, args ...string) {
-	t.Helper()
-	logPath := filepath.Join(dir, name+".log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("%s's log:\n%s", name, b)
-		}
-	})
 }
 
 // ctl runs `sluice ctl` (livelab.Ctl).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -541,25 +540,7 @@ func startAgent(t *testing.T, dir, labDir, host, server, token, ca string) {
 // if the test failed.
 func startSluice(t *testing.T, dir, name string, sig syscall.Signal, args ...string) {
 	t.Helper()
-	logf, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(sig)
-		_ = cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("%s's log:\n%s", name, b)
-		}
-	})
+	livelab.StartSluice(t, bin, dir, name, sig, args...)
 }
 
 // snapshot reads the controller's events, decisions, VMs and policy

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -128,6 +129,32 @@ func (d *Controller) Kill() {
 	}
 	_ = d.Cmd.Process.Kill()
 	_ = d.Cmd.Wait()
+}
+
+// StartSluice runs `bin args...` until the test ends, when it gets sig
+// (in a session of its own); its output goes to dir/NAME.log, and into
+// the test's log if the test failed.
+func StartSluice(t testing.TB, bin, dir, name string, sig syscall.Signal, args ...string) {
+	t.Helper()
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(sig)
+		_ = cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("%s's log:\n%s", name, b)
+		}
+	})
 }
 
 // Ctl runs `bin ctl conn... args...` and returns its stdout and stderr;
