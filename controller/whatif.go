@@ -84,9 +84,16 @@ func (c *Controller) WhatIf(ctx context.Context, req SetRequest) (WhatIfResult, 
 	if err != nil {
 		return WhatIfResult{}, err
 	}
+	n, after, derr := c.run(st, st, reports, true, d)
+	return c.whatIfOf(st, reports, n, after, derr)
+}
+
+// whatIfOf renders what decision n (nil: refused with derr) made on st
+// with reports would do, after being the state it leads to. It does no
+// I/O: decide_test.go runs it on states in memory.
+func (c *Controller) whatIfOf(st *state, reports map[string]*Report, n *next, after *state, derr error) (WhatIfResult, error) {
 	res := WhatIfResult{Revision: st.doc.Revision, DRS: c.cfg.DRS, Events: []Event{}, Moves: []WhatIfMove{}, Hosts: []WhatIfHost{}, Rates: []WhatIfRate{}}
 	now := c.viewOf(st, reports)
-	n, after, derr := c.run(st, st, reports, true, d)
 	if n == nil {
 		var e *Error
 		if errors.As(derr, &e) && e.Status == http.StatusConflict {
