@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"reflect"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,8 +21,8 @@ const (
 	// for HistoryWindow).
 	HistorySamples = 600
 	// HistoryPorts is the most ports with a history: a port is recorded
-	// only when its host's desired state gives it an entitlement, and a
-	// port beyond this many is not recorded.
+	// only when it is on the trees of the reporting host's desired state,
+	// and a port beyond this many is not recorded.
 	HistoryPorts = 4096
 )
 
@@ -48,10 +50,22 @@ type History struct {
 	Ports         []PortHistory `json:"ports"`
 }
 
-// rateHistory keeps a ring of samples per port.
+// rateHistory keeps a ring of samples per port, and each host's last
+// entitlements with what they were computed from.
 type rateHistory struct {
 	mu    sync.Mutex
 	rings map[string]*ring
+	ents  map[string]entitled
+}
+
+// entitled is the entitlements of a host's ports for a policy, a
+// placement and the VMs running there: reports that change none of them
+// (the most) reuse them rather than derive the host again.
+type entitled struct {
+	p       *policy.Policy
+	place   uintptr // the placement map's identity (a new state has a new map)
+	running string
+	bps     map[string]float64
 }
 
 // ring is a port's last HistorySamples samples: next is where the next
@@ -151,7 +165,23 @@ func (c *Controller) noteRates(st *state, host string, r *Report) {
 	if st.p == nil || len(r.RatesBps) == 0 {
 		return
 	}
-	c.hist.record(host, c.cfg.Now().UTC(), r.RatesBps, entitledOn(st.p, st.place, host, r.VMs))
+	key := entitled{p: st.p, place: reflect.ValueOf(st.place).Pointer(), running: strings.Join(r.VMs, ",")}
+	c.hist.mu.Lock()
+	e, ok := c.hist.ents[host]
+	c.hist.mu.Unlock()
+	if !ok || e.p != key.p || e.place != key.place || e.running != key.running {
+		key.bps = entitledOn(st.p, st.place, host, r.VMs)
+		e = key
+		c.hist.mu.Lock()
+		if c.hist.ents == nil {
+			c.hist.ents = map[string]entitled{}
+		}
+		if len(c.hist.ents) < HistoryPorts { // hosts, bounded as ports are
+			c.hist.ents[host] = e
+		}
+		c.hist.mu.Unlock()
+	}
+	c.hist.record(host, c.cfg.Now().UTC(), r.RatesBps, e.bps)
 }
 
 // RateHistory returns the rate history of port ("": every port) over the

@@ -49,6 +49,24 @@ func TestHistoryReports(t *testing.T) {
 	if jsonOf(names) != jsonOf([]string{"vm1/nic0", "vm2/nic0", "vm3/nic0"}) {
 		t.Errorf("ports with a history: %v", names)
 	}
+	// A change of the policy changes the entitlement of the next report
+	// (vm1 R=4.7: 4.7 + 4.7/3 Gbps), and vm3 stopped: it is no longer
+	// entitled on h1, vm1 and vm2 share (4.7 + 4.7/2).
+	f.set("vm1/nic0.reservation=4.7Gbps")
+	if err := f.cl.Report(f.ctx, "h1", l.ID, Report{VMs: vms, Uplinks: []string{"vmnic0"}, RatesBps: map[string]float64{"vm1/nic0": 6e9}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.cl.Report(f.ctx, "h1", l.ID, Report{VMs: vms[:2], Uplinks: []string{"vmnic0"}, RatesBps: map[string]float64{"vm1/nic0": 7e9}}); err != nil {
+		t.Fatal(err)
+	}
+	h, err = f.cl.History(f.ctx, "vm1/nic0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := h.Ports[0].Samples
+	if len(s) != 4 || gbps(s[2].EntitledBps) != "6.27" || gbps(s[3].EntitledBps) != "7.05" {
+		t.Errorf("after the set and vm3's stop: %+v", s)
+	}
 }
 
 // TestHistoryBound: a port keeps its last HistorySamples samples, and

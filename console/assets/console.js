@@ -131,18 +131,19 @@ async function showCharts() {
   }
 }
 
+// The newest 200 events: read once from the first on (the API pages
+// oldest first), then only those after the last one read.
+const events = {list: [], after: 0};
+
 async function showEvents() {
-  // The newest 200: pages from the first on (the API pages oldest first).
-  let all = [], after = 0;
-  for (let i = 0; i < 50; i++) {
-    const page = await api("GET", "/v1/events?after=" + after + "&limit=1000");
+  for (let i = 0; i < 100; i++) {
+    const page = await api("GET", "/v1/events?after=" + events.after + "&limit=1000");
     if (!page.length) break;
-    all = all.concat(page).slice(-200);
-    after = page[page.length - 1].seq;
+    events.list = events.list.concat(page).slice(-200);
+    events.after = page[page.length - 1].seq;
   }
-  all.reverse();
   table("events-table", ["#", "time", "kind", "subject", "message", "reason"],
-    all.map((e) => [num(e.seq), fmtTime(e.time), e.kind, e.subject, e.message, e.reason]));
+    events.list.slice().reverse().map((e) => [num(e.seq), fmtTime(e.time), e.kind, e.subject, e.message, e.reason]));
 }
 
 async function fillPorts() {
