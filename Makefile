@@ -18,7 +18,7 @@ ENVFILES   := sluice-agent sluice-gateway sluice-controller
 CONFDIR    ?= /etc/sluice
 CONFIGS    := agent.yaml gateway.yaml controller.yaml
 
-.PHONY: all build demo test deps fuzz bench reproduce reproduce-live clean install uninstall verify-units deb
+.PHONY: all build demo test deps fuzz bench reproduce reproduce-live clean install uninstall verify-units deb console-assets
 
 all: build
 
@@ -77,6 +77,16 @@ deb: build
 
 deps:
 	./scripts/deps.sh
+
+# The web console's JavaScript from npm (versions pinned in
+# console/web/package-lock.json), copied into the embedded assets. The
+# copies are committed, so that go build needs no npm; run this after a
+# change to console/web/package.json and commit what it copies.
+UPLOT_DIST := console/web/node_modules/uplot/dist
+console-assets:
+	cd console/web && npm ci --ignore-scripts --no-audit --no-fund
+	cp $(UPLOT_DIST)/uPlot.iife.min.js $(UPLOT_DIST)/uPlot.min.css console/assets/
+	cp console/web/node_modules/uplot/LICENSE console/assets/uPlot.LICENSE
 
 # The main job on the embedded default: the seed reproductions, then the examples.
 demo: build

@@ -166,6 +166,18 @@ func (c *Client) Explain(ctx context.Context, port string) (Explanation, error) 
 	return e, c.do(ctx, "GET", "/v1/explain?port="+url.QueryEscape(port), nil, &e)
 }
 
+// WhatIf asks what a set of changes would give, without making them.
+func (c *Client) WhatIf(ctx context.Context, req SetRequest) (WhatIfResult, error) {
+	var r WhatIfResult
+	return r, c.do(ctx, "POST", "/v1/what-if", req, &r)
+}
+
+// History returns the rate history of port ("": every port).
+func (c *Client) History(ctx context.Context, port string) (History, error) {
+	var h History
+	return h, c.do(ctx, "GET", "/v1/history?port="+url.QueryEscape(port), nil, &h)
+}
+
 // PowerOn powers a VM on.
 func (c *Client) PowerOn(ctx context.Context, vm string, req PowerOnRequest) (Result, error) {
 	var r Result

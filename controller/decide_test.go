@@ -90,6 +90,40 @@ func (w *world) vms() string {
 	return b.String()
 }
 
+// whatIf runs decision d as WhatIf does (Controller.run, whatIfOf) on
+// the world, which it leaves as it was, and renders the answer.
+func (w *world) whatIf(d func(v view) (*next, error), mode DRSMode) string {
+	c := &Controller{cfg: Config{Now: func() time.Time { return w.now }, DRS: mode}}
+	st := &state{doc: w.doc, p: w.p, place: w.place, starting: w.starting, history: w.history}
+	n, after, derr := c.run(st, st, w.reports, true, d)
+	res, err := c.whatIfOf(st, w.reports, n, after, derr)
+	if err != nil {
+		return "error: " + err.Error() + "\n"
+	}
+	var b strings.Builder
+	if !res.Admitted {
+		fmt.Fprintf(&b, "refused: %s\n", res.Refusal)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "admitted (DRS %s)\n", res.DRS)
+	for _, e := range res.Events {
+		fmt.Fprintf(&b, "event %s %s: %s\n", e.Kind, e.Subject, e.Message)
+	}
+	for _, m := range res.Moves {
+		fmt.Fprintf(&b, "move %s %s→%s %s\n", m.VM, m.From, m.To, m.Status)
+	}
+	for _, h := range res.Hosts {
+		fmt.Fprintf(&b, "host %s runs %s\n", h.Host, strings.Join(h.VMs, " "))
+	}
+	for _, r := range res.Rates {
+		fmt.Fprintf(&b, "rate %s %s on %s → %s on %s\n", r.Port, entitle.FormatBps(r.BeforeBps), r.BeforeUplink, entitle.FormatBps(r.AllocBps), r.Uplink)
+	}
+	for _, f := range res.Faults {
+		fmt.Fprintf(&b, "still a fault: %s\n", f)
+	}
+	return b.String()
+}
+
 func TestDecide(t *testing.T) {
 	datadriven.Walk(t, "testdata/decide", func(t *testing.T, path string) {
 		w := &world{place: placement.Placement{}, reports: map[string]*Report{}, now: time.Unix(1_800_000_000, 0)}
@@ -138,7 +172,7 @@ func TestDecide(t *testing.T) {
 			case "agent-gone":
 				delete(w.reports, arg("host"))
 				return "ok\n"
-			case "set":
+			case "set", "what-if":
 				var chs []placement.Change
 				for _, spec := range strings.Fields(d.Input) {
 					ch, err := placement.ParseChange(spec)
@@ -150,6 +184,9 @@ func TestDecide(t *testing.T) {
 				mode := DRSMode(arg("drs"))
 				if mode == "" {
 					mode = DRSManual
+				}
+				if d.Cmd == "what-if" {
+					return w.whatIf(func(v view) (*next, error) { return v.set(chs, "", mode) }, mode)
 				}
 				return w.take(w.view().set(chs, "", mode))
 			case "power-on":

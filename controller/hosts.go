@@ -152,6 +152,7 @@ func (c *Controller) Register(ctx context.Context, host string, r Report) (Lease
 	if err := c.putReport(ctx, host, int64(g.ID), r); err != nil {
 		return Lease{}, err
 	}
+	c.noteRates(st, host, &r)
 	ev := Event{Kind: "register", Subject: host, Message: fmt.Sprintf("agent of %s registered: %d VMs, uplinks %s", host, len(r.VMs), strings.Join(r.Uplinks, ",")),
 		Reason: fmt.Sprintf("lease %x, %d s", g.ID, c.cfg.HostTTLSeconds)}
 	if err := c.observe(ctx, host, nil, &r, ev); err != nil {
@@ -223,6 +224,7 @@ func (c *Controller) Report(ctx context.Context, host string, lease int64, r Rep
 	if err := c.putReport(ctx, host, lease, r); err != nil {
 		return err
 	}
+	c.noteRates(st, host, &r)
 	return c.observe(ctx, host, old, &r)
 }
 

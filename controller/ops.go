@@ -140,29 +140,39 @@ func firstN(s []string, n int) []string { return s[:min(n, len(s))] }
 // and recorded as a refusal; one that breaks a host's reservations is
 // made, and recorded with the fault and placement's recommended repair.
 func (c *Controller) Set(ctx context.Context, req SetRequest) (Result, error) {
+	d, err := c.setDecision(req)
+	if err != nil {
+		return Result{}, err
+	}
+	return c.decide(ctx, true, d)
+}
+
+// setDecision checks a SetRequest and returns its decision (view.set):
+// the one that Set commits and WhatIf only runs.
+func (c *Controller) setDecision(req SetRequest) (func(v view) (*next, error), error) {
 	if len(req.Changes) == 0 {
-		return Result{}, apiErr(http.StatusBadRequest, "no change given")
+		return nil, apiErr(http.StatusBadRequest, "no change given")
 	}
 	if err := checkText("reason", req.Reason); err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	for i, spec := range req.Changes {
 		if err := checkText(fmt.Sprintf("changes[%d]", i), spec); err != nil {
-			return Result{}, err
+			return nil, err
 		}
 	}
 	var chs []placement.Change
 	for _, spec := range req.Changes {
 		ch, err := placement.ParseChange(spec)
 		if err != nil {
-			return Result{}, apiErr(http.StatusBadRequest, "%s", strings.TrimPrefix(err.Error(), "usage: "))
+			return nil, apiErr(http.StatusBadRequest, "%s", strings.TrimPrefix(err.Error(), "usage: "))
 		}
 		if ch.Sub == "" && ch.Field == "host" {
-			return Result{}, apiErr(http.StatusBadRequest, "change %q: a VM's host changes with power-on or migrate, not set", spec)
+			return nil, apiErr(http.StatusBadRequest, "change %q: a VM's host changes with power-on or migrate, not set", spec)
 		}
 		chs = append(chs, ch)
 	}
-	return c.decide(ctx, true, func(v view) (*next, error) { return v.set(chs, req.Reason, c.cfg.DRS) })
+	return func(v view) (*next, error) { return v.set(chs, req.Reason, c.cfg.DRS) }, nil
 }
 
 func subjectOf(ch placement.Change) string {
@@ -319,17 +329,12 @@ func (c *Controller) commitBatch(ctx context.Context, old *state, reports map[st
 	)
 	cur := old
 	for _, r := range batch {
-		if r.needPolicy && cur.p == nil {
-			r.res, r.err, r.done = Result{}, apiErr(http.StatusConflict, "no policy applied yet (sluice ctl apply -f FILE)"), true
-			continue
-		}
-		n, derr := r.d(c.viewOf(cur, reports))
+		n, after, derr := c.run(old, cur, reports, r.needPolicy, r.d)
 		if n == nil {
 			r.res, r.err, r.done = Result{}, derr, true
 			continue
 		}
-		n.events = boundEvents(n.events, n.decisions) // per change, not per batch
-		cur = c.chain(old, cur, n)
+		cur = after
 		mades = append(mades, made{r: r, n: n, from: len(evs), to: len(evs) + len(n.events), rev: cur.doc.Revision, derr: derr})
 		evs = append(evs, n.events...)
 		decs = append(decs, n.decisions...)
@@ -354,6 +359,23 @@ func (c *Controller) commitBatch(ctx context.Context, old *state, reports map[st
 		}
 		m.r.done = true
 	}
+}
+
+// run runs decision d on cur (made on old, the state read, by the
+// decisions before it in a batch) with the agents' reports: the next it
+// returns (nil: nothing to write, with derr the refusal or error), and the
+// state after it, which commit would write over old. It writes nothing:
+// commitBatch commits what it returns, WhatIf only shows it.
+func (c *Controller) run(old, cur *state, reports map[string]*Report, needPolicy bool, d func(v view) (*next, error)) (n *next, after *state, derr error) {
+	if needPolicy && cur.p == nil {
+		return nil, nil, apiErr(http.StatusConflict, "no policy applied yet (sluice ctl apply -f FILE)")
+	}
+	n, derr = d(c.viewOf(cur, reports))
+	if n == nil {
+		return nil, nil, derr
+	}
+	n.events = boundEvents(n.events, n.decisions) // per change, not per batch
+	return n, c.chain(old, cur, n), derr
 }
 
 // stateOf is the state after n, read as old.

@@ -64,6 +64,8 @@ func newHandler(c *Controller, tokens *Tokens, errLog *log.Logger) (*server, htt
 	mux.HandleFunc("POST /v1/set", op(s.set))
 	mux.HandleFunc("POST /v1/decisions/{seq}/approve", op(s.approve))
 	mux.HandleFunc("GET /v1/explain", op(s.explain))
+	mux.HandleFunc("POST /v1/what-if", op(s.whatIf))
+	mux.HandleFunc("GET /v1/history", op(s.history))
 	mux.HandleFunc("POST /v1/vms/{vm}/power-on", op(s.powerOn))
 	mux.HandleFunc("POST /v1/vms/{vm}/migrate", op(s.migrate))
 	mux.HandleFunc("POST /v1/vms/{vm}/admit", s.admit)
@@ -439,6 +441,25 @@ func (s *server) set(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.c.Set(r.Context(), req)
 	s.reply(w, res, err)
+}
+
+func (s *server) whatIf(w http.ResponseWriter, r *http.Request) {
+	var req SetRequest
+	if err := decode(r, &req); err != nil {
+		s.reply(w, nil, err)
+		return
+	}
+	res, err := s.c.WhatIf(r.Context(), req)
+	s.reply(w, res, err)
+}
+
+func (s *server) history(w http.ResponseWriter, r *http.Request) {
+	port := r.URL.Query().Get("port")
+	if err := checkText("port", port); err != nil {
+		s.reply(w, nil, err)
+		return
+	}
+	s.reply(w, s.c.RateHistory(port), nil)
 }
 
 func (s *server) approve(w http.ResponseWriter, r *http.Request) {

@@ -76,7 +76,8 @@ type Controller struct {
 	namesMu sync.Mutex
 	namesOf *policy.Policy
 	names   map[string]bool
-	met     *metrics // what it counts for Prometheus (Collector)
+	met     *metrics    // what it counts for Prometheus (Collector)
+	hist    rateHistory // each report's measured rates and entitlements (history.go)
 }
 
 // Key names under the prefix (docs/controller.md, "State in etcd").

@@ -32,7 +32,7 @@ var commandVerbs = map[string][]string{
 	"hook":      {"install", "uninstall", "qemu"},
 	"lab":       {"up", "down", "status"},
 	"datastore": {"create"},
-	"ctl":       {"apply", "get", "set", "explain", "power-on", "migrate", "approve"},
+	"ctl":       {"apply", "get", "set", "what-if", "explain", "power-on", "migrate", "approve"},
 }
 
 // commandFlags returns every command's flags as its help spells them

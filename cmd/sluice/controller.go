@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"sluice/console"
 	"sluice/controller"
 	"sluice/internal/ops"
 )
@@ -181,7 +182,8 @@ func runController(args []string, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	logger := opsf.logger(stderr, "controller")
-	srv := controller.NewHTTPServer(*listen, controller.Handler(c, toks, slog.NewLogLogger(logger.Handler(), slog.LevelError)))
+	// The web console's files under /ui/ beside the API (docs/operate.md).
+	srv := controller.NewHTTPServer(*listen, console.Handler(controller.Handler(c, toks, slog.NewLogLogger(logger.Handler(), slog.LevelError))))
 	// The signals are caught before the controller says it is ready.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -205,6 +207,7 @@ func runController(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	fmt.Fprintf(stdout, "sluice controller: %s ready in %v; API on https://%s (certificate %s)\n", where, e.StartTime.Round(time.Millisecond), l.Addr(), certPath)
+	logger.Info(fmt.Sprintf("web console on https://%s%s (an operator's token signs in)", l.Addr(), console.Prefix))
 	bg, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go c.RunPrune(bg, time.Minute, ops.Logf(logger, slog.LevelWarn))

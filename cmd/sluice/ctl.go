@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register(command{name: "ctl", summary: "talk to the controller: apply, get, set, explain, power-on, migrate, approve", run: runCtl})
+	register(command{name: "ctl", summary: "talk to the controller: apply, get, set, what-if, explain, power-on, migrate, approve", run: runCtl})
 	const conn = `
 Connection (before or after the verb): --server URL (default
 https://127.0.0.1:7443), --token-file FILE (default DATA-DIR/token),
@@ -34,6 +34,7 @@ verbs:
   apply -f FILE [--reason TEXT]         validate FILE and make it the policy
   get hosts|vms|events|decisions|policy
   set TARGET FIELD=VALUE ... [--reason TEXT]
+  what-if CHANGE ...                    what set would do (admission, migrations, rates), nothing changed
   explain PORT                          why PORT (VM/NIC, HOST/CLASS, VM/DISK) gets what it gets
   power-on VM [--on HOST] [--reason TEXT]
   migrate VM --to HOST [--reason TEXT]
@@ -75,6 +76,20 @@ and nothing is written.
 
 example:
   sluice ctl set vm2/nic0 reservation=4.5Gbps shares=high`
+	helps["ctl what-if"] = `usage: sluice ctl what-if CHANGE ... [--reason TEXT]
+
+What sluice ctl set would do with the changes, on the cluster as it runs
+now, without making them: admitted or refused (with the reason), the
+events it would record, the migrations placement would make (moving with
+--drs automatic, recommended with manual), where the VMs would then run,
+and every vNIC's rate before and after (every demand unbounded, the
+migrations carried out). Each CHANGE is TARGET.FIELD=VALUE (sluice place
+--help), as many as set takes. Nothing is written; exit 0 when admitted,
+1 when refused.
+` + conn + `
+
+example:
+  sluice ctl what-if vm2/nic0.reservation=4.5Gbps`
 	helps["ctl explain"] = `usage: sluice ctl explain PORT
 
 Why a port (VM/NIC, HOST/CLASS) or disk (VM/DISK) gets what it gets, level
@@ -178,12 +193,12 @@ func parseCtlArgs(args []string) (ctlArgs, error) {
 		a.after = n
 	}
 	if len(a.pos) == 0 {
-		return a, usageError{msg: "missing VERB (apply, get, set, explain, power-on, migrate, approve, token)"}
+		return a, usageError{msg: "missing VERB (apply, get, set, what-if, explain, power-on, migrate, approve, token)"}
 	}
-	want := map[string][2]int{"apply": {1, 1}, "get": {2, 2}, "set": {3, 1 << 20}, "explain": {2, 2}, "power-on": {2, 2}, "migrate": {2, 2}, "approve": {2, 2}, "token": {2, 2}}
+	want := map[string][2]int{"apply": {1, 1}, "get": {2, 2}, "set": {3, 1 << 20}, "what-if": {2, 1 << 20}, "explain": {2, 2}, "power-on": {2, 2}, "migrate": {2, 2}, "approve": {2, 2}, "token": {2, 2}}
 	n, ok := want[a.pos[0]]
 	if !ok {
-		return a, usageError{msg: fmt.Sprintf("unknown verb %q (apply, get, set, explain, power-on, migrate, approve, token)", a.pos[0])}
+		return a, usageError{msg: fmt.Sprintf("unknown verb %q (apply, get, set, what-if, explain, power-on, migrate, approve, token)", a.pos[0])}
 	}
 	if len(a.pos) < n[0] || len(a.pos) > n[1] {
 		return a, usageError{msg: fmt.Sprintf("%s: wrong number of arguments (sluice ctl %s --help)", a.pos[0], a.pos[0])}
@@ -278,6 +293,7 @@ func runCtl(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var out any
+	code := exitOK
 	switch a.pos[0] {
 	case "apply":
 		data, err := inputfile.Read(a.file, policy.MaxFileBytes)
@@ -292,6 +308,15 @@ func runCtl(args []string, stdout, stderr io.Writer) int {
 		if out, err = cl.Set(ctx, controller.SetRequest{Changes: changes, Reason: a.reason}); err != nil {
 			return fail(err)
 		}
+	case "what-if":
+		w, err := cl.WhatIf(ctx, controller.SetRequest{Changes: a.pos[1:], Reason: a.reason})
+		if err != nil {
+			return fail(err)
+		}
+		if !w.Admitted {
+			code = exitBad
+		}
+		out = w
 	case "power-on":
 		if out, err = cl.PowerOn(ctx, a.pos[1], controller.PowerOnRequest{Host: a.on, Reason: a.reason}); err != nil {
 			return fail(err)
@@ -330,10 +355,10 @@ func runCtl(args []string, stdout, stderr io.Writer) int {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(out)
-		return exitOK
+		return code
 	}
 	printCtlTable(stdout, out)
-	return exitOK
+	return code
 }
 
 // ctlClient builds the client from the flags and the data directory's
@@ -376,6 +401,8 @@ func printCtlTable(w io.Writer, out any) {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t(%s)\n", e.Seq, e.Kind, e.Subject, e.Message, e.Reason)
 		}
 		fmt.Fprintf(tw, "policy revision %d\n", v.Revision)
+	case controller.WhatIfResult:
+		printWhatIf(tw, v)
 	case controller.Explanation:
 		for _, l := range v.Lines {
 			fmt.Fprintln(tw, l)
@@ -425,4 +452,37 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// printWhatIf prints a what-if's answer: the verdict, the events, the
+// moves, where the VMs would run and the rates before and after.
+func printWhatIf(tw *tabwriter.Writer, w controller.WhatIfResult) {
+	if !w.Admitted {
+		fmt.Fprintf(tw, "refused (policy revision %d): %s\n", w.Revision, w.Refusal)
+		for _, d := range w.Details {
+			fmt.Fprintf(tw, "  %s\n", d)
+		}
+		return
+	}
+	fmt.Fprintf(tw, "admitted (policy revision %d, DRS %s); nothing was changed\n", w.Revision, w.DRS)
+	for _, e := range w.Events {
+		fmt.Fprintf(tw, "would record\t%s\t%s\t%s\t(%s)\n", e.Kind, e.Subject, e.Message, e.Reason)
+	}
+	for _, m := range w.Moves {
+		fmt.Fprintf(tw, "migration\t%s %s → %s (%s)\t%s\n", m.VM, m.From, m.To, m.Status, m.Reason)
+	}
+	for _, h := range w.Hosts {
+		fmt.Fprintf(tw, "host %s\t%s\n", h.Host, strings.Join(h.VMs, ","))
+	}
+	for _, f := range w.Faults {
+		fmt.Fprintf(tw, "still a fault\t%s\n", f)
+	}
+	fmt.Fprintln(tw, "PORT\tUPLINK\tRATE NOW\tRATE AFTER")
+	for _, r := range w.Rates {
+		now := "-"
+		if r.BeforeUplink != "" {
+			now = entitle.FormatBps(r.BeforeBps) + " on " + r.BeforeUplink
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Port, r.Uplink, now, entitle.FormatBps(r.AllocBps))
+	}
 }

@@ -9,7 +9,7 @@ import (
 )
 
 func TestCtlHelp(t *testing.T) {
-	for _, args := range [][]string{{"controller"}, {"ctl"}, {"ctl", "apply"}, {"ctl", "get"}, {"ctl", "set"}, {"ctl", "explain"}, {"ctl", "power-on"}, {"ctl", "migrate"}, {"ctl", "approve"}, {"ctl", "token"}} {
+	for _, args := range [][]string{{"controller"}, {"ctl"}, {"ctl", "apply"}, {"ctl", "get"}, {"ctl", "set"}, {"ctl", "what-if"}, {"ctl", "explain"}, {"ctl", "power-on"}, {"ctl", "migrate"}, {"ctl", "approve"}, {"ctl", "token"}} {
 		var stdout, stderr bytes.Buffer
 		code := run(append(append([]string{}, args...), "--help"), &stdout, &stderr)
 		out := stdout.String()
@@ -24,7 +24,7 @@ func TestCtlHelp(t *testing.T) {
 func TestCtlUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"ctl"}, {"ctl", "frobnicate"}, {"ctl", "apply"}, {"ctl", "get"}, {"ctl", "get", "things"},
-		{"ctl", "set", "vm1/nic0"}, {"ctl", "set", "vm1/nic0", "reservation"}, {"ctl", "explain"},
+		{"ctl", "set", "vm1/nic0"}, {"ctl", "set", "vm1/nic0", "reservation"}, {"ctl", "what-if"}, {"ctl", "explain"},
 		{"ctl", "power-on"}, {"ctl", "migrate", "vm1"}, {"ctl", "approve"}, {"ctl", "approve", "x"}, {"ctl", "approve", "0"},
 		{"controller", "--drs", "sometimes"}, {"controller", "--rebalance-threshold", "9"}, {"ctl", "get", "vms", "-o", "yaml"},
 		{"ctl", "get", "vms", "--bogus"}, {"ctl", "get", "vms", "--server"}, {"ctl", "get", "events", "--after", "x"},

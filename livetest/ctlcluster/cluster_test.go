@@ -8,7 +8,6 @@
 package ctlcluster
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,6 +25,7 @@ import (
 	"go.uber.org/zap"
 
 	"sluice/controller"
+	"sluice/livetest/livelab"
 )
 
 var bin string // the sluice binary built for the tests
@@ -178,54 +178,11 @@ func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) ti
 	return 0
 }
 
-// startController starts `sluice controller` and waits for its ready line.
-func startController(t *testing.T, dir string, args []string) *exec.Cmd {
+// startController starts `sluice controller` and waits for its ready
+// line (livelab.StartController).
+func startController(t *testing.T, dir string, args []string) *livelab.Controller {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"controller", "--data-dir", dir}, args...)...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := filepath.Join(filepath.Dir(dir), "controller.stderr")
-	logf, err := os.Create(stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(stderr)
-			t.Logf("controller's stderr:\n%s", b)
-		}
-	})
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			default:
-			}
-		}
-	}()
-	select {
-	case l := <-lines:
-		if !strings.Contains(l, "ready") {
-			t.Fatalf("controller: %s", l)
-		}
-		t.Logf("%s", l)
-	case <-time.After(30 * time.Second):
-		b, _ := os.ReadFile(stderr)
-		t.Fatalf("controller not ready after 30 s: %s", b)
-	}
-	return cmd
+	return livelab.StartController(t, bin, dir, args)
 }
 
 // ctl runs `sluice ctl` and returns its output; a non-zero exit fails the test.
@@ -435,8 +392,7 @@ func TestThreeMembersOneKilled(t *testing.T) {
 	// The controller itself killed and started while a member is down:
 	// it finds the two left among its three endpoints, and the agent's
 	// follower reconnects and gets the next change.
-	_ = ctrl.Process.Kill()
-	_ = ctrl.Wait()
+	ctrl.Kill()
 	restart := time.Now()
 	startController(t, dir, ctlArgs)
 	t.Logf("controller restarted with %s down: ready in %v", second.name, time.Since(restart).Round(time.Millisecond))

@@ -8,31 +8,28 @@
 package ctllive
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"sluice/livetest/livelab"
 )
 
 var bin string // the sluice binary built for the tests
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "ctllive-")
+	b, remove, err := livelab.BuildSluice("ctllive-")
 	if err != nil {
-		panic(err)
-	}
-	bin = filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, "sluice/cmd/sluice").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	bin = b
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
@@ -45,82 +42,18 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// daemon is a running `sluice controller`.
-type daemon struct {
-	cmd   *exec.Cmd
-	ready time.Duration
-}
-
-// startController starts the controller on dir and waits for its ready line.
-func startController(t *testing.T, dir string, args []string) *daemon {
+// startController starts the controller on dir and waits for its ready
+// line (livelab.StartController).
+func startController(t *testing.T, dir string, args []string) *livelab.Controller {
 	t.Helper()
-	start := time.Now()
-	cmd := exec.Command(bin, append([]string{"controller", "--data-dir", dir}, args...)...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.OpenFile(filepath.Join(dir, "..", filepath.Base(dir)+".stderr"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d := &daemon{cmd: cmd}
-	t.Cleanup(func() { d.kill() })
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			default:
-			}
-		}
-	}()
-	select {
-	case l := <-lines:
-		if !strings.Contains(l, "ready") {
-			t.Fatalf("controller: %s", l)
-		}
-		d.ready = time.Since(start)
-		t.Logf("%s (process up to ready: %v)", l, d.ready.Round(time.Millisecond))
-	case <-time.After(30 * time.Second):
-		stderr, _ := os.ReadFile(logf.Name())
-		t.Fatalf("controller not ready after 30 s: %s", stderr)
-	}
-	return d
+	return livelab.StartController(t, bin, dir, args)
 }
 
-// kill sends SIGKILL (kill -9) and reaps the process.
-func (d *daemon) kill() {
-	if d.cmd.ProcessState != nil {
-		return
-	}
-	_ = d.cmd.Process.Kill()
-	_ = d.cmd.Wait()
-}
-
-// ctl runs `sluice ctl` with the connection flags and returns its stdout,
-// failing the test on a non-zero exit unless wantCode says otherwise.
+// ctl runs `sluice ctl` with the connection flags and returns its output,
+// failing the test on another exit code than wantCode (livelab.Ctl).
 func ctl(t *testing.T, conn []string, wantCode int, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(bin, append(append([]string{"ctl"}, conn...), args...)...)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	if code != wantCode {
-		t.Fatalf("sluice ctl %s: exit %d, want %d\nstdout %s\nstderr %s", strings.Join(args, " "), code, wantCode, stdout.String(), stderr.String())
-	}
-	return stdout.String() + stderr.String()
+	return livelab.Ctl(t, bin, conn, wantCode, args...)
 }
 
 func TestControllerCtl(t *testing.T) {
@@ -159,7 +92,7 @@ func TestControllerCtl(t *testing.T) {
 	hosts := ctl(t, conn, 0, "get", "hosts")
 
 	// kill -9, restart on the same data directory: nothing lost.
-	d.kill()
+	d.Kill()
 	d = startController(t, dir, args)
 	if got := ctl(t, conn, 0, "get", "events"); got != events {
 		t.Fatalf("events after kill -9 and restart:\n%s\nbefore:\n%s", got, events)
@@ -179,5 +112,5 @@ func TestControllerCtl(t *testing.T) {
 	if out := ctl(t, conn, 0, "get", "decisions"); !strings.Contains(out, "vm2") || !strings.Contains(out, "recommended") {
 		t.Fatalf("decisions: %s", out)
 	}
-	d.kill()
+	d.Kill()
 }

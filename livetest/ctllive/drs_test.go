@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -78,27 +77,7 @@ func TestFig2DRSLive(t *testing.T) {
 	ctx := context.Background()
 
 	// The lab, and its usable rate measured with the three flows.
-	labFile := filepath.Join(dir, "lab.yaml")
-	if err := os.WriteFile(labFile, []byte(fmt.Sprintf(drsPolicy, "", "")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p0, err := policy.Load(labFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := filepath.Join(dir, "state")
-	_ = lab.Down(p0.Cluster, state) // a leftover of a crashed run
-	t.Cleanup(func() {
-		if err := lab.Down(p0.Cluster, state); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-		if left := lab.Existing(p0.Cluster); len(left) > 0 {
-			t.Errorf("lab down left namespaces behind: %v", left)
-		}
-	})
-	if _, err := lab.Up(p0, lab.Options{StateDir: state, PolicyFile: labFile}); err != nil {
-		t.Fatalf("lab up: %v", err)
-	}
+	p0, _, state := livelab.UpLab(t, dir, "lab.yaml", fmt.Sprintf(drsPolicy, "", ""))
 	plan, err := lab.NewPlan(p0)
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +167,7 @@ func TestFig2DRSLive(t *testing.T) {
 		t.Fatalf("vm2's migration not done (reported by h2's agent) within 10 s: %+v", ds)
 	}
 	before := snapshot(t, conn)
-	d.kill()
+	d.Kill()
 	killed := time.Now()
 	report = append(report, s.hold("controller killed (SIGKILL), agents alone", killed, 5*time.Second))
 	d = startController(t, data, cargs)
@@ -561,25 +540,7 @@ func startAgent(t *testing.T, dir, labDir, host, server, token, ca string) {
 // if the test failed.
 func startSluice(t *testing.T, dir, name string, sig syscall.Signal, args ...string) {
 	t.Helper()
-	logf, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(sig)
-		_ = cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("%s's log:\n%s", name, b)
-		}
-	})
+	livelab.StartSluice(t, bin, dir, name, sig, args...)
 }
 
 // snapshot reads the controller's events, decisions, VMs and policy
