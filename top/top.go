@@ -1,5 +1,5 @@
 // Package top is `sluice top`: a live terminal view of one host, like
-// esxtop. Per VM and vNIC (and per host traffic class) it shows the
+// esxtop, or of the whole cluster as the controller sees it. Per VM and vNIC (and per host traffic class) it shows the
 // entitlement against the measured rate, the VM's CPU (used, throttled,
 // ready) and its disks' IOPS, sortable, with the reasons of the selected
 // row. It reads what the host's daemons publish (the agent's statistics
@@ -17,16 +17,30 @@ import (
 	"sluice/storage"
 )
 
-// Snapshot is what one refresh read.
+// Snapshot is what one refresh read: a host's agent statistics and
+// gateways, or (Controller set) the controller's view of the cluster.
 type Snapshot struct {
 	// Agent is the agent's last statistics (nil when unreadable: Err).
 	Agent *agent.Stats
+	// Controller is the controller's URL when the snapshot is its view:
+	// Ports then holds every port's last reported rate.
+	Controller string
+	Ports      []PortSample
 	// Gateways are the host's gateways' status (disks); none is fine.
 	Gateways []storage.Status
 	// Err is why the agent's statistics could not be read.
 	Err error
 	// At is when the snapshot was read.
 	At time.Time
+}
+
+// PortSample is a port's last report through the controller: the rate
+// its host's agent measured and the entitlement of the host's desired
+// state then.
+type PortSample struct {
+	Host, Port               string
+	EntitledBps, MeasuredBps float64
+	At                       time.Time
 }
 
 // Row is one line of the view: a vNIC (Port VM/NIC) or a host traffic
@@ -51,7 +65,8 @@ type Row struct {
 	Disks            int
 	IOPS             float64
 	IOPSEntitled     float64
-	DiskLatencyMs    float64 // the busiest disk's mean latency
+	DiskLatencyMs    float64   // the busiest disk's mean latency
+	At               time.Time // the controller's view: when the port's host reported
 }
 
 // RatePct is the measured rate in percent of the entitlement (0 when
@@ -63,9 +78,18 @@ func (r Row) RatePct() float64 {
 	return 100 * r.RateBps / r.EntitledBps
 }
 
-// Rows derives the view's rows from a snapshot, in the agent's order.
+// Rows derives the view's rows from a snapshot, in the agent's order
+// (the controller's view: in its order, one row per port, Uplink holding
+// the port's host).
 func Rows(s Snapshot) []Row {
 	var rows []Row
+	if s.Controller != "" {
+		for _, p := range s.Ports {
+			vm, _, _ := strings.Cut(p.Port, "/")
+			rows = append(rows, Row{VM: vm, Port: p.Port, Uplink: p.Host, EntitledBps: p.EntitledBps, RateBps: p.MeasuredBps, At: p.At})
+		}
+		return rows
+	}
 	if s.Agent == nil {
 		return nil
 	}
@@ -217,29 +241,49 @@ func Render(s Snapshot, v View) string {
 		b.WriteString(l)
 		b.WriteByte('\n')
 	}
-	if s.Agent == nil {
+	head := 0 // lines above the table
+	switch {
+	case s.Controller != "" && s.Err != nil:
+		line("sluice top  controller %s  %s", s.Controller, s.At.Format("15:04:05"))
+		line("no view from the controller: %v", s.Err)
+		line("q quit")
+		return b.String()
+	case s.Controller != "":
+		hosts := map[string]bool{}
+		for _, p := range s.Ports {
+			hosts[p.Host] = true
+		}
+		line("sluice top  controller %s  %d ports on %d hosts reporting  sort: %s", s.Controller, len(s.Ports), len(hosts), v.Sort)
+		head = 1
+	case s.Agent == nil:
 		line("sluice top  %s", s.At.Format("15:04:05"))
 		line("no agent statistics: %v", s.Err)
 		line("q quit")
 		return b.String()
-	}
-	a := s.Agent
-	age := s.At.Sub(time.Unix(0, a.NowNs)).Round(100 * time.Millisecond)
-	line("sluice top  host %s  cluster %s  dynamic=%v  agent step %s ago  sort: %s", a.Host, a.Cluster, a.Dynamic, age, v.Sort)
-	for _, u := range a.Uplinks {
-		line("uplink %s (%s)  speed %s  usable %s", u.Uplink, u.Dev, mbps(float64(u.SpeedBps)), mbps(float64(u.UsableBps)))
+	default:
+		a := s.Agent
+		age := s.At.Sub(time.Unix(0, a.NowNs)).Round(100 * time.Millisecond)
+		line("sluice top  host %s  cluster %s  dynamic=%v  agent step %s ago  sort: %s", a.Host, a.Cluster, a.Dynamic, age, v.Sort)
+		for _, u := range a.Uplinks {
+			line("uplink %s (%s)  speed %s  usable %s", u.Uplink, u.Dev, mbps(float64(u.SpeedBps)), mbps(float64(u.UsableBps)))
+		}
+		head = 1 + len(a.Uplinks)
 	}
 	rows := Rows(s)
 	Sort(rows, v.Sort)
 	line("")
-	line("%-14s %-18s %-7s %10s %10s %6s %6s %7s %7s %7s %6s %8s %8s", "VM", "PORT", "UPLINK", "ENT Mbps", "RATE Mbps", "%ENT", "QUEUE", "CPU %", "RDY %", "THR %", "DISKS", "IOPS", "IOPS ENT")
+	where := "UPLINK"
+	if s.Controller != "" {
+		where = "HOST"
+	}
+	line("%-14s %-18s %-7s %10s %10s %6s %6s %7s %7s %7s %6s %8s %8s", "VM", "PORT", where, "ENT Mbps", "RATE Mbps", "%ENT", "QUEUE", "CPU %", "RDY %", "THR %", "DISKS", "IOPS", "IOPS ENT")
 	sel := v.Selected
 	if sel >= len(rows) {
 		sel = len(rows) - 1
 	}
 	max := len(rows)
 	if v.Height > 0 {
-		max = min(max, v.Height-len(a.Uplinks)-8)
+		max = min(max, v.Height-head-7)
 	}
 	for i, r := range rows {
 		if i >= max {
@@ -269,8 +313,15 @@ func Render(s Snapshot, v View) string {
 	}
 	line("")
 	if sel >= 0 && sel < len(rows) {
-		for _, l := range reasons(rows[sel]) {
-			line("%s", l)
+		if s.Controller != "" {
+			r := rows[sel]
+			line("%s on %s: entitled %s by its host's desired state, measured %s, reported %s",
+				r.Port, r.Uplink, mbps(r.EntitledBps), mbps(r.RateBps), r.At.Format("15:04:05"))
+			line("why: sluice ctl explain %s", r.Port)
+		} else {
+			for _, l := range reasons(rows[sel]) {
+				line("%s", l)
+			}
 		}
 	}
 	line("keys: ↑/↓ select  n e r p c y t i sort by name, entitled, rate, %%ent, cpu, ready, throttled, iops  q quit")

@@ -1,6 +1,7 @@
 package top
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -84,5 +85,37 @@ func TestSortAndKeys(t *testing.T) {
 	}
 	if _, cmd := m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("q")}); cmd == nil {
 		t.Error("q does not quit")
+	}
+}
+
+// TestControllerView: the controller's view has a row per port with its
+// host in the HOST column, sorts like a host's, and says where the reason
+// is; an unreachable controller is one line.
+func TestControllerView(t *testing.T) {
+	at := time.Unix(2000, 0)
+	s := Snapshot{At: at, Controller: "https://127.0.0.1:7443", Ports: []PortSample{
+		{Host: "h1", Port: "vm1/nic0", EntitledBps: 750e6, MeasuredBps: 740e6, At: at},
+		{Host: "h2", Port: "vm2/nic0", EntitledBps: 1e9, MeasuredBps: 990e6, At: at},
+	}}
+	out := Render(s, View{Sort: ByEntitled})
+	lines := strings.Split(out, "\n")
+	if !strings.Contains(lines[0], "2 ports on 2 hosts") || !strings.Contains(out, "HOST") {
+		t.Errorf("header:\n%s", out)
+	}
+	first := -1
+	for i, l := range lines {
+		if f := strings.Fields(strings.TrimPrefix(l, ">")); len(f) >= 5 && f[1] == "vm2/nic0" {
+			first = i
+			if f[2] != "h2" || f[3] != "1000.0" || f[4] != "990.0" {
+				t.Errorf("vm2/nic0's row: %q", l)
+			}
+		}
+	}
+	if first < 0 || !strings.HasPrefix(lines[first], ">") || !strings.Contains(out, "sluice ctl explain vm2/nic0") {
+		t.Errorf("sorted by entitlement, vm2/nic0 first and selected, with where its reason is:\n%s", out)
+	}
+	s.Err, s.Ports = errors.New("connection refused"), nil
+	if out := Render(s, View{}); !strings.Contains(out, "no view from the controller: connection refused") {
+		t.Errorf("unreachable:\n%s", out)
 	}
 }

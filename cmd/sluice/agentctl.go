@@ -29,10 +29,16 @@ type controllerFlags struct {
 }
 
 func (f *controllerFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.server, "controller", "", "the controller's URL (https://HOST:PORT): follow its policy and desired state instead of --policy")
+	f.registerClient(fs, "the controller's URL (https://HOST:PORT): follow its policy and desired state instead of --policy")
+	f.mig.register(fs)
+}
+
+// registerClient registers the flags that reach the controller (--controller
+// with usage url, --token-file, --ca).
+func (f *controllerFlags) registerClient(fs *flag.FlagSet, url string) {
+	fs.StringVar(&f.server, "controller", "", url)
 	fs.StringVar(&f.tokenFile, "token-file", "", "bearer token for the controller")
 	fs.StringVar(&f.ca, "ca", "", "the controller's certificate (PEM)")
-	f.mig.register(fs)
 }
 
 func (f *controllerFlags) client() (*controller.Client, error) {

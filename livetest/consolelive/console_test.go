@@ -165,6 +165,12 @@ func TestConsoleLive(t *testing.T) {
 		return n >= minSamples
 	})
 
+	// sluice top's view of the same cluster through the controller: a row
+	// per vNIC on h1, with the entitlement of the history's last sample
+	// and a measured rate (its accuracy is TestTopLive's: top of a local
+	// agent within 5% of the entitlements).
+	checkTopController(t, cl, []string{"--controller", server, "--token-file", tokFile, "--ca", ca})
+
 	// The browser, its console read from the start.
 	b := newBrowser(t, chromium)
 	must := func(what string, steps ...chromedp.Action[chromedp.Void]) {
@@ -469,6 +475,44 @@ func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// checkTopController runs `sluice top --once` against the controller
+// (conn: its flags) and checks the rows of vm1..vm3's vNICs.
+func checkTopController(t *testing.T, cl *controller.Client, conn []string) {
+	t.Helper()
+	out, err := exec.Command(bin, append([]string{"top", "--once", "--sort", "name"}, conn...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sluice top --controller: %v\n%s", err, out)
+	}
+	h, err := cl.History(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[string]controller.Sample{}
+	for _, p := range h.Ports {
+		if len(p.Samples) > 0 {
+			last[p.Port] = p.Samples[len(p.Samples)-1]
+		}
+	}
+	for _, port := range []string{"vm1/nic0", "vm2/nic0", "vm3/nic0"} {
+		var f []string
+		for _, line := range strings.Split(string(out), "\n") {
+			if g := strings.Fields(strings.TrimPrefix(line, ">")); len(g) >= 5 && g[1] == port {
+				f = g
+			}
+		}
+		if f == nil {
+			t.Fatalf("sluice top --controller shows no row of %s:\n%s", port, out)
+		}
+		ent, err1 := strconv.ParseFloat(f[3], 64)
+		rate, err2 := strconv.ParseFloat(f[4], 64)
+		want := last[port].EntitledBps / 1e6
+		if err1 != nil || err2 != nil || f[2] != "h1" || math.Abs(ent-want) > 0.1 || rate < want/2 {
+			t.Errorf("sluice top --controller, %s: host %s, ENT %s, RATE %s Mbps; want h1, the history's %.1f and a rate of the flow:\n%s", port, f[2], f[3], f[4], want, out)
+		}
+	}
+	t.Logf("sluice top --controller --once:\n%s", out)
 }
 
 // ctl runs `sluice ctl` (livelab.Ctl).
