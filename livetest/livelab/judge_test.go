@@ -45,6 +45,18 @@ func fakeClassWatch(t *testing.T, t0 time.Time, secs []Second, rate float64, sto
 	return w
 }
 
+// quietMachine is a MachineWatch of secs seconds from t0 in which no task
+// waited for a CPU.
+func quietMachine(t0 time.Time, secs int) *MachineWatch {
+	w := &MachineWatch{quit: make(chan struct{}), done: make(chan struct{})}
+	close(w.quit)
+	close(w.done)
+	for k := 0; k <= secs+1; k++ {
+		w.samples = append(w.samples, MachineSample{At: t0.Add(time.Duration(k) * time.Second), HasPSI: true})
+	}
+	return w
+}
+
 func fullSecond(busy int) Second {
 	n := int(time.Second / SampleEvery)
 	return Second{Samples: n, Busy: map[string]int{"a": busy}}
@@ -65,7 +77,7 @@ func TestJudge(t *testing.T) {
 	}
 	rw := fakeReceivers(t0, 6, 900e6, time.Millisecond, slow)
 	cw := fakeClassWatch(t, t0, secs, 900e6, 0, 0)
-	j := Judge(cw, rw, []Flow{{Name: "a", Port: 5201, N: 5}}, []string{"a"}, 1000e6, Load{})
+	j := Judge(cw, rw, []Flow{{Name: "a", Port: 5201, N: 5}}, []string{"a"}, 1000e6, quietMachine(t0, 6))
 	// Second 0 is judged but thin (900 of a usable 1000 Mbps); 1 is not
 	// backlogged; 2 and 3 end or begin at the slow reads; 4 is thin.
 	if got, want := fmt.Sprint(j.Short), "[true true true true true]"; got != want {
@@ -84,9 +96,35 @@ func TestJudge(t *testing.T) {
 	}
 	// With a usable rate of 900 Mbps the link was full: every backlogged
 	// and timed second is judged.
-	j = Judge(cw, rw, []Flow{{Name: "a", Port: 5201, N: 5}}, []string{"a"}, 900e6, Load{})
+	j = Judge(cw, rw, []Flow{{Name: "a", Port: 5201, N: 5}}, []string{"a"}, 900e6, quietMachine(t0, 6))
 	if got, want := fmt.Sprint(j.Short), "[false true true true false]"; got != want {
 		t.Errorf("usable 900 Mbps: short %s, want %s", got, want)
+	}
+}
+
+// A thin second in which tasks waited for a CPU more than MaxMachineWait
+// of the time is the machine's: set aside, not held against the
+// scheduler's work conservation; the same second on a quiet machine is.
+func TestJudgeBusyMachine(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	full := int(time.Second / SampleEvery)
+	secs := []Second{fullSecond(full), fullSecond(full), fullSecond(full), fullSecond(full), fullSecond(full)}
+	rw := fakeReceivers(t0, 5, 900e6, time.Millisecond, nil)
+	cw := fakeClassWatch(t, t0, secs, 900e6, 0, 0)
+	flows := []Flow{{Name: "a", Port: 5201, N: 4}}
+	quiet := Judge(cw, rw, flows, []string{"a"}, 1000e6, quietMachine(t0, 5))
+	busy := quietMachine(t0, 5)
+	for k := range busy.samples {
+		busy.samples[k].WaitUs = uint64(k) * 500_000 // tasks waited half of every second
+	}
+	loaded := Judge(cw, rw, flows, []string{"a"}, 1000e6, busy)
+	// Seconds 0-3 are thin (900 of 1000 Mbps); the conservation counts
+	// 1-3 (second 0 is the flows' start).
+	if quiet.Thin != 4 || quiet.Busy != 0 || quiet.Conservation.Backlogged != 3 || quiet.Conservation.Full != 0 {
+		t.Errorf("quiet: thin %d, busy %d, conservation %+v; want four thin seconds, 1-3 held against the scheduler", quiet.Thin, quiet.Busy, quiet.Conservation)
+	}
+	if loaded.Thin != 0 || loaded.Busy != 4 || loaded.Conservation.Backlogged != 0 || len(loaded.BusySeconds) != 4 {
+		t.Errorf("busy machine: thin %d, busy %d, conservation %+v, %q; want the four thin seconds the machine's", loaded.Thin, loaded.Busy, loaded.Conservation, loaded.BusySeconds)
 	}
 }
 
@@ -106,7 +144,8 @@ func TestWindowFastestRead(t *testing.T) {
 
 // A receiver that gets more in a second than its class sent around it got
 // bytes held from the second before (a repair shorter than MinStall): both
-// seconds are set aside; the same dip without the catch-up is judged.
+// seconds of that flow are marked late (judged still); the same dip
+// without the catch-up is not.
 func TestJudgeLateBytes(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	full := int(time.Second / SampleEvery)
@@ -122,17 +161,17 @@ func TestJudgeLateBytes(t *testing.T) {
 	for k := 40; k < 45; k++ {
 		rw.bytes[k][5201] -= 4e6 / 8 * float64(45-k) / 5
 	}
-	j := Judge(cw, rw, flows, []string{"a"}, 0, Load{})
-	if got, want := fmt.Sprint(j.Short), "[false true true false]"; got != want || j.Held != 2 || len(j.Holds) == 0 {
-		t.Errorf("late bytes: short %s (held %d, %q), want %s (2)", got, j.Held, j.Holds, want)
+	j := Judge(cw, rw, flows, []string{"a"}, 0, quietMachine(t0, 5))
+	if got, want := fmt.Sprint(j.Late["a"]), "[false true true false]"; got != want || len(j.Lates) == 0 || fmt.Sprint(j.Short) != "[false false false false]" {
+		t.Errorf("late bytes: late %s (%q), short %v; want late %s, every second judged", got, j.Lates, j.Short, want)
 	}
-	// The same dip in second 1 with nothing made up later: judged.
+	// The same dip in second 1 with nothing made up later: not late.
 	rw = fakeReceivers(t0, 5, 100e6, time.Millisecond, nil)
 	for k := 20; k < len(rw.bytes); k++ {
 		rw.bytes[k][5201] -= 4e6 / 8 * min(float64(k-20)/20, 1)
 	}
-	if j = Judge(cw, rw, flows, []string{"a"}, 0, Load{}); fmt.Sprint(j.Short) != "[false false false false]" {
-		t.Errorf("a dip alone: short %v, want every second judged", j.Short)
+	if j = Judge(cw, rw, flows, []string{"a"}, 0, quietMachine(t0, 5)); fmt.Sprint(j.Late["a"]) != "[false false false false]" {
+		t.Errorf("a dip alone: late %v, want none", j.Late["a"])
 	}
 }
 
@@ -151,7 +190,7 @@ func TestJudgeHeldBytes(t *testing.T) {
 		rw.bytes[k][5201] = held
 	}
 	flows := []Flow{{Name: "a", Port: 5201, N: 4}}
-	j := Judge(fakeClassWatch(t, t0, secs, 100e6, 0, 0), rw, flows, []string{"a"}, 0, Load{})
+	j := Judge(fakeClassWatch(t, t0, secs, 100e6, 0, 0), rw, flows, []string{"a"}, 0, quietMachine(t0, 6))
 	if got, want := fmt.Sprint(j.Short), "[false true true false]"; got != want || j.Held != 2 {
 		t.Errorf("class sending: short %s (held %d), want %s (2)", got, j.Held, want)
 	}
@@ -161,7 +200,7 @@ func TestJudgeHeldBytes(t *testing.T) {
 	for k := 38; k < len(stopped.bytes); k++ {
 		stopped.bytes[k][5201] = max(held, stopped.bytes[k][5201]-100e6/8*0.25)
 	}
-	j = Judge(fakeClassWatch(t, t0, secs, 100e6, 1900*time.Millisecond, 2150*time.Millisecond), stopped, flows, []string{"a"}, 0, Load{})
+	j = Judge(fakeClassWatch(t, t0, secs, 100e6, 1900*time.Millisecond, 2150*time.Millisecond), stopped, flows, []string{"a"}, 0, quietMachine(t0, 6))
 	if got, want := fmt.Sprint(j.Short), "[false false false false]"; got != want || j.Rates["a"][1] > 90e6 {
 		t.Errorf("class stopped: short %s, second 1 at %.0f bits/s; want %s and the dip", got, j.Rates["a"][1], want)
 	}

@@ -188,6 +188,10 @@ func TestAgentKilledLive(t *testing.T) {
 			}
 		}
 		for i := from; i < len(r.Intervals); i++ {
+			if i < len(r.Late) && r.Late[i] {
+				t.Logf("%s second %d: %s Mbps, not judged alone: its count is displaced (bytes held across its ends)", r.Name, i, mbps(r.Intervals[i]))
+				continue
+			}
 			if e := relErr(r.Intervals[i], want[r.Name]); !r.Short[i] && math.Abs(e) > 0.10 {
 				t.Errorf("%s second %d (after the restart): %s Mbps, entitled %s: %+.1f%% (want within 10%%)", r.Name, i, mbps(r.Intervals[i]), mbps(want[r.Name]), 100*e)
 			}

@@ -193,6 +193,9 @@ type result struct {
 	// was not full; nil when nobody watched): those seconds say nothing
 	// about the scheduler and the medians skip them.
 	Short []bool
+	// Late marks the seconds whose count TCP displaced (livelab.Judgement
+	// Late): a check of single seconds skips them.
+	Late []bool
 }
 
 // judgedFrom returns the intervals from second `from` on that are not

@@ -76,14 +76,16 @@ func (l *liveLab) runSaturating(host string, durS, fromS int, usable float64, fl
 // kept up and the machine let HTB fill the link, and a scheduler that
 // holds a backlogged flow under its share cannot pass. The seconds in
 // which the classes stayed backlogged but the link was not full are the
-// scheduler's: with usable > 0 their share is its work conservation
+// scheduler's (unless tasks waited for a CPU more than
+// livelab.MaxMachineWait of the second: the machine's, with that
+// evidence): with usable > 0 their share is its work conservation
 // (livelab.Conserved), and under livelab.MinWorkConserved the test fails
 // at once, naming the scheduler, without measuring again.
 func (l *liveLab) judged(host string, ports []string, usable float64, need func(short []bool) bool, run func(start time.Time) []result) []result {
 	t := l.t
 	t.Helper()
 	for try := 1; ; try++ {
-		m0 := livelab.SampleMachine()
+		mw := livelab.WatchMachine(t)
 		cw := livelab.Watch(t, l.plan, l.p, host, ports)
 		rw := livelab.WatchReceivers(t, l.plan, livelab.ServerSide)
 		res := run(cw.Start())
@@ -95,9 +97,10 @@ func (l *liveLab) judged(host string, ports []string, usable float64, need func(
 		for _, r := range res {
 			flows = append(flows, livelab.Flow{Name: r.Name, Port: r.Port, StartS: r.StartS, N: len(r.Intervals)})
 		}
-		j := livelab.Judge(cw, rw, flows, ports, usable, livelab.SampleMachine().Since(m0))
+		j := livelab.Judge(cw, rw, flows, ports, usable, mw)
+		mw.Stop()
 		for i := range res {
-			res[i].Intervals = j.Rates[res[i].Name]
+			res[i].Intervals, res[i].Late = j.Rates[res[i].Name], j.Late[res[i].Name]
 			if slices.Contains(ports, res[i].Name) {
 				res[i].Short = j.Short[res[i].StartS:]
 			}

@@ -424,7 +424,7 @@ func (l *guestLab) judged(ports []string, usable float64, durS, fromS int, run f
 	t := l.t
 	t.Helper()
 	for try := 1; ; try++ {
-		m0 := livelab.SampleMachine()
+		mw := livelab.WatchMachine(t)
 		cw := livelab.Watch(t, l.plan, l.p, "h1", ports)
 		rw := livelab.WatchReceivers(t, l.plan, livelab.ClientSide)
 		res := run()
@@ -436,7 +436,8 @@ func (l *guestLab) judged(ports []string, usable float64, durS, fromS int, run f
 		for _, r := range res {
 			flows = append(flows, livelab.Flow{Name: r.Name, Port: l.plan.NIC(r.Name).IperfPort, N: len(r.Intervals)})
 		}
-		j := livelab.Judge(cw, rw, flows, ports, usable, livelab.SampleMachine().Since(m0))
+		j := livelab.Judge(cw, rw, flows, ports, usable, mw)
+		mw.Stop()
 		judged := 0
 		for i := fromS; i < len(j.Short); i++ {
 			if !j.Short[i] {
