@@ -207,6 +207,24 @@ type SIOC struct {
 	MinWindow, MaxWindow int
 }
 
+// Controller is the window control of a datastore with SIOC s: package
+// parda's scaled law (parda.Controller.UpdateScaled) with the datastore's
+// threshold and gains. The share term is a fraction b (ShareTerm) of the
+// datastore's total window, split by active shares, and the threshold is
+// lowered to (1−b)·L, so that the fixed point is latency = L exactly and
+// windows in the ratio of the hosts' active shares, whatever the array's
+// speed (docs/parda.md). Zero fields (a policy built in code) take
+// parda's defaults, which are the policy's. The gateway and the throttle
+// driver both use it.
+func (s SIOC) Controller() *parda.Controller {
+	th := s.CongestionThreshold
+	if th <= 0 {
+		th = DefaultCongestionThreshold
+	}
+	return parda.New(parda.Config{ThresholdNs: float64(th.Nanoseconds()), Gamma: s.Gamma, ShareTerm: s.ShareTerm,
+		Min: float64(s.MinWindow), Max: float64(s.MaxWindow)})
+}
+
 // Defaults of the PARDA gains: parda's own.
 const (
 	DefaultSIOCGamma     = parda.DefaultGamma

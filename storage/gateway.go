@@ -753,7 +753,7 @@ func (g *Gateway) closePeriod(now time.Time, elapsed time.Duration) Status {
 		gt.mu.Lock()
 		gt.statsErr = statsErr
 		gt.mu.Unlock()
-		r.dsLatNs, r.hosts = out.View.latNs, out.View.hosts
+		r.dsLatNs, r.hosts = out.View.LatNs, out.View.Hosts
 		if gt.parda != nil {
 			gt.mu.Lock()
 			gt.window = out.Window
@@ -791,7 +791,7 @@ func (gt *datastoreGate) readSlots() ([]slotRead, error) {
 // writeStats writes rec to this host's slot of the stats volume.
 func (gt *datastoreGate) writeStats(rec statsRecord) error {
 	b := alignedBuf(StatsSlotBytes)
-	copy(b, rec.encode())
+	copy(b, encodeStatsRecord(rec))
 	return gt.stats.writeAt(b, uint64(statsHeaderBytes+gt.slot*StatsSlotBytes), false)
 }
 

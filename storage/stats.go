@@ -9,7 +9,6 @@ import (
 	"unsafe"
 
 	"sluice/alloc"
-	"sluice/parda"
 )
 
 // diskPeriod accumulates one disk's completed I/O during a period.
@@ -211,24 +210,12 @@ type DiskStatus struct {
 	Error string `json:"error,omitempty"`
 }
 
-// statsRecord is one host's entry in the datastore's stats region: the
-// datastore I/O the host completed in its last period.
-type statsRecord struct {
-	Host         string
-	PeriodEndNs  int64 // wall clock, Unix ns
-	PeriodNs     int64
-	IOs          uint64
-	NormLatSumNs float64
-	Window       float64
-	ActiveShares float64
-}
-
 const statsMagic = 0x534c535441543031 // "SLSTAT01"
 
-// encode lays the record out in a StatsSlotBytes block:
+// encodeStatsRecord lays the record out in a StatsSlotBytes block:
 // magic u64 | periodEnd i64 | period i64 | ios u64 | normLatSum f64 |
 // window f64 | shares f64 | nameLen u16 | name | crc32 of all before.
-func (r statsRecord) encode() []byte {
+func encodeStatsRecord(r statsRecord) []byte {
 	b := make([]byte, StatsSlotBytes)
 	binary.BigEndian.PutUint64(b[0:], statsMagic)
 	binary.BigEndian.PutUint64(b[8:], uint64(r.PeriodEndNs))
@@ -333,34 +320,4 @@ func alignedTo(n, align int) []byte {
 	b := make([]byte, n+align)
 	off := int(-uintptr(unsafe.Pointer(&b[0])) & uintptr(align-1))
 	return b[off : off+n : off+n]
-}
-
-// datastoreView is what every host derives from the fresh records of the
-// stats region (those whose period ended within 3 periods before now).
-type datastoreView struct {
-	latNs       float64 // IOPS-weighted mean normalised latency; 0: no I/O
-	hosts       int
-	totalShares float64 // Σ active shares
-	totalWindow float64 // Σ windows of hosts with active shares
-}
-
-func viewOf(recs []statsRecord, nowNs int64) datastoreView {
-	var v datastoreView
-	var reports []parda.HostReport
-	for _, r := range recs {
-		if r.PeriodNs <= 0 || nowNs-r.PeriodEndNs > 3*r.PeriodNs {
-			continue
-		}
-		v.hosts++
-		if r.IOs > 0 {
-			// Latencies are normalised per I/O already (MeanBytes 0).
-			reports = append(reports, parda.HostReport{IOs: float64(r.IOs), LatencyNs: r.NormLatSumNs / float64(r.IOs)})
-		}
-		if r.ActiveShares > 0 {
-			v.totalShares += r.ActiveShares
-			v.totalWindow += r.Window
-		}
-	}
-	v.latNs = parda.DefaultSizeModel.DatastoreLatency(reports)
-	return v
 }
