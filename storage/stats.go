@@ -1,14 +1,13 @@
 package storage
 
 import (
-	"encoding/binary"
-	"hash/crc32"
 	"math"
 	"math/bits"
 	"time"
 	"unsafe"
 
 	"sluice/alloc"
+	"sluice/parda"
 )
 
 // diskPeriod accumulates one disk's completed I/O during a period.
@@ -210,50 +209,11 @@ type DiskStatus struct {
 	Error string `json:"error,omitempty"`
 }
 
-const statsMagic = 0x534c535441543031 // "SLSTAT01"
+// encodeStatsRecord lays the record out in a StatsSlotBytes block
+// (parda.Record.Encode).
+func encodeStatsRecord(r statsRecord) []byte { return r.Encode(StatsSlotBytes) }
 
-// encodeStatsRecord lays the record out in a StatsSlotBytes block:
-// magic u64 | periodEnd i64 | period i64 | ios u64 | normLatSum f64 |
-// window f64 | shares f64 | nameLen u16 | name | crc32 of all before.
-func encodeStatsRecord(r statsRecord) []byte {
-	b := make([]byte, StatsSlotBytes)
-	binary.BigEndian.PutUint64(b[0:], statsMagic)
-	binary.BigEndian.PutUint64(b[8:], uint64(r.PeriodEndNs))
-	binary.BigEndian.PutUint64(b[16:], uint64(r.PeriodNs))
-	binary.BigEndian.PutUint64(b[24:], r.IOs)
-	binary.BigEndian.PutUint64(b[32:], math.Float64bits(r.NormLatSumNs))
-	binary.BigEndian.PutUint64(b[40:], math.Float64bits(r.Window))
-	binary.BigEndian.PutUint64(b[48:], math.Float64bits(r.ActiveShares))
-	name := r.Host
-	if len(name) > 255 {
-		name = name[:255]
-	}
-	binary.BigEndian.PutUint16(b[56:], uint16(len(name)))
-	copy(b[58:], name)
-	end := 58 + len(name)
-	binary.BigEndian.PutUint32(b[end:], crc32.ChecksumIEEE(b[:end]))
-	return b
-}
-
-func decodeStatsRecord(b []byte) (statsRecord, bool) {
-	if len(b) < 62 || binary.BigEndian.Uint64(b) != statsMagic {
-		return statsRecord{}, false
-	}
-	n := int(binary.BigEndian.Uint16(b[56:]))
-	end := 58 + n
-	if end+4 > len(b) || crc32.ChecksumIEEE(b[:end]) != binary.BigEndian.Uint32(b[end:]) {
-		return statsRecord{}, false
-	}
-	return statsRecord{
-		Host:         string(b[58:end]),
-		PeriodEndNs:  int64(binary.BigEndian.Uint64(b[8:])),
-		PeriodNs:     int64(binary.BigEndian.Uint64(b[16:])),
-		IOs:          binary.BigEndian.Uint64(b[24:]),
-		NormLatSumNs: math.Float64frombits(binary.BigEndian.Uint64(b[32:])),
-		Window:       math.Float64frombits(binary.BigEndian.Uint64(b[40:])),
-		ActiveShares: math.Float64frombits(binary.BigEndian.Uint64(b[48:])),
-	}, true
-}
+func decodeStatsRecord(b []byte) (statsRecord, bool) { return parda.DecodeRecord(b) }
 
 // slotRead is one slot of the stats volume as read.
 type slotRead struct {
