@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"sluice/alloc"
+	"sluice/entitle"
 	"sluice/parda"
 )
 
@@ -123,17 +124,18 @@ func (h *LatencyHistogram) add(p *diskPeriod) {
 // unbounded when wants says a request of it waited, else what it
 // completed.
 func entitleDisks(ds []DiskStatus, wants []bool) {
-	root := &alloc.Node{Limit: alloc.Inf, Demand: alloc.Inf, Semantics: alloc.Floor}
+	root := entitle.StorageRoot("")
 	var capacity float64
 	for i, d := range ds {
-		n := &alloc.Node{Name: d.Disk, Reservation: float64(d.ReservationIOPS), Shares: float64(max(d.Shares, 1)), Limit: alloc.Inf, Demand: d.IOPS}
+		spec := entitle.DiskSpec{Name: d.Disk, ReservationIOPS: float64(d.ReservationIOPS), Shares: float64(d.Shares), LimitIOPS: alloc.Inf}
 		if d.LimitIOPS > 0 {
-			n.Limit = float64(d.LimitIOPS)
+			spec.LimitIOPS = float64(d.LimitIOPS)
 		}
+		demand := d.IOPS
 		if wants[i] {
-			n.Demand = alloc.Inf
+			demand = alloc.Inf
 		}
-		root.Children = append(root.Children, n)
+		root.Children = append(root.Children, entitle.DiskNode(spec, demand))
 		capacity += d.IOPS
 	}
 	alloc.Compute(root, capacity)
