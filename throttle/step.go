@@ -103,6 +103,7 @@ type Input struct {
 // the throttle it gets and why.
 type DiskResult struct {
 	Name        string
+	Spec        entitle.DiskSpec
 	IOPS        float64 // units of UnitBytes per second done in the period
 	Bytes       float64 // bytes per second
 	LatencyNs   float64 // mean latency QEMU saw (0: no I/O)
@@ -149,7 +150,7 @@ func Step(ctl *parda.Controller, st State, in Input) Output {
 	sampled := make([]bool, len(in.Disks))
 	for i, d := range in.Disks {
 		r := &out.Disks[i]
-		r.Name = d.Spec.Name
+		r.Name, r.Spec = d.Spec.Name, d.Spec
 		prev, known := st.Disks[d.Spec.Name]
 		var delta Counters
 		switch {
