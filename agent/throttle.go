@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -162,7 +163,8 @@ func (t *Throttler) Run(ctx context.Context, clk clock.Clock, period time.Durati
 func (t *Throttler) Uninstall() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return UninstallThrottles(t.hv, t.StateDir, t.Cluster, t.Host)
+	_, err := UninstallThrottles(t.hv, t.StateDir, t.Cluster, t.Host)
+	return err
 }
 
 // UninstallThrottles gives every disk that the throttle driver of host
@@ -170,12 +172,14 @@ func (t *Throttler) Uninstall() error {
 // the domains that run now, and removes the driver's files there. A
 // domain that stopped took sluice's throttle with it (QEMU keeps it in
 // the process; the domain's definition was never changed).
-func UninstallThrottles(hv throttle.Hypervisor, stateDir, cluster, host string) error {
+// It returns a line per disk given back.
+func UninstallThrottles(hv throttle.Hypervisor, stateDir, cluster, host string) ([]string, error) {
 	path := ThrottleOriginalsPath(stateDir, cluster, host)
 	orig, err := readOriginals(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var done []string
 	var errs []error
 	left := map[string]map[string]throttle.Limits{}
 	for ds, m := range orig {
@@ -189,7 +193,13 @@ func UninstallThrottles(hv throttle.Hypervisor, stateDir, cluster, host string) 
 		if err := d.Restore(vms); err != nil {
 			errs = append(errs, err)
 		}
-		if rest := d.Originals(); len(rest) > 0 {
+		rest := d.Originals()
+		for name, l := range m {
+			if _, ok := rest[name]; !ok {
+				done = append(done, fmt.Sprintf("disk %s: throttle set by sluice removed (given back: %d IOPS, 0 = none)", name, l.IOPS))
+			}
+		}
+		if len(rest) > 0 {
 			left[ds] = rest
 		}
 	}
@@ -203,7 +213,8 @@ func UninstallThrottles(hv throttle.Hypervisor, stateDir, cluster, host string) 
 	if err := os.Remove(ThrottleStatusPath(stateDir, cluster, host)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	slices.Sort(done)
+	return done, errors.Join(errs...)
 }
 
 // ThrottleStatus is what the throttle driver of a host did in its last

@@ -64,8 +64,9 @@ func TestThrottlerUninstall(t *testing.T) {
 	if err != nil || len(st.Disks) != 1 || st.Disks[0].ThrottleIOPS != 120 || !strings.HasPrefix(st.Disks[0].Why, "limit") || st.Disks[0].Target != "vda" {
 		t.Fatalf("status %+v, %v", st, err)
 	}
-	if err := UninstallThrottles(hv, state, "t", "h1"); err != nil {
-		t.Fatal(err)
+	done, err := UninstallThrottles(hv, state, "t", "h1")
+	if err != nil || len(done) != 1 {
+		t.Fatalf("UninstallThrottles: %q, %v", done, err)
 	}
 	if hv.tune["vda"].IOPS != 500 {
 		t.Fatalf("after uninstall vda has %+v, want the operator's 500 IOPS back", hv.tune["vda"])

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -22,6 +23,8 @@ import (
 	"sluice/internal/ops"
 	"sluice/lab"
 	"sluice/policy"
+	"sluice/storage"
+	"sluice/virt"
 )
 
 func init() {
@@ -62,6 +65,8 @@ type agentOpts struct {
 	host, file, nsName, stateDir *string
 	interval                     *time.Duration
 	dynamic, once, cpu           *bool
+	datastores                   multiFlag
+	storagePeriod                *time.Duration
 	src                          inventoryFlags
 	ctlf                         controllerFlags
 	ops                          opsFlags
@@ -82,6 +87,8 @@ func newAgentFlags() (*flag.FlagSet, *agentOpts) {
 	o.nsName = fs.String("netns", "", "network namespace of the host (default: sl-<cluster>-<host> when it exists, else the current one)")
 	o.stateDir = fs.String("state-dir", lab.DefaultStateDir, "directory of the statistics file and the admission socket")
 	o.cpu = fs.Bool("cpu", false, "also enforce the VMs' CPU reservations, shares and limits on their cgroups (docs/cpu.md)")
+	fs.Var(&o.datastores, "datastore", "DS=DIR: datastore DS is mounted at DIR on this host; with the throttle driver the agent sets its disks' QEMU throttles (repeatable; docs/throttle.md)")
+	o.storagePeriod = fs.Duration("storage-period", time.Second, "control period of the throttle driver")
 	o.src.register(fs)
 	o.ctlf.register(fs)
 	o.ops.register(fs, ops.DefaultAgentMetrics)
@@ -93,6 +100,7 @@ func agentUsage(w io.Writer) {
 	fmt.Fprintln(w, "       sluice agent --host NAME --controller https://HOST:PORT --token-file F [--ca F] [--lab-state-dir DIR] [...]")
 	fmt.Fprintln(w, "                    [--migrate-uri URI --migrate-peer HOST=URI ... [--migrate-data URI]]   (libvirt: live migrations to this host)")
 	fmt.Fprintln(w, "                    [--interval 100ms] [--dynamic=true|false] [--cpu] [--once] [--netns NS]")
+	fmt.Fprintln(w, "                    [--datastore DS=DIR ... [--storage-period 1s]]   (the throttle driver: QEMU's throttle per disk, through libvirt)")
 	fmt.Fprintln(w, "                    [--metrics-listen 127.0.0.1:9641|\"\"] [--log-format text|json] [--state-dir /run/sluice]")
 	fmt.Fprintln(w, "                    [--config /etc/sluice/agent.yaml]   (any of these flags as YAML, key: value; the command line wins)")
 	fmt.Fprintln(w, "       sluice agent status --host NAME [--policy FILE] [-o table|json]")
@@ -120,7 +128,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice agent: %v\n", err)
 		return exitUsage
 	}
-	if fs.NArg() > 0 || *host == "" || (*file == "") == (ctlf.server == "") || *interval <= 0 || !src.valid() {
+	if fs.NArg() > 0 || *host == "" || (*file == "") == (ctlf.server == "") || *interval <= 0 || *o.storagePeriod <= 0 || !src.valid() {
 		agentUsage(stderr)
 		return exitUsage
 	}
@@ -287,6 +295,24 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			log.Log(context.Background(), level, line)
 		})
 	}
+	var th *agent.Throttler
+	if len(o.datastores) > 0 {
+		var closeTh func()
+		th, closeTh, err = startThrottler(p, *host, o.datastores, src.socket, *stateDir, logf)
+		if err != nil {
+			logf("%s", labOneLine(err))
+			return exitBad
+		}
+		if th != nil {
+			defer closeTh()
+			go th.Run(ctx, nil, *o.storagePeriod, func(_ agent.ThrottleStatus, err error) {
+				if err != nil {
+					log.Error("throttle driver: " + labOneLine(err))
+				}
+			})
+		}
+	}
+	thPolicy := p
 	invErr := src.follow(ctx, inv, stop)
 	log.Info(fmt.Sprintf("host %s (netns %q, inventory %s), %d uplinks, dynamic=%v, cpu=%v, interval %s", *host, ns, src.kind, len(a.Trees()), *dynamic, *cpu, *interval))
 	// Metrics read the last step's statistics; ready once a step applied
@@ -298,6 +324,11 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	err = agent.Run(ctx, a, nil, agent.NowNs(), interval.Nanoseconds(), func(s agent.Stats, ch agent.Changes, err error) {
 		// The step's time: from its tick (s.NowNs) to now.
 		met.Observe(s, time.Since(time.Unix(0, s.NowNs)), err)
+		if th != nil && a.Policy() != thPolicy {
+			// The agent took a new policy (this runs on its goroutine).
+			thPolicy = a.Policy()
+			th.SetPolicy(thPolicy)
+		}
 		if side != nil {
 			side.setStats(s)
 		}
@@ -329,6 +360,48 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return exitBad
 	}
 	return exitOK
+}
+
+// startThrottler starts the throttle driver for the datastores of
+// --datastore DS=DIR whose driver is throttle (policy.Datastore.DriverAt:
+// the file's driver, else gateway where DIR holds the gateway's stats
+// volume, else throttle), with its own connection to libvirtd at socket.
+// It returns nil when every datastore given is the gateway's.
+func startThrottler(p *policy.Policy, host string, dss []string, socket, stateDir string, logf func(string, ...any)) (*agent.Throttler, func(), error) {
+	var list []agent.ThrottleDatastore
+	for _, a := range dss {
+		name, dir, ok := strings.Cut(a, "=")
+		dir = strings.TrimPrefix(dir, "dir:")
+		if !ok || name == "" || !filepath.IsAbs(dir) {
+			return nil, nil, fmt.Errorf("--datastore %q: want DS=DIR (an absolute directory)", a)
+		}
+		ds := p.Datastore(name)
+		if ds == nil {
+			return nil, nil, fmt.Errorf("--datastore %s: no datastore %s in the policy", a, name)
+		}
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return nil, nil, fmt.Errorf("--datastore %s: %s is not a directory (is the datastore mounted?)", a, dir)
+		}
+		_, err := os.Stat(filepath.Join(dir, storage.StatsVolume))
+		if drv := ds.DriverAt(err == nil); drv != policy.DriverThrottle {
+			logf("datastore %s: driver %s (the gateway controls it)", name, drv)
+			continue
+		}
+		list = append(list, agent.ThrottleDatastore{Name: name, Dir: dir})
+	}
+	if len(list) == 0 {
+		return nil, func() {}, nil
+	}
+	conn, err := virt.Dial(socket)
+	if err != nil {
+		return nil, nil, fmt.Errorf("throttle driver: %w", err)
+	}
+	th, err := agent.NewThrottler(p, host, conn, list, stateDir)
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return th, func() { conn.Close() }, nil
 }
 
 func runAgentStatus(args []string, stdout, stderr io.Writer) int {
@@ -457,6 +530,24 @@ func runAgentUninstall(args []string, stdout, stderr io.Writer) int {
 	if p.Host(*host) == nil {
 		fmt.Fprintf(stderr, "sluice agent uninstall: host %q is not in %s\n", *host, *file)
 		return exitBad
+	}
+	// QEMU throttles the throttle driver set, given back first (the
+	// originals recorded in the state directory).
+	if _, err := os.Stat(agent.ThrottleOriginalsPath(*stateDir, p.Cluster, *host)); err == nil {
+		conn, err := virt.Dial(src.socket)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice agent uninstall: throttles: %s\n", labOneLine(err))
+			return exitBad
+		}
+		done, err := agent.UninstallThrottles(conn, *stateDir, p.Cluster, *host)
+		conn.Close()
+		for _, d := range done {
+			fmt.Fprintln(stdout, d)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice agent uninstall: %s\n", labOneLine(err))
+			return exitBad
+		}
 	}
 	k, err := agent.NewNetlinkKernel(src.netns(*nsName, p.Cluster, *host))
 	if err != nil {
