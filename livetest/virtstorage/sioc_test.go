@@ -78,7 +78,7 @@ func TestGuestSIOCTest3(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for _, vm := range vms {
-		r, err := lab.GuestExec(ctx, l.p.Cluster, vm, "/bin/sh", "-c", "for d in vda vdb; do cat /sys/block/$d/serial; echo; done")
+		r, err := lab.GuestExec(ctx, l.P.Cluster, vm, "/bin/sh", "-c", "for d in vda vdb; do cat /sys/block/$d/serial; echo; done")
 		if got := strings.Fields(string(r.Stdout)); err != nil || len(got) != 2 || got[0] != "a" || got[1] != "b" {
 			t.Fatalf("%s: serial numbers of vda, vdb = %q (%v), want a, b", vm, r.Stdout, err)
 		}
@@ -95,13 +95,13 @@ func TestGuestSIOCTest3(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pid, err := l.startFio(ctx, vm, job...)
+			pid, err := l.StartFio(ctx, vm, job...)
 			mu.Lock()
 			starts[vm] = time.Now()
 			mu.Unlock()
 			r := fioResult{Err: err}
 			if err == nil {
-				r = l.waitFio(ctx, vm, pid)
+				r = l.WaitFio(ctx, vm, pid)
 			}
 			mu.Lock()
 			results[vm] = r
