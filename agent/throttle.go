@@ -36,6 +36,9 @@ type ThrottleDatastore struct {
 type Throttler struct {
 	Cluster, Host string
 	StateDir      string
+	// Domain names the libvirt domain of a policy VM; nil: the VM's name.
+	// Set it before the first Step.
+	Domain func(vm string) string
 
 	mu      sync.Mutex
 	p       *policy.Policy
@@ -111,6 +114,7 @@ func (t *Throttler) Step(nowNs int64) (ThrottleStatus, error) {
 	orig := map[string]map[string]throttle.Limits{}
 	for _, ds := range t.dss {
 		d := t.drivers[ds.Name]
+		d.Domain = t.Domain
 		specs := hostDisks(t.p, t.Host, ds.Name)
 		out, err := d.Period(specs, nowNs, periodNs)
 		dst := ThrottleDatastoreStatus{Name: ds.Name, Dir: ds.Dir, SIOC: d.Ctl != nil, Window: out.State.Window,
@@ -163,17 +167,18 @@ func (t *Throttler) Run(ctx context.Context, clk clock.Clock, period time.Durati
 func (t *Throttler) Uninstall() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	_, err := UninstallThrottles(t.hv, t.StateDir, t.Cluster, t.Host)
+	_, err := UninstallThrottles(t.hv, t.StateDir, t.Cluster, t.Host, t.Domain)
 	return err
 }
 
 // UninstallThrottles gives every disk that the throttle driver of host
 // set a throttle on the throttle it had before (recorded in stateDir), on
-// the domains that run now, and removes the driver's files there. A
+// the domains that run now (domain names a VM's, nil: the VM's name), and
+// removes the driver's files there. A
 // domain that stopped took sluice's throttle with it (QEMU keeps it in
 // the process; the domain's definition was never changed).
 // It returns a line per disk given back.
-func UninstallThrottles(hv throttle.Hypervisor, stateDir, cluster, host string) ([]string, error) {
+func UninstallThrottles(hv throttle.Hypervisor, stateDir, cluster, host string, domain func(vm string) string) ([]string, error) {
 	path := ThrottleOriginalsPath(stateDir, cluster, host)
 	orig, err := readOriginals(path)
 	if err != nil {
@@ -183,7 +188,7 @@ func UninstallThrottles(hv throttle.Hypervisor, stateDir, cluster, host string) 
 	var errs []error
 	left := map[string]map[string]throttle.Limits{}
 	for ds, m := range orig {
-		d := &throttle.Driver{Host: host, Datastore: ds, HV: hv}
+		d := &throttle.Driver{Host: host, Datastore: ds, HV: hv, Domain: domain}
 		d.SetOriginals(m)
 		var vms []string
 		for name := range m {

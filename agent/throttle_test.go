@@ -64,7 +64,7 @@ func TestThrottlerUninstall(t *testing.T) {
 	if err != nil || len(st.Disks) != 1 || st.Disks[0].ThrottleIOPS != 120 || !strings.HasPrefix(st.Disks[0].Why, "limit") || st.Disks[0].Target != "vda" {
 		t.Fatalf("status %+v, %v", st, err)
 	}
-	done, err := UninstallThrottles(hv, state, "t", "h1")
+	done, err := UninstallThrottles(hv, state, "t", "h1", nil)
 	if err != nil || len(done) != 1 {
 		t.Fatalf("UninstallThrottles: %q, %v", done, err)
 	}

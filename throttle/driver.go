@@ -40,16 +40,21 @@ type Stats interface {
 }
 
 // Match names the hypervisor's disks by the policy: disk VM/DISK is the
-// disk of domain VM whose serial is DISK, else whose target dev is DISK.
-// It returns, in specs order, the specs found and their disks; specs of
-// VMs not running here, or without such a disk, are left out.
-func Match(specs []entitle.DiskSpec, disks []HostDisk) ([]entitle.DiskSpec, []HostDisk) {
+// disk of domain domain(VM) whose serial is DISK, else whose target dev
+// is DISK (domain nil: the domain is named as the VM). It returns, in
+// specs order, the specs found and their disks; specs of VMs not running
+// here, or without such a disk, are left out.
+func Match(specs []entitle.DiskSpec, disks []HostDisk, domain func(vm string) string) ([]entitle.DiskSpec, []HostDisk) {
 	var ms []entitle.DiskSpec
 	var hs []HostDisk
 	for _, s := range specs {
-		i := slices.IndexFunc(disks, func(h HostDisk) bool { return h.VM == s.VM && h.Serial == s.Disk })
+		dom := s.VM
+		if domain != nil {
+			dom = domain(s.VM)
+		}
+		i := slices.IndexFunc(disks, func(h HostDisk) bool { return h.VM == dom && h.Serial == s.Disk })
 		if i < 0 {
-			i = slices.IndexFunc(disks, func(h HostDisk) bool { return h.VM == s.VM && h.Target == s.Disk })
+			i = slices.IndexFunc(disks, func(h HostDisk) bool { return h.VM == dom && h.Target == s.Disk })
 		}
 		if i >= 0 {
 			ms, hs = append(ms, s), append(hs, disks[i])
@@ -68,6 +73,9 @@ type Driver struct {
 	Ctl             *parda.Controller // nil: SIOC off
 	HV              Hypervisor
 	Stats           Stats
+	// Domain names the libvirt domain of a policy VM; nil: the VM's name
+	// (the lab's are sl-CLUSTER-VM).
+	Domain func(vm string) string
 
 	state State
 	last  Output
@@ -101,15 +109,15 @@ func (d *Driver) Period(specs []entitle.DiskSpec, endNs, periodNs int64) (Output
 	var errs []error
 	vms := make([]string, 0, len(specs))
 	for _, s := range specs {
-		if !slices.Contains(vms, s.VM) {
-			vms = append(vms, s.VM)
+		if dom := d.domain(s.VM); !slices.Contains(vms, dom) {
+			vms = append(vms, dom)
 		}
 	}
 	disks, err := d.HV.BlockStats(vms)
 	if err != nil {
 		return d.last, fmt.Errorf("datastore %s: block stats: %w", d.Datastore, err)
 	}
-	ms, hs := Match(specs, disks)
+	ms, hs := Match(specs, disks, d.Domain)
 	recs, err := d.Stats.Read()
 	if err != nil {
 		errs = append(errs, fmt.Errorf("datastore %s: read stats: %w", d.Datastore, err))
@@ -151,6 +159,13 @@ func (d *Driver) Period(specs []entitle.DiskSpec, endNs, periodNs int64) (Output
 	return out, errors.Join(errs...)
 }
 
+func (d *Driver) domain(vm string) string {
+	if d.Domain == nil {
+		return vm
+	}
+	return d.Domain(vm)
+}
+
 // forget marks a disk's throttle as not in QEMU, so that the next period
 // sets it again.
 func (d *Driver) forget(out *Output, name string) {
@@ -160,11 +175,15 @@ func (d *Driver) forget(out *Output, name string) {
 }
 
 // Restore gives every disk sluice throttled back the throttle it had
-// before, on the domains running now (a domain that stopped took its
+// before, on the VMs' domains running now (a domain that stopped took its
 // throttle with it: QEMU's throttle lives in the process). Disks given
 // back are forgotten; the others are reported in the error.
 func (d *Driver) Restore(vms []string) error {
-	disks, err := d.HV.BlockStats(vms)
+	doms := make([]string, len(vms))
+	for i, vm := range vms {
+		doms[i] = d.domain(vm)
+	}
+	disks, err := d.HV.BlockStats(doms)
 	if err != nil {
 		return fmt.Errorf("datastore %s: block stats: %w", d.Datastore, err)
 	}
@@ -176,7 +195,7 @@ func (d *Driver) Restore(vms []string) error {
 	slices.Sort(names)
 	for _, name := range names {
 		vm, dk, _ := strings.Cut(name, "/")
-		_, hs := Match([]entitle.DiskSpec{{Name: name, VM: vm, Disk: dk}}, disks)
+		_, hs := Match([]entitle.DiskSpec{{Name: name, VM: vm, Disk: dk}}, disks, d.Domain)
 		if len(hs) == 0 {
 			delete(d.originals, name)
 			continue

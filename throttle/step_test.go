@@ -28,7 +28,7 @@ func TestLimitsFor(t *testing.T) {
 func TestMatch(t *testing.T) {
 	specs := []entitle.DiskSpec{{Name: "a/d0", VM: "a", Disk: "d0"}, {Name: "a/vdb", VM: "a", Disk: "vdb"}, {Name: "b/d0", VM: "b", Disk: "d0"}}
 	disks := []HostDisk{{VM: "a", Target: "d0"}, {VM: "a", Target: "vda", Serial: "d0"}, {VM: "a", Target: "vdb"}, {VM: "c", Target: "vda", Serial: "d0"}}
-	ms, hs := Match(specs, disks)
+	ms, hs := Match(specs, disks, nil)
 	if len(ms) != 2 || ms[0].Name != "a/d0" || hs[0].Target != "vda" || ms[1].Name != "a/vdb" || hs[1].Target != "vdb" {
 		t.Errorf("Match = %v %v", ms, hs)
 	}

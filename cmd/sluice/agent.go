@@ -298,7 +298,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	var th *agent.Throttler
 	if len(o.datastores) > 0 {
 		var closeTh func()
-		th, closeTh, err = startThrottler(p, *host, o.datastores, src.socket, *stateDir, logf)
+		th, closeTh, err = startThrottler(p, *host, o.datastores, src.socket, *stateDir, labDomains(src.kind, p.Cluster), logf)
 		if err != nil {
 			logf("%s", labOneLine(err))
 			return exitBad
@@ -367,7 +367,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 // the file's driver, else gateway where DIR holds the gateway's stats
 // volume, else throttle), with its own connection to libvirtd at socket.
 // It returns nil when every datastore given is the gateway's.
-func startThrottler(p *policy.Policy, host string, dss []string, socket, stateDir string, logf func(string, ...any)) (*agent.Throttler, func(), error) {
+func startThrottler(p *policy.Policy, host string, dss []string, socket, stateDir string, domain func(string) string, logf func(string, ...any)) (*agent.Throttler, func(), error) {
 	var list []agent.ThrottleDatastore
 	for _, a := range dss {
 		name, dir, ok := strings.Cut(a, "=")
@@ -401,7 +401,17 @@ func startThrottler(p *policy.Policy, host string, dss []string, socket, stateDi
 		conn.Close()
 		return nil, nil, err
 	}
+	th.Domain = domain
 	return th, func() { conn.Close() }, nil
+}
+
+// labDomains names a lab guest's domain (sl-CLUSTER-VM) for an agent
+// with the lab's inventory; nil (the VM's own name) for libvirt's.
+func labDomains(kind, cluster string) func(string) string {
+	if kind != "lab" {
+		return nil
+	}
+	return func(vm string) string { return lab.NamespacePrefix(cluster) + vm }
 }
 
 func runAgentStatus(args []string, stdout, stderr io.Writer) int {
@@ -539,7 +549,7 @@ func runAgentUninstall(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sluice agent uninstall: throttles: %s\n", labOneLine(err))
 			return exitBad
 		}
-		done, err := agent.UninstallThrottles(conn, *stateDir, p.Cluster, *host)
+		done, err := agent.UninstallThrottles(conn, *stateDir, p.Cluster, *host, labDomains(src.kind, p.Cluster))
 		conn.Close()
 		for _, d := range done {
 			fmt.Fprintln(stdout, d)
