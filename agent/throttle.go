@@ -26,7 +26,15 @@ import (
 type ThrottleDatastore struct {
 	Name string
 	Dir  string
+	// Probe measures the datastore's latency below QEMU's throttles
+	// (ProbesPerPeriod reads a period); nil: none, the driver then takes
+	// the latency of the disks their throttle did not hold.
+	Probe Prober
 }
+
+// ProbesPerPeriod is how many probe reads a host makes of each datastore
+// in a control period, one at a time.
+const ProbesPerPeriod = 10
 
 // Throttler runs the throttle driver (package throttle) for the host's
 // datastores every period: QEMU's throttle per disk from reservations,
@@ -45,6 +53,7 @@ type Throttler struct {
 	hv      throttle.Hypervisor
 	dss     []ThrottleDatastore
 	drivers map[string]*throttle.Driver
+	probes  map[string]*probes
 	lastNs  int64
 }
 
@@ -52,7 +61,7 @@ type Throttler struct {
 // p, setting throttles through hv. It takes over the originals an earlier
 // agent recorded in stateDir.
 func NewThrottler(p *policy.Policy, host string, hv throttle.Hypervisor, dss []ThrottleDatastore, stateDir string) (*Throttler, error) {
-	t := &Throttler{Cluster: p.Cluster, Host: host, StateDir: stateDir, hv: hv, dss: dss, drivers: map[string]*throttle.Driver{}}
+	t := &Throttler{Cluster: p.Cluster, Host: host, StateDir: stateDir, hv: hv, dss: dss, drivers: map[string]*throttle.Driver{}, probes: map[string]*probes{}}
 	orig, err := readOriginals(ThrottleOriginalsPath(stateDir, p.Cluster, host))
 	if err != nil {
 		return nil, err
@@ -64,6 +73,9 @@ func NewThrottler(p *policy.Policy, host string, hv throttle.Hypervisor, dss []T
 		d := &throttle.Driver{Host: host, Datastore: ds.Name, HV: hv, Stats: dirstats.Dir{Path: ds.Dir, Host: host}}
 		d.SetOriginals(orig[ds.Name])
 		t.drivers[ds.Name] = d
+		if ds.Probe != nil {
+			t.probes[ds.Name] = &probes{}
+		}
 	}
 	t.SetPolicy(p)
 	return t, nil
@@ -116,9 +128,16 @@ func (t *Throttler) Step(nowNs int64) (ThrottleStatus, error) {
 		d := t.drivers[ds.Name]
 		d.Domain = t.Domain
 		specs := hostDisks(t.p, t.Host, ds.Name)
-		out, err := d.Period(specs, nowNs, periodNs)
+		probe, perr := t.takeProbe(ds.Name)
+		if perr != nil {
+			errs = append(errs, fmt.Errorf("datastore %s: %w", ds.Name, perr))
+		}
+		out, err := d.Period(specs, nowNs, periodNs, probe)
 		dst := ThrottleDatastoreStatus{Name: ds.Name, Dir: ds.Dir, SIOC: d.Ctl != nil, Window: out.State.Window,
 			BudgetIOPS: finite(out.BudgetIOPS), HostLatencyMs: out.HostLatNs / 1e6, DatastoreLatencyMs: out.View.LatNs / 1e6, HostsSeen: out.View.Hosts}
+		if probe != nil {
+			dst.Probes = probe.N
+		}
 		if d.Ctl != nil {
 			dst.ThresholdMs = d.Ctl.Config().ThresholdNs / 1e6
 		}
@@ -146,9 +165,43 @@ func (t *Throttler) Step(nowNs int64) (ThrottleStatus, error) {
 	return st, errors.Join(errs...)
 }
 
-// Run steps every period until ctx ends, reporting each step.
+// takeProbe returns the probes of datastore ds since the last period
+// (nil without a prober); a failed probe is an error of the period.
+func (t *Throttler) takeProbe(ds string) (*throttle.Probe, error) {
+	ps := t.probes[ds]
+	if ps == nil {
+		return nil, nil
+	}
+	p, err := ps.take()
+	return &p, err
+}
+
+// Run steps every period until ctx ends, reporting each step, and probes
+// each datastore with a prober ProbesPerPeriod times a period.
 func (t *Throttler) Run(ctx context.Context, clk clock.Clock, period time.Duration, report func(ThrottleStatus, error)) {
 	c := clock.Or(clk)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, ds := range t.dss {
+		if ds.Probe == nil {
+			continue
+		}
+		ps := t.probes[ds.Name]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ticks, stop := c.NewTicker(period / ProbesPerPeriod)
+			defer stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-ticks:
+					ps.add(ds.Probe.Probe())
+				}
+			}
+		}()
+	}
 	report(t.Step(c.Now().UnixNano()))
 	ticks, stop := c.NewTicker(period)
 	defer stop()
@@ -245,6 +298,7 @@ type ThrottleDatastoreStatus struct {
 	DatastoreLatencyMs float64 `json:"datastore_latency_ms"`
 	ThresholdMs        float64 `json:"threshold_ms"`
 	HostsSeen          int     `json:"hosts_seen"`
+	Probes             int     `json:"probes"` // probe reads in the period (their latency is the host's)
 	Error              string  `json:"error,omitempty"`
 }
 

@@ -21,6 +21,7 @@ import (
 	"sluice/agent"
 	"sluice/policy"
 	"sluice/storage"
+	"sluice/throttle/dirstats"
 )
 
 // DefaultStateDir is where state files, logs and agent statistics live.
@@ -552,8 +553,13 @@ func startDaemon(ns, logPath, pidFile string, args ...string) (int, error) {
 
 // createQcow2Volumes makes the qcow2 image of every disk of datastore ds
 // in dir (ThrottleVolume, the disk's size) that is not there yet, with
-// qemu-img.
+// qemu-img, and the throttle driver's probe file.
 func createQcow2Volumes(dir string, p *policy.Policy, ds string) error {
+	// The file the throttle driver probes the datastore's latency with
+	// (an export of nbdkit too).
+	if _, err := dirstats.EnsureProbe(dir); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
 	for _, v := range storage.Volumes(p, ds) {
 		path := filepath.Join(dir, ThrottleVolume(v.VM, v.Disk))
 		if _, err := os.Stat(path); err == nil {

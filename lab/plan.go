@@ -98,13 +98,19 @@ func VolumeDir(stateDir, cluster, ds string) string {
 	return filepath.Join(stateDirOr(stateDir), "lab-"+cluster+".volumes", ds)
 }
 
+// NbdkitSocket is the Unix socket of the nbdkit of datastore ds with the
+// throttle driver, in a lab whose state lives in stateDir.
+func NbdkitSocket(stateDir, cluster, ds string) string {
+	return filepath.Join(stateDirOr(stateDir), "lab-"+cluster+"-nbdkit-"+ds+".sock")
+}
+
 // useStateDir sets the paths that depend on the state directory: the
 // datastores' volume directories.
 func (pl *Plan) useStateDir(stateDir string) {
 	for i := range pl.Datastores {
 		pl.Datastores[i].Array.Dir = VolumeDir(stateDir, pl.Cluster, pl.Datastores[i].Datastore)
 		if pl.Datastores[i].Driver == policy.DriverThrottle {
-			pl.Datastores[i].Socket = filepath.Join(stateDirOr(stateDir), "lab-"+pl.Cluster+"-nbdkit-"+pl.Datastores[i].Datastore+".sock")
+			pl.Datastores[i].Socket = NbdkitSocket(stateDir, pl.Cluster, pl.Datastores[i].Datastore)
 		}
 	}
 	// A throttle datastore's disks are its qcow2 images on nbdkit's socket.

@@ -96,6 +96,7 @@ func (s *fakeStats) Write(r parda.Record) error {
 //	period [dt=1s]
 //	VM/DISK ops=N|throttle [lat=D] [bytes=N] [reset]   (one per line: this period's I/O)
 //	record HOST ios=N lat=D window=W shares=S          (another host's record)
+//	probe n=N lat=D                                    (the host's probes of the datastore)
 //
 // ops=throttle does exactly the disk's current throttle (a disk that
 // wants more); bytes default to 4 KiB per op; reset restarts the disk's
@@ -179,9 +180,15 @@ func TestDataDriven(t *testing.T) {
 				}
 				nowNs += dt.Nanoseconds()
 				var others []parda.Record
+				var probe *Probe
 				for _, line := range lines(d.Input) {
 					f := strings.Fields(line)
 					kv := kvs(t, d, f[1:])
+					if f[0] == "probe" {
+						n := num(t, d, kv["n"])
+						probe = &Probe{N: int(n), LatSumNs: n * float64(dur(t, d, kv["lat"]).Nanoseconds())}
+						continue
+					}
 					if f[0] == "record" {
 						ios := num(t, d, kv["ios"])
 						lat := dur(t, d, kv["lat"])
@@ -224,7 +231,7 @@ func TestDataDriven(t *testing.T) {
 					_ = st.Write(r)
 				}
 				hv.setLog = nil
-				out, err := drv.Period(specs, nowNs, dt.Nanoseconds())
+				out, err := drv.Period(specs, nowNs, dt.Nanoseconds(), probe)
 				return render(out, err, specs, hv)
 			}
 			d.Fatalf(t, "unknown command %q", d.Cmd)

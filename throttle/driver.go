@@ -102,10 +102,11 @@ func (d *Driver) Location(name string) (vm, target string, ok bool) {
 }
 
 // Period runs one period ending at endNs (Unix ns) of length periodNs for
-// the datastore's disks of this host, specs (R, S, L from the policy).
+// the datastore's disks of this host, specs (R, S, L from the policy),
+// with the period's probes of the datastore (nil: none).
 // A throttle that failed to be set is tried again next period; the
 // errors are joined, and the period's output is returned all the same.
-func (d *Driver) Period(specs []entitle.DiskSpec, endNs, periodNs int64) (Output, error) {
+func (d *Driver) Period(specs []entitle.DiskSpec, endNs, periodNs int64, probe *Probe) (Output, error) {
 	var errs []error
 	vms := make([]string, 0, len(specs))
 	for _, s := range specs {
@@ -122,7 +123,7 @@ func (d *Driver) Period(specs []entitle.DiskSpec, endNs, periodNs int64) (Output
 	if err != nil {
 		errs = append(errs, fmt.Errorf("datastore %s: read stats: %w", d.Datastore, err))
 	}
-	in := Input{Host: d.Host, EndNs: endNs, PeriodNs: periodNs, Recs: recs}
+	in := Input{Host: d.Host, EndNs: endNs, PeriodNs: periodNs, Recs: recs, Probe: probe}
 	d.where = map[string][2]string{}
 	for i, s := range ms {
 		in.Disks = append(in.Disks, Disk{Spec: s, Counters: hs[i].Counters})

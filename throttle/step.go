@@ -4,7 +4,7 @@
 // counters from QEMU (operations, bytes, total time), and Step turns them,
 // the disks' reservation, shares and limit, the other hosts' records of
 // the datastore and the host's PARDA window into one QEMU throttle per
-// disk (total IOPS and bytes per second, with a burst of one period).
+// disk (total IOPS and bytes per second).
 //
 // The rules are the project's own, not copies: the host's window is
 // package parda's (parda.Step: the datastore-wide latency from every
@@ -65,9 +65,9 @@ type Disk struct {
 type Limits struct {
 	IOPS       int64 // total_iops_sec
 	BytesPerS  int64 // total_bytes_sec: IOPS units of UnitBytes
-	MaxIOPS    int64 // total_iops_sec_max: the burst rate
+	MaxIOPS    int64 // total_iops_sec_max: the burst rate (the driver sets none: an operator's, given back)
 	MaxBytes   int64 // total_bytes_sec_max
-	MaxLengthS int64 // the burst's length in seconds: a bucket of one period
+	MaxLengthS int64 // the burst's length in seconds
 	SizeIOPS   int64 // size_iops_sec: UnitBytes
 }
 
@@ -97,7 +97,24 @@ type Input struct {
 	PeriodNs int64
 	Disks    []Disk         // the disks present now; a disk missing is gone
 	Recs     []parda.Record // the datastore's records, read this period
+	// Probe is the datastore's latency as the host's own small reads of
+	// it saw it in the period, below QEMU's throttles; nil when the host
+	// does not probe. QEMU counts the time a request waits in its
+	// throttle's queue in the disk's latency, so with a probe the host's
+	// latency is the probe's; without one it is the latency of the disks
+	// their throttle did not hold.
+	Probe *Probe
 }
+
+// Probe is a period's probes of the datastore: N reads of ProbeBytes
+// each, their latencies summing to LatSumNs.
+type Probe struct {
+	N        int
+	LatSumNs float64
+}
+
+// ProbeBytes is the size of a probe read.
+const ProbeBytes = 4096
 
 // DiskResult is one disk's period: what it did, what it is entitled to,
 // the throttle it gets and why.
@@ -125,9 +142,10 @@ type Output struct {
 	Publish parda.Record // this host's record for the datastore's stats
 	View    parda.View
 	// BudgetIOPS is the host's budget on the datastore: its window over
-	// the host's device latency (alloc.Inf without SIOC).
+	// the congestion threshold (alloc.Inf without SIOC).
 	BudgetIOPS float64
-	// HostLatNs is the latency the budget was converted with.
+	// HostLatNs is the host's latency of the datastore in the period (its
+	// probes', else its unheld disks'); 0 when none was measured.
 	HostLatNs float64
 }
 
@@ -193,7 +211,20 @@ func Step(ctl *parda.Controller, st State, in Input) Output {
 	// The host's window (PARDA, with every host's record) and its budget.
 	// Latencies are normalised for I/O size by parda's model, as the
 	// gateway's are.
-	if ios == 0 && boundIOs > 0 && ctl != nil && boundLatSumNs/boundIOs < ctl.Config().ThresholdNs {
+	var meanBytes float64
+	switch p := in.Probe; {
+	case p != nil:
+		// The host's I/O at the latency its probes saw: the weight of
+		// its record is its I/O, its latency the datastore's.
+		ios, latSumNs, next.LatNs = 0, 0, 0
+		if p.N > 0 {
+			next.LatNs = p.LatSumNs / float64(p.N)
+			for _, r := range out.Disks {
+				ios += r.IOPS * periodS
+			}
+			latSumNs, meanBytes = ios*next.LatNs, ProbeBytes
+		}
+	case ios == 0 && boundIOs > 0 && ctl != nil && boundLatSumNs/boundIOs < ctl.Config().ThresholdNs:
 		// Every disk with I/O was held by its throttle: their latency is
 		// an upper bound of the device's. Below the threshold it still
 		// says the datastore is not congested, and lets the window grow.
@@ -201,41 +232,49 @@ func Step(ctl *parda.Controller, st State, in Input) Output {
 		for i, r := range out.Disks {
 			sampled[i] = r.LatencyNs > 0 && !r.Reset
 		}
-	}
-	var meanBytes float64
-	if ios > 0 {
-		var bytes float64
-		for i, r := range out.Disks {
-			if sampled[i] {
-				bytes += r.Bytes * periodS
+		fallthrough
+	default:
+		if ios > 0 {
+			var bytes float64
+			for i, r := range out.Disks {
+				if sampled[i] {
+					bytes += r.Bytes * periodS
+				}
 			}
+			meanBytes = bytes / ios
+			next.LatNs = latSumNs / ios
 		}
-		meanBytes = bytes / ios
-		next.LatNs = latSumNs / ios
 	}
 	normSum := parda.DefaultSizeModel.Normalize(latSumNs, meanBytes)
+	// Did the host use its window (parda's Hold lets only a used window
+	// grow)? Its I/O came to at least boundFraction of its last budget
+	// (the window at the threshold): then the window was used, whatever
+	// the latency; else what it kept outstanding (Little's law).
 	peak := 0
-	if next.LatNs > 0 && periodS > 0 {
-		// Little's law: what the host kept outstanding at the datastore.
-		var iops float64
-		for _, r := range out.Disks {
-			iops += r.IOPS
-		}
+	var iops float64
+	for _, r := range out.Disks {
+		iops += r.IOPS
+	}
+	switch {
+	case ctl != nil && st.Window > 0 && iops >= boundFraction*st.Window/(ctl.Config().ThresholdNs/1e9):
+		peak = int(math.Ceil(st.Window))
+	case next.LatNs > 0:
 		peak = int(math.Ceil(iops * next.LatNs / 1e9))
 	}
 	ps := parda.Step(ctl, parda.StepInput{Host: in.Host, EndNs: in.EndNs, PeriodNs: in.PeriodNs, IOs: uint64(ios),
 		NormLatSumNs: normSum, ActiveShares: activeShares, Window: next.Window, Peak: peak, Recs: in.Recs})
 	out.Publish, out.View = ps.Publish, ps.View
 	out.BudgetIOPS = alloc.Inf
+	out.HostLatNs = next.LatNs
 	if ctl != nil {
+		// The window in IOPS at the latency PARDA steers the datastore
+		// to (Little's law at its fixed point). Converted with the
+		// period's own latency instead, the budget swung from 10 to 260
+		// IOPS in alternate periods in the live test (a period of high
+		// latency starved the disks, the next one's low latency flooded
+		// the array): PARDA already answers latency through the window.
 		next.Window = ps.Window
-		out.HostLatNs = next.LatNs
-		if out.HostLatNs <= 0 {
-			// No device latency measured yet: the window at the
-			// threshold, where PARDA steers the datastore.
-			out.HostLatNs = ctl.Config().ThresholdNs
-		}
-		out.BudgetIOPS = next.Window / (out.HostLatNs / 1e9)
+		out.BudgetIOPS = next.Window / (ctl.Config().ThresholdNs / 1e9)
 	}
 
 	// Entitle: the storage derivation within the budget. A disk's
@@ -266,7 +305,7 @@ func Step(ctl *parda.Controller, st State, in Input) Output {
 		if math.IsInf(iops, 1) {
 			r.Why = "no limit and no SIOC budget"
 		}
-		r.Throttle = LimitsFor(iops, in.PeriodNs)
+		r.Throttle = LimitsFor(iops)
 		ds := next.Disks[d.Spec.Name]
 		if r.Throttle == (Limits{}) && ds.Set == (Limits{}) {
 			// Nothing to hold and nothing sluice set: the disk keeps
@@ -286,16 +325,18 @@ func Step(ctl *parda.Controller, st State, in Input) Output {
 }
 
 // LimitsFor is the QEMU throttle of iops units per second (alloc.Inf or
-// NaN: none) with a bucket of one period (periodNs, at least 1 s): after
-// an idle period a disk may do a period's I/O at once, and a disk that
-// stays busy gets iops on average over any window.
-func LimitsFor(iops float64, periodNs int64) Limits {
+// NaN: none), with QEMU's own bucket (no burst rate: a tenth of a
+// second's I/O). Setting a throttle empties QEMU's bucket, so a disk may
+// do a bucket of I/O at once after every change: with a bucket of one
+// period each change let a limited disk exceed its limit by a period's
+// I/O (10% in a 10 s window for each change, seen live); a tenth of a
+// second bounds it to 1%.
+func LimitsFor(iops float64) Limits {
 	if math.IsInf(iops, 1) || math.IsNaN(iops) {
 		return Limits{}
 	}
 	n := int64(math.Max(math.Ceil(iops), 1)) // 0 would mean unlimited
-	length := max(int64(math.Round(float64(periodNs)/1e9)), 1)
-	return Limits{IOPS: n, BytesPerS: n * UnitBytes, MaxIOPS: n, MaxBytes: n * UnitBytes, MaxLengthS: length, SizeIOPS: UnitBytes}
+	return Limits{IOPS: n, BytesPerS: n * UnitBytes, SizeIOPS: UnitBytes}
 }
 
 // changed reports whether the throttle moved enough to be set again.

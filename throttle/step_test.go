@@ -9,17 +9,15 @@ import (
 
 func TestLimitsFor(t *testing.T) {
 	for _, tc := range []struct {
-		iops     float64
-		periodNs int64
-		want     Limits
+		iops float64
+		want Limits
 	}{
-		{alloc.Inf, 1e9, Limits{}},
-		{0, 1e9, Limits{IOPS: 1, BytesPerS: UnitBytes, MaxIOPS: 1, MaxBytes: UnitBytes, MaxLengthS: 1, SizeIOPS: UnitBytes}},
-		{149.2, 1e9, Limits{IOPS: 150, BytesPerS: 150 * UnitBytes, MaxIOPS: 150, MaxBytes: 150 * UnitBytes, MaxLengthS: 1, SizeIOPS: UnitBytes}},
-		{100, 4e9, Limits{IOPS: 100, BytesPerS: 100 * UnitBytes, MaxIOPS: 100, MaxBytes: 100 * UnitBytes, MaxLengthS: 4, SizeIOPS: UnitBytes}},
+		{alloc.Inf, Limits{}},
+		{0, Limits{IOPS: 1, BytesPerS: UnitBytes, SizeIOPS: UnitBytes}},
+		{149.2, Limits{IOPS: 150, BytesPerS: 150 * UnitBytes, SizeIOPS: UnitBytes}},
 	} {
-		if got := LimitsFor(tc.iops, tc.periodNs); got != tc.want {
-			t.Errorf("LimitsFor(%v, %v) = %+v, want %+v", tc.iops, tc.periodNs, got, tc.want)
+		if got := LimitsFor(tc.iops); got != tc.want {
+			t.Errorf("LimitsFor(%v) = %+v, want %+v", tc.iops, got, tc.want)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"sluice/lab"
 	"sluice/policy"
 	"sluice/storage"
+	"sluice/throttle/dirstats"
 	"sluice/virt"
 )
 
@@ -65,7 +67,7 @@ type agentOpts struct {
 	host, file, nsName, stateDir *string
 	interval                     *time.Duration
 	dynamic, once, cpu           *bool
-	datastores                   multiFlag
+	datastores, probes           multiFlag
 	storagePeriod                *time.Duration
 	src                          inventoryFlags
 	ctlf                         controllerFlags
@@ -89,6 +91,7 @@ func newAgentFlags() (*flag.FlagSet, *agentOpts) {
 	o.cpu = fs.Bool("cpu", false, "also enforce the VMs' CPU reservations, shares and limits on their cgroups (docs/cpu.md)")
 	fs.Var(&o.datastores, "datastore", "DS=DIR: datastore DS is mounted at DIR on this host; with the throttle driver the agent sets its disks' QEMU throttles (repeatable; docs/throttle.md)")
 	o.storagePeriod = fs.Duration("storage-period", time.Second, "control period of the throttle driver")
+	fs.Var(&o.probes, "datastore-probe", "DS=dir|none|nbd+unix:///EXPORT?socket=PATH: how the throttle driver measures DS's latency below QEMU's throttles (default dir: O_DIRECT reads of DIR/"+dirstats.ProbeName+"; repeatable)")
 	o.src.register(fs)
 	o.ctlf.register(fs)
 	o.ops.register(fs, ops.DefaultAgentMetrics)
@@ -298,7 +301,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	var th *agent.Throttler
 	if len(o.datastores) > 0 {
 		var closeTh func()
-		th, closeTh, err = startThrottler(p, *host, o.datastores, src.socket, *stateDir, labDomains(src.kind, p.Cluster), logf)
+		th, closeTh, err = startThrottler(p, *host, o.datastores, o.probes, src.socket, *stateDir, labDomains(src.kind, p.Cluster), logf)
 		if err != nil {
 			logf("%s", labOneLine(err))
 			return exitBad
@@ -367,8 +370,22 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 // the file's driver, else gateway where DIR holds the gateway's stats
 // volume, else throttle), with its own connection to libvirtd at socket.
 // It returns nil when every datastore given is the gateway's.
-func startThrottler(p *policy.Policy, host string, dss []string, socket, stateDir string, domain func(string) string, logf func(string, ...any)) (*agent.Throttler, func(), error) {
+func startThrottler(p *policy.Policy, host string, dss, probeFlags []string, socket, stateDir string, domain func(string) string, logf func(string, ...any)) (*agent.Throttler, func(), error) {
+	probeOf := map[string]string{}
+	for _, a := range probeFlags {
+		name, how, ok := strings.Cut(a, "=")
+		if !ok || name == "" {
+			return nil, nil, fmt.Errorf("--datastore-probe %q: want DS=dir, DS=none or DS=nbd+unix:///EXPORT?socket=PATH", a)
+		}
+		probeOf[name] = how
+	}
 	var list []agent.ThrottleDatastore
+	var closers []func() error
+	closeAll := func() {
+		for _, c := range closers {
+			_ = c()
+		}
+	}
 	for _, a := range dss {
 		name, dir, ok := strings.Cut(a, "=")
 		dir = strings.TrimPrefix(dir, "dir:")
@@ -387,22 +404,46 @@ func startThrottler(p *policy.Policy, host string, dss []string, socket, stateDi
 			logf("datastore %s: driver %s (the gateway controls it)", name, drv)
 			continue
 		}
-		list = append(list, agent.ThrottleDatastore{Name: name, Dir: dir})
+		tds := agent.ThrottleDatastore{Name: name, Dir: dir}
+		switch how := probeOf[name]; {
+		case how == "" || how == "dir":
+			pr, err := agent.NewDirProber(dir)
+			if err != nil {
+				closeAll()
+				return nil, nil, fmt.Errorf("--datastore %s: %w", a, err)
+			}
+			tds.Probe, closers = pr, append(closers, pr.Close)
+		case how == "none":
+		case strings.HasPrefix(how, "nbd+unix:///"):
+			u, err := url.Parse(how)
+			if err != nil || u.Query().Get("socket") == "" {
+				closeAll()
+				return nil, nil, fmt.Errorf("--datastore-probe %s=%s: want nbd+unix:///EXPORT?socket=PATH", name, how)
+			}
+			pr := &agent.NBDProber{Network: "unix", Addr: u.Query().Get("socket"), Export: strings.TrimPrefix(u.Path, "/")}
+			tds.Probe, closers = pr, append(closers, pr.Close)
+		default:
+			closeAll()
+			return nil, nil, fmt.Errorf("--datastore-probe %s=%s: want dir, none or nbd+unix:///EXPORT?socket=PATH", name, how)
+		}
+		list = append(list, tds)
 	}
 	if len(list) == 0 {
 		return nil, func() {}, nil
 	}
 	conn, err := virt.Dial(socket)
 	if err != nil {
+		closeAll()
 		return nil, nil, fmt.Errorf("throttle driver: %w", err)
 	}
 	th, err := agent.NewThrottler(p, host, conn, list, stateDir)
 	if err != nil {
 		conn.Close()
+		closeAll()
 		return nil, nil, err
 	}
 	th.Domain = domain
-	return th, func() { conn.Close() }, nil
+	return th, func() { conn.Close(); closeAll() }, nil
 }
 
 // labDomains names a lab guest's domain (sl-CLUSTER-VM) for an agent

@@ -274,8 +274,8 @@ func throttleLines(p *policy.Policy, host, name, stateDir string) []string {
 				out = append(out, fmt.Sprintf("  datastore %s: no SIOC, no host budget: only limits are set", ds.Name))
 				break
 			}
-			out = append(out, fmt.Sprintf("  host budget %.0f IOPS = window %.1f / host latency %.2f ms; datastore latency %.2f ms (threshold %.0f ms, %d hosts)",
-				ds.BudgetIOPS, ds.Window, ds.HostLatencyMs, ds.DatastoreLatencyMs, ds.ThresholdMs, ds.HostsSeen))
+			out = append(out, fmt.Sprintf("  host budget %.0f IOPS = window %.2f / threshold %.0f ms; datastore latency %.2f ms over %d hosts, this host's %.2f ms (%d probes)",
+				ds.BudgetIOPS, ds.Window, ds.ThresholdMs, ds.DatastoreLatencyMs, ds.HostsSeen, ds.HostLatencyMs, ds.Probes))
 			if ds.Error != "" {
 				out = append(out, "  error: "+ds.Error)
 			}
@@ -291,7 +291,7 @@ func throttleLines(p *policy.Policy, host, name, stateDir string) []string {
 			name, d.VM, d.Target, d.IOPS, d.MBps, d.LatencyMs, held, dem))
 		thr := "none (QEMU unthrottled)"
 		if d.ThrottleIOPS > 0 {
-			thr = fmt.Sprintf("%d IOPS of 32 KiB units, a burst of one period", d.ThrottleIOPS)
+			thr = fmt.Sprintf("%d IOPS (of 32 KiB units)", d.ThrottleIOPS)
 		}
 		ent := "unbounded"
 		if d.EntitlementIOPS >= 0 {

@@ -110,7 +110,7 @@ func TestLibvirtIOTune(t *testing.T) {
 	if orig.IOPS != 0 {
 		t.Fatalf("a new domain's vda has total_iops_sec %d, want 0", orig.IOPS)
 	}
-	want := throttle.LimitsFor(150, 1e9)
+	want := throttle.LimitsFor(150)
 	if err := c.SetIOTune(vm, "vda", want); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestLibvirtIOTune(t *testing.T) {
 		{Name: vm + "/d0", VM: vm, Disk: "d0", Shares: 1000, LimitIOPS: 200},
 		{Name: vm + "/d1", VM: vm, Disk: "d1", Shares: 1000, LimitIOPS: alloc.Inf},
 	}
-	if _, err := d.Period(specs, time.Now().UnixNano(), 1e9); err != nil {
+	if _, err := d.Period(specs, time.Now().UnixNano(), 1e9, nil); err != nil {
 		t.Fatalf("Period: %v", err)
 	}
 	got0, _ := c.IOTune(vm, "vda")

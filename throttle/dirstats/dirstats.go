@@ -70,3 +70,29 @@ func (d Dir) Write(r parda.Record) error {
 	}
 	return os.Rename(tmp, p)
 }
+
+// ProbeName is the file of a datastore's directory that the throttle
+// driver's hosts read to measure the datastore's latency below QEMU's
+// throttles (also an export of an NBD server serving the directory).
+const ProbeName = "sluice-probe"
+
+// ProbeBytes is the size of the probe file.
+const ProbeBytes = 16 << 20
+
+// EnsureProbe makes the probe file in dir if it is missing: ProbeBytes of
+// data (written, not sparse, so that a read reaches the device).
+func EnsureProbe(dir string) (string, error) {
+	p := filepath.Join(dir, ProbeName)
+	if st, err := os.Stat(p); err == nil && st.Size() >= ProbeBytes {
+		return p, nil
+	}
+	buf := make([]byte, ProbeBytes)
+	for i := range buf {
+		buf[i] = byte(i*7 + 1)
+	}
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, buf, 0o644); err != nil {
+		return "", err
+	}
+	return p, os.Rename(tmp, p)
+}
