@@ -198,6 +198,12 @@ func wanted(p *policy.Policy, host string) (map[string]policy.Disk, map[string]V
 			continue
 		}
 		for _, d := range vm.Disks {
+			// A datastore whose file says throttle is the throttle
+			// driver's (QEMU's own throttle, no gateway): the gateway
+			// serves only volumes it made (policy.Datastore.DriverAt).
+			if ds := p.Datastore(d.Datastore); ds != nil && ds.DriverAt(true) != policy.DriverGateway {
+				continue
+			}
 			v := Volume{VM: vm.Name, Disk: d.Name, SizeBytes: DiskBytes(d)}
 			want[v.Export()] = d
 			vols[v.Export()] = v

@@ -29,19 +29,14 @@ import (
 var sluiceBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sluice-virtstorage-")
+	bin, clean, err := livelab.BuildSluice()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	sluiceBin = filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", sluiceBin, "sluice/cmd/sluice").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
+	sluiceBin = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	clean()
 	os.Exit(code)
 }
 

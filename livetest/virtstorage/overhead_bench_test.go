@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"sluice/lab"
+	"sluice/livetest/livelab"
 	"sluice/virt"
 )
 
@@ -181,16 +182,6 @@ func waitGuestFile(ctx context.Context, t *testing.T, l *guestLab, vm, path stri
 	}
 }
 
-func envInt(t *testing.T, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		t.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
-}
+func envInt(t *testing.T, name string, def int) int { return livelab.EnvInt(t, name, def) }
 
 func med(v []float64) float64 { return median(v) }

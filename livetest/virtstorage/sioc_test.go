@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"sluice/lab"
+	"sluice/livetest/livelab"
 )
 
 // SIOC Test 3 (seed 002) with QEMU guests: hosts h1 and h2, disk shares
@@ -244,13 +245,6 @@ func (l *guestLab) collectStatus(done <-chan struct{}, h1, h2 string) []statusSa
 	}
 }
 
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	return s[len(s)/2]
-}
+func median(v []float64) float64 { return livelab.Median(v) }
 
 func within(got, want, tol float64) bool { return math.Abs(got-want) <= tol*want }
