@@ -216,11 +216,15 @@ func (t *Throttler) Run(ctx context.Context, clk clock.Clock, period time.Durati
 }
 
 // Uninstall gives every disk the throttle it had before sluice set one
-// and removes the throttler's files.
+// and removes the throttler's files; the throttler may Run again.
 func (t *Throttler) Uninstall() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	_, err := UninstallThrottles(t.hv, t.StateDir, t.Cluster, t.Host, t.Domain)
+	for _, d := range t.drivers {
+		d.Reset() // a later Run starts afresh: reads the originals, sets every throttle
+	}
+	t.lastNs = 0
 	return err
 }
 

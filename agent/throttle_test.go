@@ -71,6 +71,20 @@ func TestThrottlerUninstall(t *testing.T) {
 	if hv.tune["vda"].IOPS != 500 {
 		t.Fatalf("after uninstall vda has %+v, want the operator's 500 IOPS back", hv.tune["vda"])
 	}
+	// The same throttler, run again after its uninstall, throttles again.
+	hv.tune["vda"] = throttle.Limits{IOPS: 500}
+	if err := th.Uninstall(); err != nil { // nothing recorded: nothing to do
+		t.Fatal(err)
+	}
+	if _, err := th.Step(4e9); err != nil {
+		t.Fatal(err)
+	}
+	if hv.tune["vda"].IOPS != 120 {
+		t.Fatalf("run again after uninstall: vda %+v, want 120 IOPS", hv.tune["vda"])
+	}
+	if err := th.Uninstall(); err != nil || hv.tune["vda"].IOPS != 500 {
+		t.Fatalf("second uninstall: vda %+v (%v), want 500 IOPS back", hv.tune["vda"], err)
+	}
 	for _, f := range []string{ThrottleStatusPath(state, "t", "h1"), ThrottleOriginalsPath(state, "t", "h1")} {
 		if _, err := os.Stat(f); !os.IsNotExist(err) {
 			t.Errorf("%s left after uninstall (%v)", f, err)

@@ -167,6 +167,12 @@ func (d *Driver) domain(vm string) string {
 	return d.Domain(vm)
 }
 
+// Reset forgets everything the driver learnt (counters, throttles set,
+// originals): after an uninstall, its next period starts afresh.
+func (d *Driver) Reset() {
+	d.state, d.last, d.where, d.originals = State{}, Output{}, nil, nil
+}
+
 // forget marks a disk's throttle as not in QEMU, so that the next period
 // sets it again.
 func (d *Driver) forget(out *Output, name string) {
