@@ -2,10 +2,11 @@
 # The throttle driver's overhead with QEMU as the client: fio inside a lab
 # TCG guest (4 KiB random reads, direct I/O, libaio) at queue depths 1 and
 # 32, on a disk of a throttle-driver datastore with no sluice (no
-# throttle) and with the throttle driver running (a throttle QEMU applies,
-# above what the disk does), and on a disk of a gateway datastore (QEMU →
+# throttle), with QEMU's throttle alone (set once, no driver running) and
+# with the throttle driver running (a throttle QEMU applies, above what
+# the disk does), and on a disk of a gateway datastore (QEMU →
 # sluice gateway → nbdkit); both datastores the same emulated array (64
-# slots × SERVICE_TIME). The three alternate, ROUNDS times; the table shows
+# slots × SERVICE_TIME). The four alternate, ROUNDS times; the table shows
 # medians of fio's IOPS, p50 and p99 (livetest/throttlelive,
 # TestThrottleOverhead, build tag qemubench).
 #

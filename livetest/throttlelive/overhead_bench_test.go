@@ -15,6 +15,7 @@ import (
 	"sluice/agent"
 	"sluice/lab"
 	"sluice/livetest/livelab"
+	"sluice/throttle"
 	"sluice/throttle/dirstats"
 	"sluice/virt"
 )
@@ -40,15 +41,17 @@ func TestMain(m *testing.M) {
 // same emulated array (64 slots × SERVICE_TIME, default 1ms):
 //
 //   - t, on a datastore with the throttle driver: the qcow2 image from
-//     nbdkit's Unix socket, measured with no sluice (no throttle: the
-//     drivers stopped and uninstalled) and with the throttle driver
-//     running (agent.Throttler; the disk's limit of 100000 IOPS is a
-//     throttle QEMU applies to every request, well above what it does);
+//     nbdkit's Unix socket, measured with no sluice (none: no throttle,
+//     the drivers stopped and uninstalled), with QEMU's throttle alone
+//     (static: the same throttle set once, no driver running) and with
+//     the throttle driver running (throttle: agent.Throttler every
+//     second; the disk's limit of 100000 IOPS is a throttle QEMU applies
+//     to every request, well above what it does);
 //   - g, on a datastore with the gateway: QEMU → the VM's socket →
 //     sluice gateway → nbdkit.
 //
 // fio inside (4 KiB random reads, direct I/O, libaio) at queue depths 1
-// and 32, SECONDS per run (default 10), the three alternating, ROUNDS
+// and 32, SECONDS per run (default 10), the four alternating, ROUNDS
 // times (default 1); it prints the medians.
 func TestThrottleOverhead(t *testing.T) {
 	secs := livelab.EnvInt(t, "SECONDS", 10)
@@ -138,7 +141,7 @@ vms:
 		qd  int
 	}
 	iops, p50, p99 := map[key][]float64{}, map[key][]float64{}, map[key][]float64{}
-	cfgs := []string{"none", "throttle", "gateway"}
+	cfgs := []string{"none", "static", "throttle", "gateway"}
 	for round := 0; round < rounds; round++ {
 		for _, cfg := range cfgs {
 			switch cfg {
@@ -150,7 +153,16 @@ vms:
 				if got, err := c.IOTune(domain, "vda"); err != nil || got.IOPS != 0 {
 					t.Fatalf("no sluice: disk t has %+v (%v), want no throttle", got, err)
 				}
+			case "static":
+				// QEMU's throttle alone: the driver's throttle set once,
+				// no driver running (no block stats read, no probes).
+				if err := c.SetIOTune(domain, "vda", throttle.LimitsFor(100000)); err != nil {
+					t.Fatal(err)
+				}
 			case "throttle":
+				if err := c.SetIOTune(domain, "vda", throttle.Limits{}); err != nil {
+					t.Fatal(err)
+				}
 				start()
 			}
 			d := dev["t"]
