@@ -266,3 +266,17 @@ func BuildSluice() (bin string, clean func(), err error) {
 	}
 	return bin, func() { os.RemoveAll(dir) }, nil
 }
+
+// RunWithSluice is a TestMain body: it builds the sluice binary
+// (BuildSluice) into *bin, runs the tests and removes the binary; the
+// exit code is the tests'.
+func RunWithSluice(m *testing.M, bin *string) int {
+	b, clean, err := BuildSluice()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer clean()
+	*bin = b
+	return m.Run()
+}

@@ -23,17 +23,7 @@ import (
 // sluiceBin is the sluice binary built for this run: the lab's gateway.
 var sluiceBin string
 
-func TestMain(m *testing.M) {
-	bin, clean, err := livelab.BuildSluice()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	sluiceBin = bin
-	code := m.Run()
-	clean()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(livelab.RunWithSluice(m, &sluiceBin)) }
 
 // TestThrottleOverhead is the throttle driver's overhead beside no sluice
 // and the gateway (bench/throttle-overhead.sh runs it; not part of `make

@@ -11,7 +11,6 @@
 package virtstorage
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,17 +27,7 @@ import (
 // gateways run it.
 var sluiceBin string
 
-func TestMain(m *testing.M) {
-	bin, clean, err := livelab.BuildSluice()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	sluiceBin = bin
-	code := m.Run()
-	clean()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(livelab.RunWithSluice(m, &sluiceBin)) }
 
 // guestLab is a lab whose VMs are QEMU guests (livelab.GuestLab), with
 // the storage tests' own helpers.
