@@ -45,11 +45,11 @@ func Storage(p *policy.Policy, ds string, capacityIOPS float64, demandIOPS map[s
 	}
 	s := &Store{
 		Datastore: ds, CapacityIOPS: capacityIOPS,
-		Root:   &alloc.Node{Name: ds, Limit: alloc.Inf, Demand: alloc.Inf, Semantics: alloc.Floor},
+		Root:   StorageRoot(ds),
 		byName: map[string]*Disk{},
 	}
 	for _, dk := range Derive(p, Live{}).Datastore(ds).Disks {
-		n := &alloc.Node{Name: dk.Name, Reservation: dk.ReservationIOPS, Shares: dk.Shares, Limit: dk.LimitIOPS, Demand: alloc.Inf}
+		n := DiskNode(dk, alloc.Inf)
 		s.Root.Children = append(s.Root.Children, n)
 		disk := &Disk{Name: n.Name, VM: dk.VM, Host: dk.Host, Node: n}
 		s.Disks = append(s.Disks, disk)
@@ -62,6 +62,22 @@ func Storage(p *policy.Policy, ds string, capacityIOPS float64, demandIOPS map[s
 	}
 	s.Compute()
 	return s, nil
+}
+
+// StorageRoot is the root of a datastore's disks under floor semantics
+// (mClock: each disk gets max(R, its share), capped by its limit and
+// demand). Add DiskNode children and alloc.Compute it with the capacity
+// in IOPS. The gateway, the throttle driver, the simulator and explain
+// all divide a datastore this way.
+func StorageRoot(name string) *alloc.Node {
+	return &alloc.Node{Name: name, Limit: alloc.Inf, Demand: alloc.Inf, Semantics: alloc.Floor}
+}
+
+// DiskNode is disk d's node under a StorageRoot: its reservation, shares
+// and limit in IOPS (alloc.Inf: unlimited) and demandIOPS (alloc.Inf:
+// unbounded). Shares below 1 count as 1.
+func DiskNode(d DiskSpec, demandIOPS float64) *alloc.Node {
+	return &alloc.Node{Name: d.Name, Reservation: d.ReservationIOPS, Shares: math.Max(d.Shares, 1), Limit: d.LimitIOPS, Demand: demandIOPS}
 }
 
 // SetDemand sets the named disk's demand in IOPS (alloc.Inf: unbounded).

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"sluice/agent"
 	"sluice/policy"
 	"sluice/storage"
+	"sluice/throttle/dirstats"
 )
 
 // DefaultStateDir is where state files, logs and agent statistics live.
@@ -243,12 +245,21 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 		if err := os.MkdirAll(d.Array.Dir, 0o700); err != nil {
 			return nil, err
 		}
-		if _, err := storage.CreateVolumes(d.Array.Dir, p, d.Datastore); err != nil {
+		pidFile := filepath.Join(stateDirOr(o.StateDir), "lab-"+p.Cluster+"-nbdkit-"+d.Datastore+".pid")
+		listen := []string{"-i", d.IP.String(), "-p", strconv.Itoa(NBDPort)}
+		if d.Driver == policy.DriverThrottle {
+			// The operator's own disks: qcow2 images that the guests
+			// open from nbdkit's socket, no stats volume (the throttle
+			// driver keeps its stats in the directory itself).
+			if err := createQcow2Volumes(d.Array.Dir, p, d.Datastore); err != nil {
+				return nil, err
+			}
+			_ = os.Remove(d.Socket)
+			listen = []string{"-U", d.Socket}
+		} else if _, err := storage.CreateVolumes(d.Array.Dir, p, d.Datastore); err != nil {
 			return nil, err
 		}
-		pidFile := filepath.Join(stateDirOr(o.StateDir), "lab-"+p.Cluster+"-nbdkit-"+d.Datastore+".pid")
-		args := append([]string{"nbdkit", "--pidfile", pidFile, "-i", d.IP.String(), "-p", strconv.Itoa(NBDPort)},
-			d.Array.NbdkitArgs()...)
+		args := append(append([]string{"nbdkit", "--pidfile", pidFile}, listen...), d.Array.NbdkitArgs()...)
 		logName := filepath.Join(stateDirOr(o.StateDir), "lab-"+p.Cluster+"-nbdkit-"+d.Datastore+".log")
 		pid, err := startDaemon(d.Name, logName, pidFile, args...)
 		if err != nil {
@@ -260,16 +271,28 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 		}
 	}
 	for _, d := range pl.Datastores {
+		if d.Socket != "" {
+			if err := waitUnixSockets([]string{d.Socket}, 10*time.Second); err != nil {
+				return nil, fmt.Errorf("nbdkit of %s: %w", d.Datastore, err)
+			}
+			continue
+		}
 		if err := waitListening(d.Name, []int{NBDPort}, 10*time.Second); err != nil {
 			return nil, fmt.Errorf("nbdkit of %s: %w", d.Datastore, err)
 		}
+	}
+	gatewayDS := map[string]bool{}
+	for _, d := range pl.Datastores {
+		gatewayDS[d.Datastore] = d.Driver != policy.DriverThrottle
 	}
 	for _, h := range pl.Hosts {
 		dss := map[string]bool{}
 		for _, v := range p.VMs {
 			if v.Host == h.Host {
 				for _, dk := range v.Disks {
-					dss[dk.Datastore] = true
+					if gatewayDS[dk.Datastore] {
+						dss[dk.Datastore] = true
+					}
 				}
 			}
 		}
@@ -296,7 +319,7 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 		// disks when it starts.
 		var socks []string
 		for _, v := range p.VMs {
-			if v.Host == h.Host && len(v.Disks) > 0 {
+			if v.Host == h.Host && slices.ContainsFunc(v.Disks, func(d policy.Disk) bool { return gatewayDS[d.Datastore] }) {
 				socks = append(socks, storage.VMSocket(storage.SocketDir(p.Cluster, h.Host), v.Name))
 			}
 		}
@@ -528,6 +551,31 @@ func startDaemon(ns, logPath, pidFile string, args ...string) (int, error) {
 	}
 }
 
+// createQcow2Volumes makes the qcow2 image of every disk of datastore ds
+// in dir (ThrottleVolume, the disk's size) that is not there yet, with
+// qemu-img, and the throttle driver's probe file.
+func createQcow2Volumes(dir string, p *policy.Policy, ds string) error {
+	// The file the throttle driver probes the datastore's latency with
+	// (an export of nbdkit too).
+	if _, err := dirstats.EnsureProbe(dir); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	for _, v := range storage.Volumes(p, ds) {
+		path := filepath.Join(dir, ThrottleVolume(v.VM, v.Disk))
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		// Metadata preallocated: every cluster is allocated, so a read
+		// reaches the datastore as an operator's full image's would (an
+		// empty qcow2 answers reads of unallocated clusters itself).
+		out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-o", "preallocation=metadata", path, strconv.FormatUint(v.SizeBytes, 10)).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("lab: qemu-img create %s: %v: %s (qemu-img is in qemu-utils: scripts/deps.sh)", path, err, bytes.TrimSpace(out))
+		}
+	}
+	return nil
+}
+
 // waitUnixSockets polls until a server accepts on every Unix socket.
 func waitUnixSockets(paths []string, within time.Duration) error {
 	deadline := time.Now().Add(within)
@@ -638,9 +686,10 @@ func Down(cluster, stateDir string) error {
 	if err := removeCgroups(cluster); err != nil {
 		errs = append(errs, err)
 	}
-	// Pid files, agent statistics and the datastores' volumes of the
-	// cluster go too; logs stay.
-	for _, pat := range []string{"lab-" + cluster + "-*.pid", "agent-" + cluster + "-*.json", "lab-" + cluster + "-initrd", "lab-" + cluster + "-initrd-mig"} {
+	// Pid files, nbdkit's sockets, agent and throttle driver statistics
+	// and the datastores' volumes of the cluster go too; logs stay.
+	for _, pat := range []string{"lab-" + cluster + "-*.pid", "lab-" + cluster + "-*.sock", "agent-" + cluster + "-*.json",
+		"throttle-" + cluster + "-*.json", "throttle-originals-" + cluster + "-*.json", "lab-" + cluster + "-initrd", "lab-" + cluster + "-initrd-mig"} {
 		m, _ := filepath.Glob(filepath.Join(stateDirOr(stateDir), pat))
 		for _, f := range m {
 			_ = os.Remove(f)

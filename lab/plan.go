@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"strings"
 
 	"sluice/policy"
 	"sluice/storage"
@@ -97,11 +98,28 @@ func VolumeDir(stateDir, cluster, ds string) string {
 	return filepath.Join(stateDirOr(stateDir), "lab-"+cluster+".volumes", ds)
 }
 
+// NbdkitSocket is the Unix socket of the nbdkit of datastore ds with the
+// throttle driver, in a lab whose state lives in stateDir.
+func NbdkitSocket(stateDir, cluster, ds string) string {
+	return filepath.Join(stateDirOr(stateDir), "lab-"+cluster+"-nbdkit-"+ds+".sock")
+}
+
 // useStateDir sets the paths that depend on the state directory: the
 // datastores' volume directories.
 func (pl *Plan) useStateDir(stateDir string) {
 	for i := range pl.Datastores {
 		pl.Datastores[i].Array.Dir = VolumeDir(stateDir, pl.Cluster, pl.Datastores[i].Datastore)
+		if pl.Datastores[i].Driver == policy.DriverThrottle {
+			pl.Datastores[i].Socket = NbdkitSocket(stateDir, pl.Cluster, pl.Datastores[i].Datastore)
+		}
+	}
+	// A throttle datastore's disks are its qcow2 images on nbdkit's socket.
+	for i := range pl.VMs {
+		for k, d := range pl.VMs[i].Disks {
+			if ds := pl.datastore(d.Datastore); ds != nil && ds.Driver == policy.DriverThrottle {
+				pl.VMs[i].Disks[k].URI = fmt.Sprintf("nbd+unix:///%s?socket=%s", ThrottleVolume(pl.VMs[i].VM, d.Name), ds.Socket)
+			}
+		}
 	}
 }
 
@@ -161,6 +179,22 @@ type DatastorePlan struct {
 	// Array is the emulated device (storage.ArrayOf the policy's array):
 	// its slots shared by every host's connections.
 	Array storage.Array
+	// Driver is how the lab controls the datastore's disks: the gateway
+	// (the lab prepares the datastore as `sluice datastore create` does:
+	// volumes the gateway serves) unless the policy says throttle; then
+	// the guests open qcow2 images (ThrottleVolume) straight from nbdkit
+	// on Socket, and no gateway serves them.
+	Driver string
+	// Socket is nbdkit's Unix socket of a throttle datastore (the guests'
+	// QEMU runs outside the lab's namespaces).
+	Socket string
+}
+
+// ThrottleVolume is the qcow2 image of disk DISK of VM VM on a lab
+// datastore with the throttle driver: its file in the datastore's
+// directory and its export name on nbdkit.
+func ThrottleVolume(vm, disk string) string {
+	return strings.TrimSuffix(storage.VolumeName(vm, disk), ".img") + ".qcow2"
 }
 
 // FabricIP is the address of the fabric bridge, where the clients listen.
@@ -218,7 +252,8 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 		// One volume file per disk in the datastore's directory
 		// (useStateDir), served by nbdkit's file plugin.
 		dp := DatastorePlan{Datastore: d.Name, IP: netip.AddrFrom4([4]byte{198, 18, 2, byte(j + 1)}),
-			Dev: "sl-eth0", FabricDev: fmt.Sprintf("sl-d%d", j), Array: storage.ArrayOf(d.Array, "")}
+			Dev: "sl-eth0", FabricDev: fmt.Sprintf("sl-d%d", j), Array: storage.ArrayOf(d.Array, ""),
+			Driver: p.Datastores[j].DriverAt(true)} // the lab prepares it: the gateway's unless the file says throttle
 		dp.Namespace = Namespace{Name: pre + d.Name, Role: RoleDatastore, Entity: d.Name,
 			Addrs: []Addr{{Dev: dp.Dev, IP: dp.IP.String()}}}
 		pl.Datastores = append(pl.Datastores, dp)

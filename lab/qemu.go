@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -73,14 +74,34 @@ func guestInitrd(stateDir, cluster string) string {
 
 // guestDisks are the NBD disks of a guest: each of its disks from the
 // guest's own socket on its host's gateway (storage.VMSocket), vda, vdb, … in policy order, serial = disk name.
+//
+// A disk on a datastore with the throttle driver is the disk's qcow2 image
+// (ThrottleVolume) straight from the datastore's nbdkit socket, as a
+// libvirt <disk> whose throttle libvirt sets; no gateway, no reconnect
+// delay.
 func guestDisks(pl *Plan, v VMPlan) []virt.NBDDisk {
 	sock := storage.VMSocket(storage.SocketDir(pl.Cluster, v.Host), v.VM)
 	var out []virt.NBDDisk
 	for i, d := range v.Disks {
+		if ds := pl.datastore(d.Datastore); ds != nil && ds.Driver == policy.DriverThrottle {
+			out = append(out, virt.NBDDisk{Export: ThrottleVolume(v.VM, d.Name), Socket: ds.Socket, Format: "qcow2",
+				Target: virt.TargetName(i), Serial: d.Name})
+			continue
+		}
 		out = append(out, virt.NBDDisk{Export: v.VM + "/" + d.Name, Socket: sock,
 			Target: virt.TargetName(i), Serial: d.Name, ReconnectDelayS: virt.DefaultReconnectDelayS})
 	}
 	return out
+}
+
+// datastore is the plan of datastore name, or nil.
+func (pl *Plan) datastore(name string) *DatastorePlan {
+	for i := range pl.Datastores {
+		if pl.Datastores[i].Datastore == name {
+			return &pl.Datastores[i]
+		}
+	}
+	return nil
 }
 
 // firstDiskSlot is the PCI slot of a guest's first disk when its disks are
@@ -118,13 +139,20 @@ func domainXML(v VMPlan, kernel, initrd, console string, disks []virt.NBDDisk, p
 		cmd = append(cmd, fmt.Sprintf("sl.ttl=%d", int(o.GuestTTL.Seconds())))
 	}
 	ns, qemuArgs := "", ""
-	if passthrough && len(disks) > 0 {
-		ns = " xmlns:qemu='" + virt.QemuNamespace + "'"
-		qemuArgs = virt.CommandlineXML(disks, firstDiskSlot)
-	} else {
-		for _, d := range disks {
-			ifs.WriteString(d.DiskXML())
+	// With passthrough the gateway's disks (those with a reconnect delay)
+	// go to QEMU as arguments; a throttle datastore's disks stay libvirt
+	// disks, whose throttle libvirt sets.
+	var args []virt.NBDDisk
+	for _, d := range disks {
+		if passthrough && d.ReconnectDelayS > 0 {
+			args = append(args, d)
+			continue
 		}
+		ifs.WriteString(d.DiskXML())
+	}
+	if len(args) > 0 {
+		ns = " xmlns:qemu='" + virt.QemuNamespace + "'"
+		qemuArgs = virt.CommandlineXML(args, firstDiskSlot)
 	}
 	return fmt.Sprintf(`<domain type='%s'%s>
   <name>%s</name>
@@ -218,7 +246,7 @@ func startGuests(pl *Plan, st *State, o Options, logw io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("lab: define domain %s: %w", v.Name, err)
 		}
-		if len(disks) > 0 {
+		if slices.ContainsFunc(disks, func(d virt.NBDDisk) bool { return d.ReconnectDelayS > 0 }) {
 			// libvirt 9.0 drops the NBD reconnect delay without an error:
 			// then the disks go to QEMU as arguments.
 			x, err := l.DomainGetXMLDesc(dom, libvirt.DomainXMLInactive)

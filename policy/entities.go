@@ -16,7 +16,7 @@ var (
 	unnamedFields   = []string{"shares", "reservation", "limit"}
 	poolFields      = []string{"name", "reservation", "portGroups", "hosts"}
 	portGroupFields = []string{"name", "vlan"}
-	dsFields        = []string{"name", "sioc", "array"}
+	dsFields        = []string{"name", "driver", "sioc", "array"}
 	siocFields      = []string{"enabled", "congestionThreshold", "controlPeriod", "gamma", "shareTerm", "minWindow", "maxWindow"}
 	arrayFields     = []string{"slots", "serviceTime"}
 	vmFields        = []string{"name", "host", "cpu", "memory", "nics", "disks", "migratable", "lab"}
@@ -250,6 +250,14 @@ func (d *decoder) datastore(n *yaml.Node, path string) Datastore {
 		return ds
 	}
 	ds.Name = d.name(m, "name", true)
+	if s, line, ok := d.scalar(m, "driver"); ok {
+		switch s {
+		case DriverThrottle, DriverGateway:
+			ds.Driver = s
+		default:
+			d.add(line, path+".driver", "unknown driver %q (want %s or %s)%s", clip(s), DriverThrottle, DriverGateway, suggest(s, []string{DriverThrottle, DriverGateway}))
+		}
+	}
 	if v, ok := m.vals["sioc"]; ok {
 		if s := d.mapping(v, path+".sioc", &ds.Pos, "sioc.", siocFields...); s != nil {
 			d.boolean(s, "enabled", &ds.SIOC.Enabled)

@@ -155,10 +155,39 @@ func (p *Policy) UnnamedVNICSetting() UnnamedVNIC {
 
 // Datastore is shared storage used by several hosts.
 type Datastore struct {
-	Name  string
-	SIOC  SIOC
-	Array Array
-	Pos   Pos
+	Name string
+	// Driver is how its disks' I/O is controlled: DriverThrottle,
+	// DriverGateway, or "" when the file does not say (DriverAt decides).
+	Driver string
+	SIOC   SIOC
+	Array  Array
+	Pos    Pos
+}
+
+// Storage drivers of a datastore.
+const (
+	// DriverThrottle controls the disks QEMU already has: every period the
+	// host's agent sets each disk's QEMU throttle (package throttle).
+	DriverThrottle = "throttle"
+	// DriverGateway puts sluice's NBD gateway (package storage) on the
+	// I/O path, on volumes that `sluice datastore create` made.
+	DriverGateway = "gateway"
+)
+
+// DriverAt is the datastore's driver on a host, the one rule for a
+// datastore whose file gives no driver: the gateway where the datastore
+// holds the gateway's stats volume (`sluice datastore create` made it, so
+// its disks are the gateway's volumes), the throttle driver otherwise (the
+// operator's own disks). gatewayMade says whether the stats volume is
+// there. A driver the file gives is kept.
+func (ds *Datastore) DriverAt(gatewayMade bool) string {
+	switch {
+	case ds.Driver != "":
+		return ds.Driver
+	case gatewayMade:
+		return DriverGateway
+	}
+	return DriverThrottle
 }
 
 // SIOC configures storage I/O control on a datastore. The PARDA gains
@@ -176,6 +205,24 @@ type SIOC struct {
 	// MinWindow and MaxWindow bound each host's window (I/Os outstanding
 	// on the datastore), default 4 and 256.
 	MinWindow, MaxWindow int
+}
+
+// Controller is the window control of a datastore with SIOC s: package
+// parda's scaled law (parda.Controller.UpdateScaled) with the datastore's
+// threshold and gains. The share term is a fraction b (ShareTerm) of the
+// datastore's total window, split by active shares, and the threshold is
+// lowered to (1−b)·L, so that the fixed point is latency = L exactly and
+// windows in the ratio of the hosts' active shares, whatever the array's
+// speed (docs/parda.md). Zero fields (a policy built in code) take
+// parda's defaults, which are the policy's. The gateway and the throttle
+// driver both use it.
+func (s SIOC) Controller() *parda.Controller {
+	th := s.CongestionThreshold
+	if th <= 0 {
+		th = DefaultCongestionThreshold
+	}
+	return parda.New(parda.Config{ThresholdNs: float64(th.Nanoseconds()), Gamma: s.Gamma, ShareTerm: s.ShareTerm,
+		Min: float64(s.MinWindow), Max: float64(s.MaxWindow)})
 }
 
 // Defaults of the PARDA gains: parda's own.

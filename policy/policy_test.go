@@ -210,7 +210,11 @@ func derived(p *Policy) string {
 		}
 	}
 	for _, ds := range p.Datastores {
-		fmt.Fprintf(&b, "datastore %s sioc=%v threshold=%s period=%s slots=%d service=%s array-iops=%d\n", ds.Name, ds.SIOC.Enabled,
+		drv := ds.Driver
+		if drv == "" {
+			drv = fmt.Sprintf("auto(made:%s,else:%s)", ds.DriverAt(true), ds.DriverAt(false))
+		}
+		fmt.Fprintf(&b, "datastore %s driver=%s sioc=%v threshold=%s period=%s slots=%d service=%s array-iops=%d\n", ds.Name, drv, ds.SIOC.Enabled,
 			ds.SIOC.CongestionThreshold, ds.SIOC.ControlPeriod, ds.Array.Slots, ds.Array.ServiceTime, ds.ArrayIOPS())
 	}
 	for _, np := range p.NetworkPools {

@@ -19,9 +19,10 @@ done
 # Real guests (livetest/virtlive): QEMU under libvirtd, booting Debian's
 # kernel from an initramfs made of busybox-static and the kernel's modules;
 # the guests run the host's qemu-guest-agent, through which the lab runs
-# commands inside them (lab.GuestExec).
+# commands inside them (lab.GuestExec); qemu-img (qemu-utils) makes the
+# throttle driver tests' qcow2 disks.
 for pkg in qemu-system-x86 libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients \
-           linux-image-amd64 busybox-static qemu-guest-agent; do
+           linux-image-amd64 busybox-static qemu-guest-agent qemu-utils; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ "$(id -u)" != 0 ]; then

@@ -9,7 +9,7 @@ import (
 
 func TestStatsRecordRoundTrip(t *testing.T) {
 	r := statsRecord{Host: "h2", PeriodEndNs: 1234567890, PeriodNs: 1e9, IOs: 1600, NormLatSumNs: 1600 * 12e6, Window: 10.5, ActiveShares: 3000}
-	b := r.encode()
+	b := encodeStatsRecord(r)
 	if len(b) != StatsSlotBytes {
 		t.Fatalf("record is %d bytes, want %d", len(b), StatsSlotBytes)
 	}
@@ -36,7 +36,7 @@ func TestDatastoreView(t *testing.T) {
 		{Host: "h3", PeriodEndNs: now - 10e9, PeriodNs: 1e9, IOs: 5000, NormLatSumNs: 5000 * 100e6, Window: 50, ActiveShares: 1000},
 	}
 	v := viewOf(recs, now)
-	if v.hosts != 2 || math.Abs(v.latNs-13e6) > 1 || v.totalShares != 5000 || v.totalWindow != 20 {
+	if v.Hosts != 2 || math.Abs(v.LatNs-13e6) > 1 || v.TotalShares != 5000 || v.TotalWindow != 20 {
 		t.Fatalf("view %+v, want 2 hosts, 13 ms, 5000 shares, window 20", v)
 	}
 }

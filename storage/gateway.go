@@ -198,6 +198,12 @@ func wanted(p *policy.Policy, host string) (map[string]policy.Disk, map[string]V
 			continue
 		}
 		for _, d := range vm.Disks {
+			// A datastore whose file says throttle is the throttle
+			// driver's (QEMU's own throttle, no gateway): the gateway
+			// serves only volumes it made (policy.Datastore.DriverAt).
+			if ds := p.Datastore(d.Datastore); ds != nil && ds.DriverAt(true) != policy.DriverGateway {
+				continue
+			}
 			v := Volume{VM: vm.Name, Disk: d.Name, SizeBytes: DiskBytes(d)}
 			want[v.Export()] = d
 			vols[v.Export()] = v
@@ -753,7 +759,7 @@ func (g *Gateway) closePeriod(now time.Time, elapsed time.Duration) Status {
 		gt.mu.Lock()
 		gt.statsErr = statsErr
 		gt.mu.Unlock()
-		r.dsLatNs, r.hosts = out.View.latNs, out.View.hosts
+		r.dsLatNs, r.hosts = out.View.LatNs, out.View.Hosts
 		if gt.parda != nil {
 			gt.mu.Lock()
 			gt.window = out.Window
@@ -791,7 +797,7 @@ func (gt *datastoreGate) readSlots() ([]slotRead, error) {
 // writeStats writes rec to this host's slot of the stats volume.
 func (gt *datastoreGate) writeStats(rec statsRecord) error {
 	b := alignedBuf(StatsSlotBytes)
-	copy(b, rec.encode())
+	copy(b, encodeStatsRecord(rec))
 	return gt.stats.writeAt(b, uint64(statsHeaderBytes+gt.slot*StatsSlotBytes), false)
 }
 

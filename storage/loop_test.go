@@ -60,7 +60,7 @@ func TestControlLoopFakeClock(t *testing.T) {
 		end := clk.Now().Add(time.Second)
 		// h2 reports 1000 I/Os at 24 ms with window 40 and 1000 shares.
 		h2 := rec("h2", end.UnixNano(), 1000, 24*ms, 40, 1000)
-		_ = ds.WriteAt(h2.encode(), h2Off, false)
+		_ = ds.WriteAt(encodeStatsRecord(h2), h2Off, false)
 		clk.Advance(time.Second)
 		var st Status
 		select {

@@ -1,14 +1,13 @@
 package storage
 
 import (
-	"encoding/binary"
-	"hash/crc32"
 	"math"
 	"math/bits"
 	"time"
 	"unsafe"
 
 	"sluice/alloc"
+	"sluice/entitle"
 	"sluice/parda"
 )
 
@@ -125,17 +124,18 @@ func (h *LatencyHistogram) add(p *diskPeriod) {
 // unbounded when wants says a request of it waited, else what it
 // completed.
 func entitleDisks(ds []DiskStatus, wants []bool) {
-	root := &alloc.Node{Limit: alloc.Inf, Demand: alloc.Inf, Semantics: alloc.Floor}
+	root := entitle.StorageRoot("")
 	var capacity float64
 	for i, d := range ds {
-		n := &alloc.Node{Name: d.Disk, Reservation: float64(d.ReservationIOPS), Shares: float64(max(d.Shares, 1)), Limit: alloc.Inf, Demand: d.IOPS}
+		spec := entitle.DiskSpec{Name: d.Disk, ReservationIOPS: float64(d.ReservationIOPS), Shares: float64(d.Shares), LimitIOPS: alloc.Inf}
 		if d.LimitIOPS > 0 {
-			n.Limit = float64(d.LimitIOPS)
+			spec.LimitIOPS = float64(d.LimitIOPS)
 		}
+		demand := d.IOPS
 		if wants[i] {
-			n.Demand = alloc.Inf
+			demand = alloc.Inf
 		}
-		root.Children = append(root.Children, n)
+		root.Children = append(root.Children, entitle.DiskNode(spec, demand))
 		capacity += d.IOPS
 	}
 	alloc.Compute(root, capacity)
@@ -211,62 +211,11 @@ type DiskStatus struct {
 	Error string `json:"error,omitempty"`
 }
 
-// statsRecord is one host's entry in the datastore's stats region: the
-// datastore I/O the host completed in its last period.
-type statsRecord struct {
-	Host         string
-	PeriodEndNs  int64 // wall clock, Unix ns
-	PeriodNs     int64
-	IOs          uint64
-	NormLatSumNs float64
-	Window       float64
-	ActiveShares float64
-}
+// encodeStatsRecord lays the record out in a StatsSlotBytes block
+// (parda.Record.Encode).
+func encodeStatsRecord(r statsRecord) []byte { return r.Encode(StatsSlotBytes) }
 
-const statsMagic = 0x534c535441543031 // "SLSTAT01"
-
-// encode lays the record out in a StatsSlotBytes block:
-// magic u64 | periodEnd i64 | period i64 | ios u64 | normLatSum f64 |
-// window f64 | shares f64 | nameLen u16 | name | crc32 of all before.
-func (r statsRecord) encode() []byte {
-	b := make([]byte, StatsSlotBytes)
-	binary.BigEndian.PutUint64(b[0:], statsMagic)
-	binary.BigEndian.PutUint64(b[8:], uint64(r.PeriodEndNs))
-	binary.BigEndian.PutUint64(b[16:], uint64(r.PeriodNs))
-	binary.BigEndian.PutUint64(b[24:], r.IOs)
-	binary.BigEndian.PutUint64(b[32:], math.Float64bits(r.NormLatSumNs))
-	binary.BigEndian.PutUint64(b[40:], math.Float64bits(r.Window))
-	binary.BigEndian.PutUint64(b[48:], math.Float64bits(r.ActiveShares))
-	name := r.Host
-	if len(name) > 255 {
-		name = name[:255]
-	}
-	binary.BigEndian.PutUint16(b[56:], uint16(len(name)))
-	copy(b[58:], name)
-	end := 58 + len(name)
-	binary.BigEndian.PutUint32(b[end:], crc32.ChecksumIEEE(b[:end]))
-	return b
-}
-
-func decodeStatsRecord(b []byte) (statsRecord, bool) {
-	if len(b) < 62 || binary.BigEndian.Uint64(b) != statsMagic {
-		return statsRecord{}, false
-	}
-	n := int(binary.BigEndian.Uint16(b[56:]))
-	end := 58 + n
-	if end+4 > len(b) || crc32.ChecksumIEEE(b[:end]) != binary.BigEndian.Uint32(b[end:]) {
-		return statsRecord{}, false
-	}
-	return statsRecord{
-		Host:         string(b[58:end]),
-		PeriodEndNs:  int64(binary.BigEndian.Uint64(b[8:])),
-		PeriodNs:     int64(binary.BigEndian.Uint64(b[16:])),
-		IOs:          binary.BigEndian.Uint64(b[24:]),
-		NormLatSumNs: math.Float64frombits(binary.BigEndian.Uint64(b[32:])),
-		Window:       math.Float64frombits(binary.BigEndian.Uint64(b[40:])),
-		ActiveShares: math.Float64frombits(binary.BigEndian.Uint64(b[48:])),
-	}, true
-}
+func decodeStatsRecord(b []byte) (statsRecord, bool) { return parda.DecodeRecord(b) }
 
 // slotRead is one slot of the stats volume as read.
 type slotRead struct {
@@ -333,34 +282,4 @@ func alignedTo(n, align int) []byte {
 	b := make([]byte, n+align)
 	off := int(-uintptr(unsafe.Pointer(&b[0])) & uintptr(align-1))
 	return b[off : off+n : off+n]
-}
-
-// datastoreView is what every host derives from the fresh records of the
-// stats region (those whose period ended within 3 periods before now).
-type datastoreView struct {
-	latNs       float64 // IOPS-weighted mean normalised latency; 0: no I/O
-	hosts       int
-	totalShares float64 // Σ active shares
-	totalWindow float64 // Σ windows of hosts with active shares
-}
-
-func viewOf(recs []statsRecord, nowNs int64) datastoreView {
-	var v datastoreView
-	var reports []parda.HostReport
-	for _, r := range recs {
-		if r.PeriodNs <= 0 || nowNs-r.PeriodEndNs > 3*r.PeriodNs {
-			continue
-		}
-		v.hosts++
-		if r.IOs > 0 {
-			// Latencies are normalised per I/O already (MeanBytes 0).
-			reports = append(reports, parda.HostReport{IOs: float64(r.IOs), LatencyNs: r.NormLatSumNs / float64(r.IOs)})
-		}
-		if r.ActiveShares > 0 {
-			v.totalShares += r.ActiveShares
-			v.totalWindow += r.Window
-		}
-	}
-	v.latNs = parda.DefaultSizeModel.DatastoreLatency(reports)
-	return v
 }

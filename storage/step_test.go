@@ -78,7 +78,7 @@ func TestPardaStep(t *testing.T) {
 			if math.Abs(out.Window-tc.window) > 1e-9 {
 				t.Errorf("window %v → %v, want %v", in.Window, out.Window, tc.window)
 			}
-			if math.Abs(out.View.latNs/ms-tc.latMs) > 1e-9 || out.View.hosts != tc.hosts {
+			if math.Abs(out.View.LatNs/ms-tc.latMs) > 1e-9 || out.View.Hosts != tc.hosts {
 				t.Errorf("view %+v, want latency %v ms, %d hosts", out.View, tc.latMs, tc.hosts)
 			}
 			want := statsRecord{Host: "h1", PeriodEndNs: now, PeriodNs: 1e9, IOs: in.IOs, NormLatSumNs: in.NormLatSumNs, Window: in.Window, ActiveShares: in.ActiveShares}

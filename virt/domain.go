@@ -46,6 +46,7 @@ type Disk struct {
 	Source string // file, block device, or protocol:name of a network disk
 	Bus    string
 	Alias  string
+	Serial string // <serial>; the policy's disk name when sluice wrote the XML
 }
 
 type domainXML struct {
@@ -95,6 +96,7 @@ type domainXML struct {
 			Alias struct {
 				Name string `xml:"name,attr"`
 			} `xml:"alias"`
+			Serial string `xml:"serial"`
 		} `xml:"disk"`
 	} `xml:"devices"`
 }
@@ -140,7 +142,7 @@ func ParseDomainXML(b []byte) (Domain, error) {
 		case k.Source.Volume != "":
 			src = k.Source.Volume
 		}
-		d.Disks = append(d.Disks, Disk{Target: k.Target.Dev, Source: src, Bus: k.Target.Bus, Alias: k.Alias.Name})
+		d.Disks = append(d.Disks, Disk{Target: k.Target.Dev, Source: src, Bus: k.Target.Bus, Alias: k.Alias.Name, Serial: strings.TrimSpace(k.Serial)})
 	}
 	return d, nil
 }

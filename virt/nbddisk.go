@@ -27,6 +27,9 @@ type NBDDisk struct {
 	// for QEMU to reconnect and are then sent again on the new
 	// connection; 0 fails them at once (the guest sees I/O errors).
 	ReconnectDelayS int
+	// Format is the image format QEMU reads from the export: "" or raw
+	// (a gateway's export), qcow2 (an image file served as is).
+	Format string
 }
 
 // DefaultReconnectDelayS is the reconnect delay sluice proposes: longer
@@ -43,7 +46,11 @@ const DefaultReconnectDelayS = 30
 func (d NBDDisk) DiskXML() string {
 	var b strings.Builder
 	b.WriteString("<disk type='network' device='disk'>\n")
-	b.WriteString("  <driver name='qemu' type='raw'/>\n")
+	format := d.Format
+	if format == "" {
+		format = "raw"
+	}
+	fmt.Fprintf(&b, "  <driver name='qemu' type='%s'/>\n", attr(format))
 	fmt.Fprintf(&b, "  <source protocol='nbd' name='%s'>\n", attr(d.Export))
 	if d.Socket != "" {
 		fmt.Fprintf(&b, "    <host transport='unix' socket='%s'/>\n", attr(d.Socket))

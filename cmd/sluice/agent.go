@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -22,6 +24,9 @@ import (
 	"sluice/internal/ops"
 	"sluice/lab"
 	"sluice/policy"
+	"sluice/storage"
+	"sluice/throttle/dirstats"
+	"sluice/virt"
 )
 
 func init() {
@@ -62,6 +67,8 @@ type agentOpts struct {
 	host, file, nsName, stateDir *string
 	interval                     *time.Duration
 	dynamic, once, cpu           *bool
+	datastores, probes           multiFlag
+	storagePeriod                *time.Duration
 	src                          inventoryFlags
 	ctlf                         controllerFlags
 	ops                          opsFlags
@@ -82,6 +89,9 @@ func newAgentFlags() (*flag.FlagSet, *agentOpts) {
 	o.nsName = fs.String("netns", "", "network namespace of the host (default: sl-<cluster>-<host> when it exists, else the current one)")
 	o.stateDir = fs.String("state-dir", lab.DefaultStateDir, "directory of the statistics file and the admission socket")
 	o.cpu = fs.Bool("cpu", false, "also enforce the VMs' CPU reservations, shares and limits on their cgroups (docs/cpu.md)")
+	fs.Var(&o.datastores, "datastore", "DS=DIR: datastore DS is mounted at DIR on this host; with the throttle driver the agent sets its disks' QEMU throttles (repeatable; docs/throttle.md)")
+	o.storagePeriod = fs.Duration("storage-period", time.Second, "control period of the throttle driver")
+	fs.Var(&o.probes, "datastore-probe", "DS=dir|none|nbd+unix:///EXPORT?socket=PATH: how the throttle driver measures DS's latency below QEMU's throttles (default dir: O_DIRECT reads of DIR/"+dirstats.ProbeName+"; repeatable)")
 	o.src.register(fs)
 	o.ctlf.register(fs)
 	o.ops.register(fs, ops.DefaultAgentMetrics)
@@ -93,6 +103,8 @@ func agentUsage(w io.Writer) {
 	fmt.Fprintln(w, "       sluice agent --host NAME --controller https://HOST:PORT --token-file F [--ca F] [--lab-state-dir DIR] [...]")
 	fmt.Fprintln(w, "                    [--migrate-uri URI --migrate-peer HOST=URI ... [--migrate-data URI]]   (libvirt: live migrations to this host)")
 	fmt.Fprintln(w, "                    [--interval 100ms] [--dynamic=true|false] [--cpu] [--once] [--netns NS]")
+	fmt.Fprintln(w, "                    [--datastore DS=DIR ... [--datastore-probe DS=dir|none|nbd+unix:///EXPORT?socket=PATH] [--storage-period 1s]]")
+	fmt.Fprintln(w, "                    (the throttle driver: QEMU's throttle per disk, through libvirt; docs/throttle.md)")
 	fmt.Fprintln(w, "                    [--metrics-listen 127.0.0.1:9641|\"\"] [--log-format text|json] [--state-dir /run/sluice]")
 	fmt.Fprintln(w, "                    [--config /etc/sluice/agent.yaml]   (any of these flags as YAML, key: value; the command line wins)")
 	fmt.Fprintln(w, "       sluice agent status --host NAME [--policy FILE] [-o table|json]")
@@ -120,7 +132,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice agent: %v\n", err)
 		return exitUsage
 	}
-	if fs.NArg() > 0 || *host == "" || (*file == "") == (ctlf.server == "") || *interval <= 0 || !src.valid() {
+	if fs.NArg() > 0 || *host == "" || (*file == "") == (ctlf.server == "") || *interval <= 0 || *o.storagePeriod <= 0 || !src.valid() {
 		agentUsage(stderr)
 		return exitUsage
 	}
@@ -287,6 +299,24 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			log.Log(context.Background(), level, line)
 		})
 	}
+	var th *agent.Throttler
+	if len(o.datastores) > 0 {
+		var closeTh func()
+		th, closeTh, err = startThrottler(p, *host, o.datastores, o.probes, src.socket, *stateDir, labDomains(src.kind, p.Cluster), logf)
+		if err != nil {
+			logf("%s", labOneLine(err))
+			return exitBad
+		}
+		if th != nil {
+			defer closeTh()
+			go th.Run(ctx, nil, *o.storagePeriod, func(_ agent.ThrottleStatus, err error) {
+				if err != nil {
+					log.Error("throttle driver: " + labOneLine(err))
+				}
+			})
+		}
+	}
+	thPolicy := p
 	invErr := src.follow(ctx, inv, stop)
 	log.Info(fmt.Sprintf("host %s (netns %q, inventory %s), %d uplinks, dynamic=%v, cpu=%v, interval %s", *host, ns, src.kind, len(a.Trees()), *dynamic, *cpu, *interval))
 	// Metrics read the last step's statistics; ready once a step applied
@@ -298,6 +328,11 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	err = agent.Run(ctx, a, nil, agent.NowNs(), interval.Nanoseconds(), func(s agent.Stats, ch agent.Changes, err error) {
 		// The step's time: from its tick (s.NowNs) to now.
 		met.Observe(s, time.Since(time.Unix(0, s.NowNs)), err)
+		if th != nil && a.Policy() != thPolicy {
+			// The agent took a new policy (this runs on its goroutine).
+			thPolicy = a.Policy()
+			th.SetPolicy(thPolicy)
+		}
 		if side != nil {
 			side.setStats(s)
 		}
@@ -329,6 +364,96 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return exitBad
 	}
 	return exitOK
+}
+
+// startThrottler starts the throttle driver for the datastores of
+// --datastore DS=DIR whose driver is throttle (policy.Datastore.DriverAt:
+// the file's driver, else gateway where DIR holds the gateway's stats
+// volume, else throttle), with its own connection to libvirtd at socket.
+// It returns nil when every datastore given is the gateway's.
+func startThrottler(p *policy.Policy, host string, dss, probeFlags []string, socket, stateDir string, domain func(string) string, logf func(string, ...any)) (*agent.Throttler, func(), error) {
+	probeOf := map[string]string{}
+	for _, a := range probeFlags {
+		name, how, ok := strings.Cut(a, "=")
+		if !ok || name == "" {
+			return nil, nil, fmt.Errorf("--datastore-probe %q: want DS=dir, DS=none or DS=nbd+unix:///EXPORT?socket=PATH", a)
+		}
+		probeOf[name] = how
+	}
+	var list []agent.ThrottleDatastore
+	var closers []func() error
+	closeAll := func() {
+		for _, c := range closers {
+			_ = c()
+		}
+	}
+	for _, a := range dss {
+		name, dir, ok := strings.Cut(a, "=")
+		dir = strings.TrimPrefix(dir, "dir:")
+		if !ok || name == "" || !filepath.IsAbs(dir) {
+			return nil, nil, fmt.Errorf("--datastore %q: want DS=DIR (an absolute directory)", a)
+		}
+		ds := p.Datastore(name)
+		if ds == nil {
+			return nil, nil, fmt.Errorf("--datastore %s: no datastore %s in the policy", a, name)
+		}
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return nil, nil, fmt.Errorf("--datastore %s: %s is not a directory (is the datastore mounted?)", a, dir)
+		}
+		_, err := os.Stat(filepath.Join(dir, storage.StatsVolume))
+		if drv := ds.DriverAt(err == nil); drv != policy.DriverThrottle {
+			logf("datastore %s: driver %s (the gateway controls it)", name, drv)
+			continue
+		}
+		tds := agent.ThrottleDatastore{Name: name, Dir: dir}
+		switch how := probeOf[name]; {
+		case how == "" || how == "dir":
+			pr, err := agent.NewDirProber(dir)
+			if err != nil {
+				closeAll()
+				return nil, nil, fmt.Errorf("--datastore %s: %w", a, err)
+			}
+			tds.Probe, closers = pr, append(closers, pr.Close)
+		case how == "none":
+		case strings.HasPrefix(how, "nbd+unix:///"):
+			u, err := url.Parse(how)
+			if err != nil || u.Query().Get("socket") == "" {
+				closeAll()
+				return nil, nil, fmt.Errorf("--datastore-probe %s=%s: want nbd+unix:///EXPORT?socket=PATH", name, how)
+			}
+			pr := &agent.NBDProber{Network: "unix", Addr: u.Query().Get("socket"), Export: strings.TrimPrefix(u.Path, "/")}
+			tds.Probe, closers = pr, append(closers, pr.Close)
+		default:
+			closeAll()
+			return nil, nil, fmt.Errorf("--datastore-probe %s=%s: want dir, none or nbd+unix:///EXPORT?socket=PATH", name, how)
+		}
+		list = append(list, tds)
+	}
+	if len(list) == 0 {
+		return nil, func() {}, nil
+	}
+	conn, err := virt.Dial(socket)
+	if err != nil {
+		closeAll()
+		return nil, nil, fmt.Errorf("throttle driver: %w", err)
+	}
+	th, err := agent.NewThrottler(p, host, conn, list, stateDir)
+	if err != nil {
+		conn.Close()
+		closeAll()
+		return nil, nil, err
+	}
+	th.Domain = domain
+	return th, func() { conn.Close(); closeAll() }, nil
+}
+
+// labDomains names a lab guest's domain (sl-CLUSTER-VM) for an agent
+// with the lab's inventory; nil (the VM's own name) for libvirt's.
+func labDomains(kind, cluster string) func(string) string {
+	if kind != "lab" {
+		return nil
+	}
+	return func(vm string) string { return lab.NamespacePrefix(cluster) + vm }
 }
 
 func runAgentStatus(args []string, stdout, stderr io.Writer) int {
@@ -457,6 +582,24 @@ func runAgentUninstall(args []string, stdout, stderr io.Writer) int {
 	if p.Host(*host) == nil {
 		fmt.Fprintf(stderr, "sluice agent uninstall: host %q is not in %s\n", *host, *file)
 		return exitBad
+	}
+	// QEMU throttles the throttle driver set, given back first (the
+	// originals recorded in the state directory).
+	if _, err := os.Stat(agent.ThrottleOriginalsPath(*stateDir, p.Cluster, *host)); err == nil {
+		conn, err := virt.Dial(src.socket)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice agent uninstall: throttles: %s\n", labOneLine(err))
+			return exitBad
+		}
+		done, err := agent.UninstallThrottles(conn, *stateDir, p.Cluster, *host, labDomains(src.kind, p.Cluster))
+		conn.Close()
+		for _, d := range done {
+			fmt.Fprintln(stdout, d)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice agent uninstall: %s\n", labOneLine(err))
+			return exitBad
+		}
 	}
 	k, err := agent.NewNetlinkKernel(src.netns(*nsName, p.Cluster, *host))
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"sluice/policy"
 	"sluice/storage"
 )
 
@@ -47,6 +48,10 @@ func runDatastore(args []string, stdout, stderr io.Writer) int {
 		if !ok || ds == "" || dir == "" {
 			fmt.Fprintf(stderr, "sluice datastore create: %q: want DS=DIR\n", a)
 			return exitUsage
+		}
+		if d := p.Datastore(ds); d != nil && d.DriverAt(true) != policy.DriverGateway {
+			fmt.Fprintf(stderr, "sluice datastore create: datastore %s has driver %s: its disks are the operator's own images, which QEMU opens itself (docs/throttle.md); datastore create prepares the gateway's volumes\n", ds, d.Driver)
+			return exitBad
 		}
 		created, err := storage.CreateVolumes(dir, p, ds)
 		for _, c := range created {

@@ -6,10 +6,13 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
+	"sluice/agent"
 	"sluice/alloc"
 	"sluice/cpuctl"
 	"sluice/entitle"
+	"sluice/lab"
 	"sluice/policy"
 	"sluice/sim"
 )
@@ -220,7 +223,9 @@ func explainCPU(p *policy.Policy, n *entitle.Net, port string, flag cpuCost) (st
 }
 
 // explainDisk explains a disk VM/DISK on its datastore at the array's
-// nominal rate, with every disk's demand unbounded.
+// nominal rate, with every disk's demand unbounded; then its datastore's
+// driver and, when the throttle driver of the disk's host runs here (its
+// status file in the state directory), what it measured and set.
 func explainDisk(p *policy.Policy, name string) ([]string, bool) {
 	for _, ds := range p.Datastores {
 		s, err := entitle.Storage(p, ds.Name, 0, nil)
@@ -228,7 +233,72 @@ func explainDisk(p *policy.Policy, name string) ([]string, bool) {
 			continue
 		}
 		lines, err := s.Explain(name)
-		return lines, err == nil
+		if err != nil {
+			return lines, false
+		}
+		lines = append(lines, driverLine(&ds))
+		return append(lines, throttleLines(p, s.Disk(name).Host, name, lab.DefaultStateDir)...), true
 	}
 	return nil, false
+}
+
+// driverLine says which driver controls a datastore's disks.
+func driverLine(ds *policy.Datastore) string {
+	if ds.Driver != "" {
+		return fmt.Sprintf("driver: %s (datastore %s says so)", ds.Driver, ds.Name)
+	}
+	return fmt.Sprintf("driver: %s where `sluice datastore create` made datastore %s (its stats volume is there), else %s",
+		ds.DriverAt(true), ds.Name, ds.DriverAt(false))
+}
+
+// throttleLines explains what the throttle driver of host did to disk
+// name in its last period, from its status file in stateDir; nothing when
+// the file is not there.
+func throttleLines(p *policy.Policy, host, name, stateDir string) []string {
+	path := agent.ThrottleStatusPath(stateDir, p.Cluster, host)
+	st, err := agent.ReadThrottleStatus(path)
+	if err != nil {
+		return nil
+	}
+	ago := time.Since(time.Unix(0, st.TimeUnixNs)).Round(100 * time.Millisecond)
+	for _, d := range st.Disks {
+		if d.Disk != name {
+			continue
+		}
+		out := []string{fmt.Sprintf("live, throttle driver of host %s (%s ago, period %.1fs; %s):", host, ago, st.PeriodS, path)}
+		for _, ds := range st.Datastores {
+			if ds.Name != d.Datastore {
+				continue
+			}
+			if !ds.SIOC {
+				out = append(out, fmt.Sprintf("  datastore %s: no SIOC, no host budget: only limits are set", ds.Name))
+				break
+			}
+			out = append(out, fmt.Sprintf("  host budget %.0f IOPS = window %.2f / threshold %.0f ms; datastore latency %.2f ms over %d hosts, this host's %.2f ms (%d probes)",
+				ds.BudgetIOPS, ds.Window, ds.ThresholdMs, ds.DatastoreLatencyMs, ds.HostsSeen, ds.HostLatencyMs, ds.Probes))
+			if ds.Error != "" {
+				out = append(out, "  error: "+ds.Error)
+			}
+		}
+		dem, held := "unbounded", ""
+		if d.DemandIOPS >= 0 {
+			dem = fmt.Sprintf("%.0f IOPS", d.DemandIOPS)
+		}
+		if d.Bound {
+			held = ", held by its throttle (it wants more)"
+		}
+		out = append(out, fmt.Sprintf("  %s (%s %s) did %.0f IOPS, %.2f MB/s at %.2f ms%s; demand %s",
+			name, d.VM, d.Target, d.IOPS, d.MBps, d.LatencyMs, held, dem))
+		thr := "none (QEMU unthrottled)"
+		if d.ThrottleIOPS > 0 {
+			thr = fmt.Sprintf("%d IOPS (of 32 KiB units)", d.ThrottleIOPS)
+		}
+		ent := "unbounded"
+		if d.EntitlementIOPS >= 0 {
+			ent = fmt.Sprintf("%.0f IOPS", d.EntitlementIOPS)
+		}
+		out = append(out, fmt.Sprintf("  entitled to %s of the budget; QEMU throttle %s: %s", ent, thr, d.Why))
+		return out
+	}
+	return nil
 }

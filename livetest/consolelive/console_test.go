@@ -44,17 +44,7 @@ var (
 	shots = flag.String("screenshots", "../../out/console", "directory for the screenshots of the console's pages")
 )
 
-func TestMain(m *testing.M) {
-	b, remove, err := livelab.BuildSluice("consolelive-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = b
-	code := m.Run()
-	remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(livelab.RunWithSluice(m, &bin)) }
 
 // labPolicy is seed Fig. 2 at 1/10 scale: two hosts with one 1 Gbps
 // uplink, three VMs with equal shares on h1.

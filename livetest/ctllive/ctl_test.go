@@ -21,17 +21,7 @@ import (
 
 var bin string // the sluice binary built for the tests
 
-func TestMain(m *testing.M) {
-	b, remove, err := livelab.BuildSluice("ctllive-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = b
-	code := m.Run()
-	remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(livelab.RunWithSluice(m, &bin)) }
 
 func freePort(t *testing.T) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

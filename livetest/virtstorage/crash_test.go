@@ -63,7 +63,7 @@ const crashRateIOPS = "rate_iops=1000"
 //     was still writing.
 func TestGuestStorageCrash(t *testing.T) {
 	l := upLab(t, "vsc", crashPolicy)
-	socket := storage.VMSocket(storage.SocketDir(l.p.Cluster, "h1"), "vm1")
+	socket := storage.VMSocket(storage.SocketDir(l.P.Cluster, "h1"), "vm1")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ds := l.process("nbdkit:ds1")
@@ -74,7 +74,7 @@ func TestGuestStorageCrash(t *testing.T) {
 		job := append(verifiedWrite("0", "32M"), crashRateIOPS)
 		t0 := time.Now()
 		base := l.diskStatus(t, time.Time{}, livelab.AnyDisk).WritesTotal
-		pid, err := l.startFio(ctx, "vm1", job...)
+		pid, err := l.StartFio(ctx, "vm1", job...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestGuestStorageCrash(t *testing.T) {
 		l.restartGateway(gw, socket, &ds)
 		t.Logf("the gateway had completed %d of fio's writes %v after its start (%d outstanding); killed (SIGKILL) and serving again %v later",
 			at.WritesTotal-base, killed.Sub(t0).Round(time.Millisecond), at.Outstanding, time.Since(killed).Round(time.Millisecond))
-		r := l.waitFio(ctx, "vm1", pid)
+		r := l.WaitFio(ctx, "vm1", pid)
 		ended := time.Now()
 		t.Logf("fio: %d writes (%.0f IOPS, %d ms), %d verification reads, exit %d, job error %d, guest CPU usr %.0f%% sys %.0f%%; %s",
 			r.WriteIOs, r.WriteIOPS, r.WriteRuntimeMs, r.ReadIOs, r.Exit, r.JobError, r.UsrCPU, r.SysCPU, machine.Between(t0, ended))
@@ -109,7 +109,7 @@ func TestGuestStorageCrash(t *testing.T) {
 		job := append(verifiedWrite("32M", "32M"), crashRateIOPS)
 		t0 := time.Now()
 		base := l.diskStatus(t, time.Time{}, livelab.AnyDisk).WritesTotal
-		pid, err := l.startFio(ctx, "vm1", job...)
+		pid, err := l.StartFio(ctx, "vm1", job...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +122,7 @@ func TestGuestStorageCrash(t *testing.T) {
 		ds = livelab.RestartDatastore(t, ds)
 		t.Logf("the gateway had completed %d of fio's writes %v after its start; datastore killed (SIGKILL); during the outage %d writes completed in all and %d requests of the disk waited; listening again %v after the kill",
 			at.WritesTotal-base, killed.Sub(t0).Round(time.Millisecond), down.WritesTotal-base, down.Outstanding, time.Since(killed).Round(time.Millisecond))
-		r := l.waitFio(ctx, "vm1", pid)
+		r := l.WaitFio(ctx, "vm1", pid)
 		ended := time.Now()
 		t.Logf("fio: %d writes, %d verification reads, exit %d, job error %d: %s; %s", r.WriteIOs, r.ReadIOs, r.Exit, r.JobError, tail(r.Stderr, 5), machine.Between(t0, ended))
 		after := l.diskStatus(t, ended, livelab.AnyDisk)
@@ -147,7 +147,7 @@ func TestGuestStorageCrash(t *testing.T) {
 		// it saw fail too: a wrong block is a loss unless its write
 		// failed.
 		failed := livelab.FailedWrites(r.Stderr)
-		v := l.guestFio(ctx, "vm1", append(job, "verify_only=1", "verify_state_load=1")...)
+		v := l.GuestFio(ctx, "vm1", append(job, "verify_only=1", "verify_state_load=1")...)
 		bad := livelab.BadBlocks(v.Stderr)
 		var lost []int64
 		for _, off := range bad {

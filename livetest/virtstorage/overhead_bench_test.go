@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"sluice/lab"
+	"sluice/livetest/livelab"
 	"sluice/virt"
 )
 
@@ -61,9 +62,9 @@ vms:
 	defer cancel()
 
 	// The direct disk: a twin of the lab's datastore in this namespace.
-	ds := l.plan.Datastores[0]
+	ds := l.Plan.Datastores[0]
 	port := 10990
-	pidFile := filepath.Join(l.dir, "direct-nbdkit.pid")
+	pidFile := filepath.Join(l.Dir, "direct-nbdkit.pid")
 	args := append([]string{"--pidfile", pidFile, "-i", "127.0.0.1", "-p", strconv.Itoa(port)}, ds.Array.NbdkitArgs()...)
 	if out, err := exec.Command("nbdkit", args...).CombinedOutput(); err != nil {
 		t.Fatalf("nbdkit %s: %v: %s", strings.Join(args, " "), err, out)
@@ -78,12 +79,12 @@ vms:
 	direct := virt.NBDDisk{Host: "127.0.0.1", Port: port, Serial: "direct"}
 	l.hotplug(t, "vm1", direct, 0x1f)
 	waitGuestFile(ctx, t, l, "vm1", "/sys/block/vdb")
-	r, err := lab.GuestExec(ctx, l.p.Cluster, "vm1", "/bin/sh", "-c", "cat /sys/block/vda/serial; echo; cat /sys/block/vdb/serial")
+	r, err := lab.GuestExec(ctx, l.P.Cluster, "vm1", "/bin/sh", "-c", "cat /sys/block/vda/serial; echo; cat /sys/block/vdb/serial")
 	if got := strings.Fields(string(r.Stdout)); err != nil || len(got) != 2 || got[0] != "d0" || got[1] != "direct" {
 		t.Fatalf("serials of vda, vdb = %q (%v), want d0, direct", r.Stdout, err)
 	}
 	for _, dev := range []string{"/dev/vda", "/dev/vdb"} {
-		if f := l.guestFio(ctx, "vm1", "name=fill", "filename="+dev, "direct=1", "ioengine=libaio", "iodepth=8", "rw=write", "bs=1M", "size=64M"); f.Err != nil {
+		if f := l.GuestFio(ctx, "vm1", "name=fill", "filename="+dev, "direct=1", "ioengine=libaio", "iodepth=8", "rw=write", "bs=1M", "size=64M"); f.Err != nil {
 			t.Fatalf("fill %s: %v %s", dev, f.Err, tail(f.Stderr, 5))
 		}
 	}
@@ -97,7 +98,7 @@ vms:
 		for _, qd := range []int{1, 32} {
 			for _, path := range []string{"gateway", "direct"} {
 				dev := map[string]string{"gateway": "/dev/vda", "direct": "/dev/vdb"}[path]
-				f := l.guestFio(ctx, "vm1", "name=r", "filename="+dev, "direct=1", "ioengine=libaio", "iodepth="+strconv.Itoa(qd),
+				f := l.GuestFio(ctx, "vm1", "name=r", "filename="+dev, "direct=1", "ioengine=libaio", "iodepth="+strconv.Itoa(qd),
 					"rw=randread", "bs=4k", "size=64M", "time_based", "ramp_time=2", "runtime="+strconv.Itoa(secs))
 				if f.Err != nil || f.JobError != 0 {
 					t.Fatalf("fio %s qd %d: %v %s", path, qd, f.Err, tail(f.Stderr, 5))
@@ -132,7 +133,7 @@ func (l *guestLab) hotplug(t *testing.T, vm string, d virt.NBDDisk, slot int) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	dom, err := c.Client().DomainLookupByName(lab.NamespacePrefix(l.p.Cluster) + vm)
+	dom, err := c.Client().DomainLookupByName(lab.NamespacePrefix(l.P.Cluster) + vm)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func waitGuestFile(ctx context.Context, t *testing.T, l *guestLab, vm, path stri
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if _, err := lab.GuestExec(ctx, l.p.Cluster, vm, "/bin/sh", "-c", "test -e "+path); err == nil {
+		if _, err := lab.GuestExec(ctx, l.P.Cluster, vm, "/bin/sh", "-c", "test -e "+path); err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -181,16 +182,6 @@ func waitGuestFile(ctx context.Context, t *testing.T, l *guestLab, vm, path stri
 	}
 }
 
-func envInt(t *testing.T, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		t.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
-}
+func envInt(t *testing.T, name string, def int) int { return livelab.EnvInt(t, name, def) }
 
 func med(v []float64) float64 { return median(v) }

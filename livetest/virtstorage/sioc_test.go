@@ -83,7 +83,7 @@ func TestGuestSIOCTest3(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	for _, vm := range vms {
-		r, err := lab.GuestExec(ctx, l.p.Cluster, vm, "/bin/sh", "-c", "for d in vda vdb; do cat /sys/block/$d/serial; echo; done")
+		r, err := lab.GuestExec(ctx, l.P.Cluster, vm, "/bin/sh", "-c", "for d in vda vdb; do cat /sys/block/$d/serial; echo; done")
 		if got := strings.Fields(string(r.Stdout)); err != nil || len(got) != 2 || got[0] != "a" || got[1] != "b" {
 			t.Fatalf("%s: serial numbers of vda, vdb = %q (%v), want a, b", vm, r.Stdout, err)
 		}
@@ -100,7 +100,7 @@ func TestGuestSIOCTest3(t *testing.T) {
 	results := map[string]fioResult{}
 	var wg sync.WaitGroup
 	for _, vm := range vms {
-		pid, err := l.startFio(ctx, vm, job...)
+		pid, err := l.StartFio(ctx, vm, job...)
 		if err != nil {
 			t.Fatalf("fio in %s: %v", vm, err)
 		}
@@ -108,7 +108,7 @@ func TestGuestSIOCTest3(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := l.waitFio(ctx, vm, pid)
+			r := l.WaitFio(ctx, vm, pid)
 			mu.Lock()
 			results[vm] = r
 			mu.Unlock()
@@ -149,7 +149,7 @@ func TestGuestSIOCTest3(t *testing.T) {
 			len(after), siocSettle+siocRun, siocSettle, siocRun, sw.lengths())
 	}
 	for _, vm := range vms {
-		if _, err := lab.GuestExec(ctx, l.p.Cluster, vm, "/bin/sh", "-c", "kill -INT "+strconv.Itoa(pids[vm])); err != nil {
+		if _, err := lab.GuestExec(ctx, l.P.Cluster, vm, "/bin/sh", "-c", "kill -INT "+strconv.Itoa(pids[vm])); err != nil {
 			t.Fatalf("stopping fio in %s: %v", vm, err)
 		}
 	}
@@ -218,7 +218,7 @@ func TestGuestSIOCTest3(t *testing.T) {
 // guest whose seconds lie within [from, to] of fio's run, and how many
 // seconds that was.
 func (l *guestLab) fioIOPSBetween(ctx context.Context, vm, path string, from, to time.Duration) (float64, int, error) {
-	r, err := lab.GuestExec(ctx, l.p.Cluster, vm, "/bin/cat", path)
+	r, err := lab.GuestExec(ctx, l.P.Cluster, vm, "/bin/cat", path)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -1,0 +1,155 @@
+// Package throttlelive tests the throttle driver with QEMU under the
+// machine's libvirtd: the driver's libvirt side (virt.Libvirt's block
+// stats and block I/O tune) on a real domain, and the driver around it.
+// The tests need root, libvirtd and qemu-img; a missing piece fails them
+// with its reason. Everything they create is named sl-tt…- and removed
+// when they end, also when they fail.
+package throttlelive
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+
+	"sluice/alloc"
+	"sluice/entitle"
+	"sluice/parda"
+	"sluice/throttle"
+	"sluice/virt"
+)
+
+func preflight(t *testing.T) *virt.Libvirt {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("throttlelive needs root (libvirtd's socket)")
+	}
+	if _, err := os.Stat(virt.DefaultSocket); err != nil {
+		t.Fatalf("libvirtd is not running (%v): run scripts/deps.sh, which installs and starts it", err)
+	}
+	for _, tool := range []string{"qemu-img"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found: run scripts/deps.sh", tool)
+		}
+	}
+	c, err := virt.Dial("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// bareDomain starts a transient domain named sl-tt<hex>-vm with two qcow2
+// disks (serials d0 and d1) in a fresh directory and no OS (the firmware
+// reads its disks and waits): enough for QEMU's block layer. It is
+// destroyed and its directory removed when the test ends.
+func bareDomain(t *testing.T, c *virt.Libvirt) (name string) {
+	t.Helper()
+	name = "sl-tt" + randHex(2) + "-vm"
+	dir, err := os.MkdirTemp("", name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	var disks string
+	for i, dk := range []string{"d0", "d1"} {
+		img := filepath.Join(dir, dk+".qcow2")
+		if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", img, "64M").CombinedOutput(); err != nil {
+			t.Fatalf("qemu-img create: %v: %s", err, out)
+		}
+		disks += fmt.Sprintf(`<disk type='file' device='disk'><driver name='qemu' type='qcow2' cache='none'/><source file='%s'/><target dev='vd%c' bus='virtio'/><serial>%s</serial></disk>`,
+			img, 'a'+i, dk)
+	}
+	x := fmt.Sprintf(`<domain type='qemu'><name>%s</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>
+<os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
+<on_poweroff>destroy</on_poweroff><on_reboot>destroy</on_reboot><on_crash>destroy</on_crash>
+<devices>%s<memballoon model='none'/></devices></domain>`, name, disks)
+	d, err := c.Client().DomainCreateXML(x, 0)
+	if err != nil {
+		t.Fatalf("DomainCreateXML: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Client().DomainDestroy(d); err != nil && !libvirt.IsNotFound(err) {
+			t.Errorf("DomainDestroy %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// The libvirt side of the driver on a real QEMU: counters of both disks by
+// serial, a throttle set is the throttle QEMU reports, and the driver
+// gives back the original throttle on uninstall.
+func TestLibvirtIOTune(t *testing.T) {
+	c := preflight(t)
+	vm := bareDomain(t, c)
+
+	disks, err := c.BlockStats([]string{vm, "sl-tt-no-such-vm"})
+	if err != nil {
+		t.Fatalf("BlockStats: %v", err)
+	}
+	if len(disks) != 2 || disks[0].Serial != "d0" || disks[0].Target != "vda" || disks[1].Serial != "d1" {
+		t.Fatalf("BlockStats = %+v, want vda (d0) and vdb (d1)", disks)
+	}
+	orig, err := c.IOTune(vm, "vda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if orig.IOPS != 0 {
+		t.Fatalf("a new domain's vda has total_iops_sec %d, want 0", orig.IOPS)
+	}
+	want := throttle.LimitsFor(150)
+	if err := c.SetIOTune(vm, "vda", want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.IOTune(vm, "vda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Fatalf("after SetIOTune(%+v), QEMU reports %+v", want, got)
+	}
+
+	// The driver: one period sets both disks (no SIOC: the limit on d0
+	// only, d1 has none and is left alone), uninstall gives d0 back.
+	d := &throttle.Driver{Host: "h1", Datastore: "ds1", HV: c, Stats: &memStats{}}
+	if err := c.SetIOTune(vm, "vda", orig); err != nil {
+		t.Fatal(err)
+	}
+	specs := []entitle.DiskSpec{
+		{Name: vm + "/d0", VM: vm, Disk: "d0", Shares: 1000, LimitIOPS: 200},
+		{Name: vm + "/d1", VM: vm, Disk: "d1", Shares: 1000, LimitIOPS: alloc.Inf},
+	}
+	if _, err := d.Period(specs, time.Now().UnixNano(), 1e9, nil); err != nil {
+		t.Fatalf("Period: %v", err)
+	}
+	got0, _ := c.IOTune(vm, "vda")
+	got1, _ := c.IOTune(vm, "vdb")
+	if got0.IOPS != 200 || got1.IOPS != 0 {
+		t.Fatalf("after a period: vda %d IOPS, vdb %d IOPS; want 200 and 0", got0.IOPS, got1.IOPS)
+	}
+	if err := d.Restore([]string{vm}); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if got0, _ = c.IOTune(vm, "vda"); got0.IOPS != 0 {
+		t.Fatalf("after uninstall vda has %d IOPS, want its original 0", got0.IOPS)
+	}
+}
+
+// memStats is a datastore's stats kept in memory (one host).
+type memStats struct{ recs []parda.Record }
+
+func (s *memStats) Read() ([]parda.Record, error) { return s.recs, nil }
+func (s *memStats) Write(r parda.Record) error    { s.recs = []parda.Record{r}; return nil }
