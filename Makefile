@@ -102,7 +102,7 @@ demo: build
 # drive the lab without timing it (crash tests inject faults by progress,
 # the package test installs and purges, the simulated cluster), two at a
 # time before them.
-MEASURE_PKGS := ./livetest/cpulive ./livetest/ctllive ./livetest/labstorage ./livetest/netlive \
+MEASURE_PKGS := ./livetest/cpulive ./livetest/ctllive ./livetest/labstorage ./livetest/netlive ./livetest/throttlelive \
 	./livetest/qemumig ./livetest/virtlive ./livetest/virtstorage ./storage/...
 test: deps build
 	$(GO) vet ./...
