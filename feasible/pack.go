@@ -139,3 +139,15 @@ func Room(h *Host, pin string) int64 {
 	}
 	return most
 }
+
+// InRoom is the largest inbound reservation one vNIC (pinned to pin, or
+// "") can have on h with nothing else there.
+func InRoom(h *Host, pin string) int64 {
+	var most int64
+	for _, u := range h.Uplinks {
+		if !u.Down && (pin == "" || u.Name == pin) {
+			most = max(most, u.InBudgetBps)
+		}
+	}
+	return most
+}
