@@ -123,6 +123,38 @@ func NewNet(d *Desired) *Net {
 	return n
 }
 
+// NewInboundNet is NewNet for the inbound trees of d: what each uplink
+// receives towards the vNICs with an ingress setting, divided by the
+// same rule (unbounded demand for those vNICs and for the classes with
+// an ingress setting).
+func NewInboundNet(d *Desired) *Net {
+	n := &Net{byName: map[string][]*Port{}}
+	for i := range d.Inbound {
+		n.addUplink(&d.Inbound[i])
+	}
+	return n
+}
+
+// Inbound is NetworkWith for what the uplinks receive (NewInboundNet).
+// demandBps names ports as NetworkWith does; a name that is no inbound
+// port is an error.
+func Inbound(p *policy.Policy, unnamed []UnnamedVM, demandBps map[string]float64) (*Net, error) {
+	n := NewInboundNet(Derive(p, Live{Unnamed: unnamed}))
+	if err := n.applyDemands(p, demandBps); err != nil {
+		return nil, err
+	}
+	n.Compute()
+	return n, nil
+}
+
+// Direction is "inbound" for a port of an inbound tree, else "outbound".
+func (p *Port) Direction() string {
+	if p.Tree.Spec.Inbound {
+		return "inbound"
+	}
+	return "outbound"
+}
+
 func (n *Net) addUplink(u *UplinkSpec) {
 	t := &UplinkTree{
 		Host: u.Host, Uplink: u.Uplink, CapacityBps: u.UsableBps, Spec: u,
