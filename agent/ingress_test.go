@@ -1,0 +1,85 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+
+	"sluice/policy"
+)
+
+const ingressPolicy = `cluster: t
+hosts: [{name: h1, uplinks: [{name: up0, speed: 1Gbps}]}]
+trafficClasses: {vm: {shares: normal}}
+vms:
+  - {name: vm1, host: h1, nics: [{name: nic0, reservation: 100Mbps, ingress: {reservation: 400Mbps}}]}
+  - {name: vm2, host: h1, nics: [{name: nic0, ingress: {shares: high, limit: 300Mbps}}]}
+  - {name: vm3, host: h1, nics: [{name: nic0}]}
+`
+
+// TestIngressInstallUninstall: a policy with ingress settings gets an IFB
+// for the uplink, a redirect of the uplink's ingress to it and an HTB
+// tree on it with a class and a destination filter per vNIC with
+// ingress (vm3 has none: it falls into the default class); a second step
+// writes nothing; Uninstall gives the host back as it was, with and
+// without the state file.
+func TestIngressInstallUninstall(t *testing.T) {
+	for _, withRecord := range []bool{true, false} {
+		k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0", "sl-v2n0")
+		before := k.String()
+		record := t.TempDir() + "/state.json"
+		p, err := policy.Parse("t.yaml", []byte(ingressPolicy))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: testInventory(p, "h1"), Dynamic: true, RecordPath: record})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Step(1e9); err != nil {
+			t.Fatal(err)
+		}
+		got := k.String()
+		for _, want := range []string{
+			"sl-up0: clsact, ingress matchall mirred redirect to sl-in-sl-up0",
+			"sl-in-sl-up0: ifb",
+			"sl-in-sl-up0: htb 1: default 10",
+			"class 1:100 parent 1:11", // vm1/nic0 (inventory index 0)
+			"class 1:101 parent 1:11", // vm2/nic0
+			"filter 1 -> 1:100 match c6121001/ffffffff@16",
+			"filter 2 -> 1:101 match c6121002/ffffffff@16",
+		} {
+			if !strings.Contains(got, want) {
+				t.Errorf("after the first step, missing %q in\n%s", want, got)
+			}
+		}
+		if _, ifb, _ := strings.Cut(got, "sl-in-sl-up0: htb"); strings.Contains(ifb[:strings.Index(ifb, "sl-up0:")], "class 1:102") {
+			t.Errorf("vm3/nic0 has no ingress and must have no inbound class:\n%s", got)
+		}
+		t.Log(got)
+		if ifb := a.Record().Ingress["sl-in-sl-up0"]; ifb != "sl-up0" {
+			t.Errorf("record: ingress %v, want sl-in-sl-up0 -> sl-up0", a.Record().Ingress)
+		}
+		var inbound bool
+		for _, u := range a.Stats().Uplinks {
+			inbound = inbound || u.Direction == "inbound" && u.Dev == "sl-in-sl-up0"
+		}
+		if !inbound {
+			t.Errorf("stats have no inbound tree: %+v", a.Stats().Uplinks)
+		}
+		if ch, err := a.Step(2e9); err != nil || ch.Qdisc != 0 || ch.FiltersSet != 0 {
+			t.Errorf("second step: %v, %v: want no qdisc or filter write", ch, err)
+		}
+		var rec *Record
+		if withRecord {
+			r := a.Record()
+			rec = &r
+		}
+		done, err := Uninstall(k, rec, UninstallOptions{KernelDefault: true}, []string{"sl-up0"}, []string{"sl-v0n0", "sl-v1n0", "sl-v2n0"})
+		if err != nil {
+			t.Fatalf("record %v: Uninstall: %v", withRecord, err)
+		}
+		if after := k.String(); after != before {
+			t.Errorf("record %v: after Uninstall (%s):\n%s\nwant\n%s", withRecord, strings.Join(done, "; "), after, before)
+		}
+	}
+}
