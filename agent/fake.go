@@ -370,7 +370,7 @@ func (k *FakeKernel) String() string {
 				fmt.Fprintf(&b, ", ingress bpf sets priority %s", d.VNICClass)
 			}
 			if d.Redirect != "" {
-				fmt.Fprintf(&b, ", ingress matchall mirred redirect to %s", d.Redirect)
+				fmt.Fprintf(&b, ", ingress u32 mirred redirect to %s", d.Redirect)
 			}
 			if d.OtherFilters > 0 {
 				fmt.Fprintf(&b, ", %d other filters", d.OtherFilters)

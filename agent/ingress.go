@@ -12,9 +12,11 @@ import (
 )
 
 // Inbound shaping (issue 27). What enters through an uplink towards the
-// host's VMs is shaped on an IFB device of the uplink: a matchall filter
-// on the uplink's clsact ingress redirects every packet (mirred egress
-// redirect) to the IFB, whose root is an HTB tree like the uplink's own,
+// host's VMs is shaped on an IFB device of the uplink: a u32 filter that
+// matches every packet (one key with mask 0; u32 rather than matchall,
+// which not every kernel has built in: this lab's has not) on the
+// uplink's clsact ingress redirects it (mirred egress redirect) to the
+// IFB, whose root is an HTB tree like the uplink's own,
 // built from the inbound tree of the derivation (entitle.Desired.Inbound),
 // with one u32 filter per vNIC matching its IPv4 address as destination
 // (the egress tree's host classes match the source; this is the mirror).
@@ -36,8 +38,8 @@ type IngressKernel interface {
 	// clsact ingress redirects to; ok is false when there is none.
 	IngressRedirect(dev string) (ifb string, ok bool, err error)
 	// SetIngressRedirect adds a clsact qdisc to dev when missing and
-	// puts (or replaces) sluice's matchall filter on its ingress with a
-	// mirred egress redirect of every packet to ifb.
+	// puts (or replaces) sluice's filter on its ingress (u32, matching
+	// every packet) with a mirred egress redirect to ifb.
 	SetIngressRedirect(dev, ifb string) error
 	// ClearIngressRedirect removes sluice's redirect from dev, and dev's
 	// clsact qdisc when no other filter is left on it. A device that is
@@ -90,13 +92,14 @@ func (k *NetlinkKernel) ingressClsact(l netlink.Link) (netlink.Qdisc, error) {
 }
 
 // sluiceRedirect returns the redirect target's ifindex of f when it is
-// sluice's matchall redirect on a clsact ingress.
+// sluice's redirect on a clsact ingress: the u32 filter of
+// ingressFilterPrio whose action is a mirred egress redirect.
 func sluiceRedirect(f netlink.Filter) (int, bool) {
-	m, ok := f.(*netlink.MatchAll)
-	if !ok || m.Parent != netlink.HANDLE_MIN_INGRESS || m.Handle != ingressFilterHandle || m.Priority != ingressFilterPrio {
+	u, ok := f.(*netlink.U32)
+	if !ok || u.Parent != netlink.HANDLE_MIN_INGRESS || u.Priority != ingressFilterPrio || u.Handle&0xfff != ingressFilterHandle {
 		return 0, false
 	}
-	for _, a := range m.Actions {
+	for _, a := range u.Actions {
 		if r, ok := a.(*netlink.MirredAction); ok && r.MirredAction == netlink.TCA_EGRESS_REDIR {
 			return r.Ifindex, true
 		}
@@ -188,10 +191,12 @@ func (k *NetlinkKernel) SetIngressRedirect(dev, ifb string) error {
 	m := netlink.NewMirredAction(t.Attrs().Index)
 	m.MirredAction = netlink.TCA_EGRESS_REDIR
 	m.Attrs().Action = netlink.TC_ACT_STOLEN
-	f := &netlink.MatchAll{FilterAttrs: netlink.FilterAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS,
-		Handle: ingressFilterHandle, Priority: ingressFilterPrio, Protocol: unix.ETH_P_ALL}, Actions: []netlink.Action{m}}
+	f := &netlink.U32{FilterAttrs: netlink.FilterAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS,
+		Handle: u32Table | ingressFilterHandle, Priority: ingressFilterPrio, Protocol: unix.ETH_P_ALL},
+		Sel:     &netlink.TcU32Sel{Flags: netlink.TC_U32_TERMINAL, Nkeys: 1, Keys: []netlink.TcU32Key{{Mask: 0, Val: 0, Off: 0}}},
+		Actions: []netlink.Action{m}}
 	if err := k.h.FilterReplace(f); err != nil {
-		return fmt.Errorf("FilterReplace matchall mirred %s -> %s: %w (is act_mirred available?)", dev, ifb, err)
+		return fmt.Errorf("FilterReplace u32 mirred %s -> %s: %w (the kernel needs cls_u32 and act_mirred)", dev, ifb, err)
 	}
 	return nil
 }
@@ -223,7 +228,7 @@ func (k *NetlinkKernel) ClearIngressRedirect(dev string) error {
 			continue
 		}
 		if err := k.h.FilterDel(f); err != nil {
-			return fmt.Errorf("FilterDel matchall %s: %w", dev, err)
+			return fmt.Errorf("FilterDel u32 redirect %s: %w", dev, err)
 		}
 	}
 	if others == 0 {

@@ -40,7 +40,7 @@ func TestIngressInstallUninstall(t *testing.T) {
 		}
 		got := k.String()
 		for _, want := range []string{
-			"sl-up0: clsact, ingress matchall mirred redirect to sl-in-sl-up0",
+			"sl-up0: clsact, ingress u32 mirred redirect to sl-in-sl-up0",
 			"sl-in-sl-up0: ifb",
 			"sl-in-sl-up0: htb 1: default 10",
 			"class 1:100 parent 1:11", // vm1/nic0 (inventory index 0)
