@@ -203,7 +203,7 @@ type UplinkDecision struct {
 	// redirected to Dev (its IFB); "" for an uplink's own tree.
 	UplinkDev string
 	Err       error        // the reading failed: nothing to apply
-	have    []ClassState // what was read, for Reconcile
+	have      []ClassState // what was read, for Reconcile
 }
 
 // Step runs one control interval at time nowNs: Measure, Decide, Apply.

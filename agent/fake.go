@@ -59,17 +59,17 @@ func (k *FakeKernel) EnsureIFB(name string) error {
 }
 
 // DeleteIFB implements IngressKernel.
-func (k *FakeKernel) DeleteIFB(name string) error {
+func (k *FakeKernel) DeleteIFB(name string) (bool, error) {
 	d, ok := k.Devs[name]
 	if !ok {
-		return nil
+		return false, nil
 	}
 	if !d.IFB {
-		return fmt.Errorf("%s is not sluice's IFB: left alone", name)
+		return false, fmt.Errorf("%s is not sluice's IFB: left alone", name)
 	}
 	k.Writes++
 	delete(k.Devs, name)
-	return nil
+	return true, nil
 }
 
 // IngressRedirect implements IngressKernel.

@@ -31,9 +31,9 @@ type IngressKernel interface {
 	// EnsureIFB creates the IFB device name when it is missing and sets
 	// it up.
 	EnsureIFB(name string) error
-	// DeleteIFB removes the IFB device name; one that is gone is not an
-	// error.
-	DeleteIFB(name string) error
+	// DeleteIFB removes the IFB device name and reports whether it was
+	// there; one that is gone is not an error.
+	DeleteIFB(name string) (bool, error)
 	// IngressRedirect reports the device that sluice's filter on dev's
 	// clsact ingress redirects to; ok is false when there is none.
 	IngressRedirect(dev string) (ifb string, ok bool, err error)
@@ -134,22 +134,22 @@ func (k *NetlinkKernel) EnsureIFB(name string) error {
 }
 
 // DeleteIFB implements IngressKernel.
-func (k *NetlinkKernel) DeleteIFB(name string) error {
+func (k *NetlinkKernel) DeleteIFB(name string) (bool, error) {
 	l, err := k.h.LinkByName(name)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) {
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("LinkByName %s: %w", name, err)
+		return false, fmt.Errorf("LinkByName %s: %w", name, err)
 	}
 	if l.Type() != "ifb" {
-		return fmt.Errorf("%s is a %s device, not sluice's IFB: left alone", name, l.Type())
+		return false, fmt.Errorf("%s is a %s device, not sluice's IFB: left alone", name, l.Type())
 	}
 	if err := k.h.LinkDel(l); err != nil {
-		return fmt.Errorf("LinkDel %s: %w", name, err)
+		return false, fmt.Errorf("LinkDel %s: %w", name, err)
 	}
-	return nil
+	return true, nil
 }
 
 // IngressRedirect implements IngressKernel.
@@ -301,23 +301,29 @@ func (a *Agent) releaseIngress(ifb, uplink string) error {
 	if err != nil {
 		return err
 	}
-	if err := removeIngress(k, ifb, uplink); err != nil {
+	if _, err := removeIngress(k, ifb, uplink); err != nil {
 		return err
 	}
 	delete(a.rec.Ingress, ifb)
 	return nil
 }
 
-func removeIngress(k IngressKernel, ifb, uplink string) error {
-	if cur, ok, err := k.IngressRedirect(uplink); err == nil && ok && cur != ifb {
-		// Someone else's redirect now: leave it, remove only the IFB.
-	} else if err := k.ClearIngressRedirect(uplink); err != nil {
-		return fmt.Errorf("ClearIngressRedirect %s: %w", uplink, err)
+// removeIngress removes the redirect of uplink's ingress to ifb (not one
+// to another device: someone else's since) and the IFB; it reports
+// whether either was there.
+func removeIngress(k IngressKernel, ifb, uplink string) (bool, error) {
+	cur, ok, err := k.IngressRedirect(uplink)
+	did := err == nil && ok && cur == ifb
+	if did || err != nil || !ok {
+		if err := k.ClearIngressRedirect(uplink); err != nil {
+			return did, fmt.Errorf("ClearIngressRedirect %s: %w", uplink, err)
+		}
 	}
-	if err := k.DeleteIFB(ifb); err != nil {
-		return fmt.Errorf("DeleteIFB %s: %w", ifb, err)
+	gone, err := k.DeleteIFB(ifb)
+	if err != nil {
+		return did, fmt.Errorf("DeleteIFB %s: %w", ifb, err)
 	}
-	return nil
+	return did || gone, nil
 }
 
 // uninstallIngress removes the inbound shaping of rec (IFBs and the
@@ -347,8 +353,12 @@ func uninstallIngress(k Kernel, rec *Record, uplinks []string) ([]string, error)
 	var errs []error
 	for _, up := range sortedKeys(pairs) {
 		ifb := pairs[up]
-		if err := removeIngress(ik, ifb, up); err != nil {
+		did, err := removeIngress(ik, ifb, up)
+		if err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		if !did {
 			continue
 		}
 		done = append(done, fmt.Sprintf("%s: ingress redirect to %s and the IFB removed", up, ifb))

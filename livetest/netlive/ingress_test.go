@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"sluice/agent"
 	"sluice/livetest/livelab"
 )
 
@@ -83,4 +84,81 @@ func (l *liveLab) requireIngressShaping(host string) {
 		l.t.Fatalf("no ingress redirect to an IFB on %s in %s (the kernel needs ifb and act_mirred): %v %s", dev, ns, err, out)
 	}
 	l.t.Logf("ingress of %s: %s", dev, strings.Join(strings.Fields(string(out)), " "))
+}
+
+// TestIngressUninstallGivesBack: the agent's inbound shaping (the IFB,
+// the clsact qdisc and the redirect on the uplink, the IFB's HTB tree) is
+// installed through netlink, a second step changes no qdisc or filter,
+// and Uninstall gives the host back as `ip link` and `tc` saw it before
+// (with the state file, and without it from the uplink's redirect to an
+// IFB of sluice's name); a second Uninstall does nothing.
+func TestIngressUninstallGivesBack(t *testing.T) {
+	l := upLab(t, strings.ReplaceAll(ingressPolicy, "cluster: nin", "cluster: niu"))
+	ns := l.plan.Host("h1").Name
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %v %s", args, err, out)
+		}
+		return string(out)
+	}
+	show := func() string {
+		return run("ip", "-o", "link", "show") + run("tc", "-j", "qdisc", "show", "dev", "sl-up0") +
+			run("tc", "filter", "show", "dev", "sl-up0", "ingress")
+	}
+	for _, withRecord := range []bool{true, false} {
+		before := show()
+		k, err := agent.NewNetlinkKernel(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inv, err := l.plan.Inventory("h1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := t.TempDir()
+		a, err := agent.New(agent.Config{Policy: l.p, Host: "h1", Kernel: k, Inventory: inv, Dynamic: true, RecordPath: t.TempDir() + "/state.json", RootsDir: roots})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Step(agent.NowNs()); err != nil {
+			t.Fatal(err)
+		}
+		installed := show()
+		ifbTree := run("tc", "class", "show", "dev", agent.IFBName("sl-up0")) + run("tc", "filter", "show", "dev", agent.IFBName("sl-up0"))
+		for _, want := range []string{"sl-in-sl-up0", "clsact", "Egress Redirect to device sl-in-sl-up0"} {
+			if !strings.Contains(installed, want) {
+				t.Fatalf("after the first step, %q is missing:\n%s", want, installed)
+			}
+		}
+		// One class and one destination filter per vNIC with ingress.
+		for _, want := range []string{"class htb 1:100", "class htb 1:101", "class htb 1:102", "flowid 1:100", "flowid 1:101", "flowid 1:102"} {
+			if !strings.Contains(ifbTree, want) {
+				t.Fatalf("the IFB's tree lacks %q:\n%s", want, ifbTree)
+			}
+		}
+		if ch, err := a.Step(agent.NowNs()); err != nil || ch.Qdisc != 0 || ch.FiltersSet != 0 || ch.FiltersDeleted != 0 {
+			t.Errorf("second step: %v, %v: want no qdisc or filter written", ch, err)
+		}
+		rec := a.Record()
+		use := &rec
+		if !withRecord {
+			use = nil
+		}
+		for i := 0; i < 2; i++ {
+			done, err := agent.Uninstall(k, use, agent.UninstallOptions{RootsDir: roots, KernelDefault: true}, []string{"sl-up0"}, nil)
+			if err != nil {
+				t.Fatalf("record %v: uninstall %d: %v", withRecord, i+1, err)
+			}
+			t.Logf("record %v: uninstall %d: %s", withRecord, i+1, strings.Join(done, "; "))
+			if i == 1 && len(done) != 0 {
+				t.Errorf("a second uninstall did %v", done)
+			}
+			if after := show(); after != before {
+				t.Errorf("record %v: after uninstall %d:\n%s\nbefore install:\n%s", withRecord, i+1, after, before)
+			}
+		}
+		k.Close()
+	}
 }
