@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"net/netip"
-	"sort"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -77,7 +78,7 @@ const (
 	ingressFilterHandle = 1
 )
 
-// ingressClsact returns dev's clsact qdisc, nil when it has none.
+// ingressClsact returns the device's clsact qdisc, nil when it has none.
 func (k *NetlinkKernel) ingressClsact(l netlink.Link) (netlink.Qdisc, error) {
 	qs, err := k.h.QdiscList(l)
 	if err != nil {
@@ -135,13 +136,9 @@ func (k *NetlinkKernel) EnsureIFB(name string) error {
 
 // DeleteIFB implements IngressKernel.
 func (k *NetlinkKernel) DeleteIFB(name string) (bool, error) {
-	l, err := k.h.LinkByName(name)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return false, nil
-		}
-		return false, fmt.Errorf("LinkByName %s: %w", name, err)
+	l, err := k.linkIfAny(name)
+	if err != nil || l == nil {
+		return false, err
 	}
 	if l.Type() != "ifb" {
 		return false, fmt.Errorf("%s is a %s device, not sluice's IFB: left alone", name, l.Type())
@@ -203,13 +200,17 @@ func (k *NetlinkKernel) SetIngressRedirect(dev, ifb string) error {
 
 // ClearIngressRedirect implements IngressKernel.
 func (k *NetlinkKernel) ClearIngressRedirect(dev string) error {
-	l, err := k.h.LinkByName(dev)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return nil
-		}
-		return fmt.Errorf("LinkByName %s: %w", dev, err)
+	return k.clearClsact(dev, "u32 redirect", func(f netlink.Filter) bool { _, ok := sluiceRedirect(f); return ok })
+}
+
+// clearClsact deletes the filters of dev's clsact qdisc that ours
+// recognises (what names them in errors), and the clsact qdisc when no
+// other filter is left on it. A device that is gone, or has no clsact, is
+// not an error.
+func (k *NetlinkKernel) clearClsact(dev, what string, ours func(netlink.Filter) bool) error {
+	l, err := k.linkIfAny(dev)
+	if err != nil || l == nil {
+		return err // nil: the device is gone, and its filters with it
 	}
 	clsact, err := k.ingressClsact(l)
 	if err != nil || clsact == nil {
@@ -221,14 +222,14 @@ func (k *NetlinkKernel) ClearIngressRedirect(dev string) error {
 	}
 	others := 0
 	for _, f := range fs {
-		if _, ok := sluiceRedirect(f); !ok {
-			if f.Attrs().Handle != 0 {
+		if !ours(f) {
+			if f.Attrs().Handle != 0 { // not a chain's head entry
 				others++
 			}
 			continue
 		}
 		if err := k.h.FilterDel(f); err != nil {
-			return fmt.Errorf("FilterDel u32 redirect %s: %w", dev, err)
+			return fmt.Errorf("FilterDel %s %s: %w", what, dev, err)
 		}
 	}
 	if others == 0 {
@@ -351,7 +352,7 @@ func uninstallIngress(k Kernel, rec *Record, uplinks []string) ([]string, error)
 	}
 	var done []string
 	var errs []error
-	for _, up := range sortedKeys(pairs) {
+	for _, up := range slices.Sorted(maps.Keys(pairs)) {
 		ifb := pairs[up]
 		did, err := removeIngress(ik, ifb, up)
 		if err != nil {
@@ -366,11 +367,15 @@ func uninstallIngress(k Kernel, rec *Record, uplinks []string) ([]string, error)
 	return done, errors.Join(errs...)
 }
 
-func sortedKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
+// linkIfAny returns the device dev, nil when it does not exist.
+func (k *NetlinkKernel) linkIfAny(dev string) (netlink.Link, error) {
+	l, err := k.h.LinkByName(dev)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("LinkByName %s: %w", dev, err)
 	}
-	sort.Strings(out)
-	return out
+	return l, nil
 }

@@ -94,10 +94,7 @@ func (d *decoder) unnamedVMs(top *mapping) UnnamedVNIC {
 	if m == nil {
 		return u
 	}
-	d.shares(m, "shares", "network", 1, &u.Shares)
-	d.rate(m, "reservation", &u.Reservation, false)
-	d.rate(m, "limit", &u.Limit, true)
-	d.checkRL(m, u.Reservation, u.Limit)
+	d.netRSL(m, &u.Shares, &u.Reservation, &u.Limit)
 	return u
 }
 
@@ -190,10 +187,7 @@ func (d *decoder) classes(top *mapping) []TrafficClass {
 		if cm == nil {
 			continue
 		}
-		d.shares(cm, "shares", "network", 1, &tc.Shares)
-		d.rate(cm, "reservation", &tc.Reservation, false)
-		d.rate(cm, "limit", &tc.Limit, true)
-		d.checkRL(cm, tc.Reservation, tc.Limit)
+		d.netRSL(cm, &tc.Shares, &tc.Reservation, &tc.Limit)
 		tc.Ingress = d.ingress(cm, &tc.Pos)
 	}
 	return tcs
@@ -214,11 +208,17 @@ func (d *decoder) ingress(m *mapping, pos *Pos) *Ingress {
 	if im == nil {
 		return in
 	}
-	d.shares(im, "shares", "network", 1, &in.Shares)
-	d.rate(im, "reservation", &in.Reservation, false)
-	d.rate(im, "limit", &in.Limit, true)
-	d.checkRL(im, in.Reservation, in.Limit)
+	d.netRSL(im, &in.Shares, &in.Reservation, &in.Limit)
 	return in
+}
+
+// netRSL decodes the network shares, reservation and limit of m and
+// reports a reservation above the limit.
+func (d *decoder) netRSL(m *mapping, shares *int, r, l *Bps) {
+	d.shares(m, "shares", "network", 1, shares)
+	d.rate(m, "reservation", r, false)
+	d.rate(m, "limit", l, true)
+	d.checkRL(m, *r, *l)
 }
 
 // checkRL reports a reservation above the limit.
@@ -392,12 +392,9 @@ func (d *decoder) nic(n *yaml.Node, path string) NIC {
 	}
 	nic.Name = d.name(m, "name", true)
 	nic.PortGroup = d.name(m, "portGroup", false)
-	d.shares(m, "shares", "network", 1, &nic.Shares)
-	d.rate(m, "reservation", &nic.Reservation, false)
-	d.rate(m, "limit", &nic.Limit, true)
+	d.netRSL(m, &nic.Shares, &nic.Reservation, &nic.Limit)
 	nic.Uplink = d.name(m, "uplink", false)
 	d.boolean(m, "passthrough", &nic.Passthrough)
-	d.checkRL(m, nic.Reservation, nic.Limit)
 	nic.Ingress = d.ingress(m, &nic.Pos)
 	if nic.Passthrough {
 		for _, k := range []string{"shares", "reservation", "limit", "ingress"} {
