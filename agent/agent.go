@@ -108,6 +108,16 @@ type UplinkStat struct {
 	Direction string `json:"direction,omitempty"`
 }
 
+// Label names the tree in metrics: the uplink, and for its inbound tree
+// the uplink with "/inbound", so that a port's series of both directions
+// stay apart.
+func (u UplinkStat) Label() string {
+	if u.Direction == "inbound" {
+		return u.Uplink + "/inbound"
+	}
+	return u.Uplink
+}
+
 // PortStat is one class of the tree: a vNIC or a traffic class.
 type PortStat struct {
 	Port           string  `json:"port"`

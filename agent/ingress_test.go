@@ -3,6 +3,9 @@ package agent
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"sluice/policy"
 )
@@ -81,5 +84,43 @@ func TestIngressInstallUninstall(t *testing.T) {
 		if after := k.String(); after != before {
 			t.Errorf("record %v: after Uninstall (%s):\n%s\nwant\n%s", withRecord, strings.Join(done, "; "), after, before)
 		}
+	}
+}
+
+// TestIngressMetrics: the inbound tree's ports are series of their own
+// (uplink "up0/inbound"), so that /metrics gathers without a duplicate.
+func TestIngressMetrics(t *testing.T) {
+	k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0", "sl-v2n0")
+	p, err := policy.Parse("t.yaml", []byte(ingressPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: testInventory(p, "h1"), Dynamic: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Step(1e9); err != nil {
+		t.Fatal(err)
+	}
+	m := NewMetrics()
+	m.Observe(a.Stats(), time.Millisecond, nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	var in int
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "uplink" && l.GetValue() == "up0/inbound" {
+					in++
+				}
+			}
+		}
+	}
+	if in == 0 {
+		t.Error("no series of the inbound tree (uplink up0/inbound)")
 	}
 }
