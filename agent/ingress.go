@@ -69,6 +69,12 @@ func dstIPKey(a netip.Addr) U32Key {
 	return k
 }
 
+// srcPortKey is the source-port key of the destination-port key k (a
+// block of dstPortKeys): the same block, in the upper half of the word.
+func srcPortKey(k U32Key) U32Key {
+	return U32Key{Mask: k.Mask << 16, Val: k.Val << 16, Off: k.Off}
+}
+
 // inboundFilterHandle is the u32 handle of the filter of the vNIC with
 // inventory index k on an IFB (below hostFilterBase).
 func inboundFilterHandle(k int) uint32 { return uint32(1 + k) }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +123,43 @@ func TestIngressMetrics(t *testing.T) {
 	}
 	if in == 0 {
 		t.Error("no series of the inbound tree (uplink up0/inbound)")
+	}
+}
+
+// TestIngressHostClasses: on the inbound tree, host traffic is what is
+// sent to the host's address, to a class's ports or from them; with the
+// class's DSCP too. NFS (2049) is matched as destination and as source.
+func TestIngressHostClasses(t *testing.T) {
+	p, err := policy.Parse("t.yaml", []byte(strings.Replace(ingressPolicy, "{vm: {shares: normal}}", "{vm: {shares: normal}, nfs: {ingress: {reservation: 100Mbps}}}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{Policy: p, Host: "h1", Kernel: NewFakeKernel("sl-up0"), Inventory: testInventory(p, "h1"), Dynamic: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tr := range a.Trees() {
+		if !tr.Inbound {
+			continue
+		}
+		for _, f := range tr.Filters {
+			if f.ClassID.Minor() != classMinorBase+2 { // nfs
+				continue
+			}
+			var keys []string
+			for _, k := range f.Keys {
+				keys = append(keys, fmt.Sprintf("%08x/%08x@%d", k.Val, k.Mask, k.Off))
+			}
+			got = append(got, strings.Join(keys, " "))
+		}
+	}
+	want := []string{
+		"c6120101/ffffffff@16 00000801/0000ffff@20", // to the host's port 2049
+		"c6120101/ffffffff@16 08010000/ffff0000@20", // from port 2049
+		"c6120101/ffffffff@16 00480000/00fc0000@0",  // DSCP 18
+	}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("inbound nfs filters:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

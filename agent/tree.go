@@ -140,7 +140,15 @@ func build(specs []entitle.UplinkSpec, inv Inventory, ports map[string][]PortRan
 		if t.Default == 0 && len(t.Classes) > 0 {
 			t.Default = t.Classes[0].ID.Minor()
 		}
-		if a := inv.HostAddr(); a.IsValid() && !t.Inbound {
+		if a := inv.HostAddr(); a.IsValid() {
+			// Outbound, host traffic is what the host's address sends to
+			// a class's ports; inbound (the mirror), what is sent to the
+			// host's address, to a class's ports (a peer migrating a VM
+			// here) or from them (an NFS server's replies).
+			host := srcIPKey(a)
+			if t.Inbound {
+				host = dstIPKey(a)
+			}
 			for _, c := range t.Classes {
 				ci := int(c.ID.Minor()) - classMinorBase
 				var fs []Filter
@@ -149,11 +157,16 @@ func build(specs []entitle.UplinkSpec, inv Inventory, ports map[string][]PortRan
 						return nil, fmt.Errorf("class %s: port range %d-%d is empty", c.Class, r.First, r.Last)
 					}
 					for _, k := range dstPortKeys(r) {
-						fs = append(fs, Filter{ClassID: c.ID, Keys: []U32Key{srcIPKey(a), k}})
+						fs = append(fs, Filter{ClassID: c.ID, Keys: []U32Key{host, k}})
+					}
+					if t.Inbound {
+						for _, k := range dstPortKeys(r) {
+							fs = append(fs, Filter{ClassID: c.ID, Keys: []U32Key{host, srcPortKey(k)}})
+						}
 					}
 				}
 				if d, ok := classDSCP[c.Class]; ok {
-					fs = append(fs, Filter{ClassID: c.ID, Keys: []U32Key{srcIPKey(a), dscpKey(d)}})
+					fs = append(fs, Filter{ClassID: c.ID, Keys: []U32Key{host, dscpKey(d)}})
 				}
 				if len(fs) > hostFiltersPerClass {
 					return nil, fmt.Errorf("class %s: its ports need %d u32 filters, at most %d", c.Class, len(fs), hostFiltersPerClass)
