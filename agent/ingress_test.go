@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -59,7 +60,6 @@ func TestIngressInstallUninstall(t *testing.T) {
 		if _, ifb, _ := strings.Cut(got, "sl-in-sl-up0: htb"); strings.Contains(ifb[:strings.Index(ifb, "sl-up0:")], "class 1:102") {
 			t.Errorf("vm3/nic0 has no ingress and must have no inbound class:\n%s", got)
 		}
-		t.Log(got)
 		if ifb := a.Record().Ingress["sl-in-sl-up0"]; ifb != "sl-up0" {
 			t.Errorf("record: ingress %v, want sl-in-sl-up0 -> sl-up0", a.Record().Ingress)
 		}
@@ -161,5 +161,50 @@ func TestIngressHostClasses(t *testing.T) {
 	}
 	if strings.Join(got, "; ") != strings.Join(want, "; ") {
 		t.Errorf("inbound nfs filters:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestIngressPolicyDropped: a new policy without ingress settings makes
+// the next step remove the redirect and the IFB, and forget them in the
+// record; the uplink keeps its tree.
+func TestIngressPolicyDropped(t *testing.T) {
+	k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0", "sl-v2n0")
+	p, err := policy.Parse("t.yaml", []byte(ingressPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: testInventory(p, "h1"), Dynamic: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Step(1e9); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := k.Devs["sl-in-sl-up0"]; !ok {
+		t.Fatalf("no IFB after the first step:\n%s", k)
+	}
+	plain := regexp.MustCompile(`, ingress: \{[^}]*\}`).ReplaceAllString(ingressPolicy, "")
+	if strings.Contains(plain, "ingress") {
+		t.Fatalf("the test's policy still has ingress: %s", plain)
+	}
+	np, err := policy.Parse("t.yaml", []byte(plain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetPolicy(np); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Step(2e9); err != nil {
+		t.Fatal(err)
+	}
+	got := k.String()
+	if strings.Contains(got, "sl-in-") || strings.Contains(got, "redirect") {
+		t.Errorf("after the policy dropped ingress, inbound shaping is left:\n%s", got)
+	}
+	if !strings.Contains(got, "sl-up0: htb 1:") {
+		t.Errorf("the uplink lost its tree:\n%s", got)
+	}
+	if len(a.Record().Ingress) != 0 {
+		t.Errorf("record still has %v", a.Record().Ingress)
 	}
 }
