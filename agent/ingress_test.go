@@ -21,6 +21,24 @@ vms:
   - {name: vm3, host: h1, nics: [{name: nic0}]}
 `
 
+// ingressAgent is a dynamic agent of h1 of the policy text on k (with
+// the state file record, "" for none) after its first step.
+func ingressAgent(t *testing.T, k *FakeKernel, text, record string) *Agent {
+	t.Helper()
+	p, err := policy.Parse("t.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: testInventory(p, "h1"), Dynamic: true, RecordPath: record})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Step(1e9); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 // TestIngressInstallUninstall: a policy with ingress settings gets an IFB
 // for the uplink, a redirect of the uplink's ingress to it and an HTB
 // tree on it with a class and a destination filter per vNIC with
@@ -32,17 +50,7 @@ func TestIngressInstallUninstall(t *testing.T) {
 		k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0", "sl-v2n0")
 		before := k.String()
 		record := t.TempDir() + "/state.json"
-		p, err := policy.Parse("t.yaml", []byte(ingressPolicy))
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: testInventory(p, "h1"), Dynamic: true, RecordPath: record})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := a.Step(1e9); err != nil {
-			t.Fatal(err)
-		}
+		a := ingressAgent(t, k, ingressPolicy, record)
 		got := k.String()
 		for _, want := range []string{
 			"sl-up0: clsact, ingress u32 mirred redirect to sl-in-sl-up0",
@@ -92,17 +100,7 @@ func TestIngressInstallUninstall(t *testing.T) {
 // (uplink "up0/inbound"), so that /metrics gathers without a duplicate.
 func TestIngressMetrics(t *testing.T) {
 	k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0", "sl-v2n0")
-	p, err := policy.Parse("t.yaml", []byte(ingressPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: testInventory(p, "h1"), Dynamic: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Step(1e9); err != nil {
-		t.Fatal(err)
-	}
+	a := ingressAgent(t, k, ingressPolicy, "")
 	m := NewMetrics()
 	m.Observe(a.Stats(), time.Millisecond, nil)
 	reg := prometheus.NewRegistry()
@@ -130,14 +128,7 @@ func TestIngressMetrics(t *testing.T) {
 // sent to the host's address, to a class's ports or from them; with the
 // class's DSCP too. NFS (2049) is matched as destination and as source.
 func TestIngressHostClasses(t *testing.T) {
-	p, err := policy.Parse("t.yaml", []byte(strings.Replace(ingressPolicy, "{vm: {shares: normal}}", "{vm: {shares: normal}, nfs: {ingress: {reservation: 100Mbps}}}", 1)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(Config{Policy: p, Host: "h1", Kernel: NewFakeKernel("sl-up0"), Inventory: testInventory(p, "h1"), Dynamic: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := ingressAgent(t, NewFakeKernel("sl-up0"), strings.Replace(ingressPolicy, "{vm: {shares: normal}}", "{vm: {shares: normal}, nfs: {ingress: {reservation: 100Mbps}}}", 1), "")
 	var got []string
 	for _, tr := range a.Trees() {
 		if !tr.Inbound {
@@ -169,17 +160,7 @@ func TestIngressHostClasses(t *testing.T) {
 // record; the uplink keeps its tree.
 func TestIngressPolicyDropped(t *testing.T) {
 	k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0", "sl-v2n0")
-	p, err := policy.Parse("t.yaml", []byte(ingressPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(Config{Policy: p, Host: "h1", Kernel: k, Inventory: testInventory(p, "h1"), Dynamic: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Step(1e9); err != nil {
-		t.Fatal(err)
-	}
+	a := ingressAgent(t, k, ingressPolicy, "")
 	if _, ok := k.Devs["sl-in-sl-up0"]; !ok {
 		t.Fatalf("no IFB after the first step:\n%s", k)
 	}

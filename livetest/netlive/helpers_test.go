@@ -109,6 +109,29 @@ func (l *liveLab) runAgent(p *policy.Policy, host string, dynamic bool) (*agent.
 	return livelab.RunAgent(l.t, l.plan, p, host, dynamic)
 }
 
+// installAgent makes a dynamic agent of host for the lab's policy, with
+// the state file record and the roots directory roots, and runs its
+// first step (the caller steps it further and closes the kernel).
+func (l *liveLab) installAgent(host, record, roots string) (*agent.Agent, *agent.NetlinkKernel) {
+	l.t.Helper()
+	k, err := agent.NewNetlinkKernel(l.plan.Host(host).Name)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	inv, err := l.plan.Inventory(host)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Policy: l.p, Host: host, Kernel: k, Inventory: inv, Dynamic: true, RecordPath: record, RootsDir: roots})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	if _, err := a.Step(agent.NowNs()); err != nil {
+		l.t.Fatal(err)
+	}
+	return a, k
+}
+
 // withUsable returns a copy of the lab's policy whose uplinks have the
 // measured usable rate.
 func (l *liveLab) withUsable(usable float64) *policy.Policy { return livelab.WithUsable(l.p, usable) }

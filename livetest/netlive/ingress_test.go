@@ -109,22 +109,8 @@ func TestIngressUninstallGivesBack(t *testing.T) {
 	}
 	for _, withRecord := range []bool{true, false} {
 		before := show()
-		k, err := agent.NewNetlinkKernel(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		inv, err := l.plan.Inventory("h1")
-		if err != nil {
-			t.Fatal(err)
-		}
 		roots := t.TempDir()
-		a, err := agent.New(agent.Config{Policy: l.p, Host: "h1", Kernel: k, Inventory: inv, Dynamic: true, RecordPath: t.TempDir() + "/state.json", RootsDir: roots})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := a.Step(agent.NowNs()); err != nil {
-			t.Fatal(err)
-		}
+		a, k := l.installAgent("h1", t.TempDir()+"/state.json", roots)
 		installed := show()
 		ifbTree := run("tc", "class", "show", "dev", agent.IFBName("sl-up0")) + run("tc", "filter", "show", "dev", agent.IFBName("sl-up0"))
 		for _, want := range []string{"sl-in-sl-up0", "clsact", "Egress Redirect to device sl-in-sl-up0"} {
