@@ -103,6 +103,19 @@ type UplinkStat struct {
 	SpeedBps  int64      `json:"speed_bps"`
 	UsableBps int64      `json:"usable_bps"`
 	Ports     []PortStat `json:"ports"`
+	// Direction is "inbound" for the tree on the uplink's IFB (what it
+	// receives towards the vNICs), "" for the uplink's own.
+	Direction string `json:"direction,omitempty"`
+}
+
+// Label names the tree in metrics: the uplink, and for its inbound tree
+// the uplink with "/inbound", so that a port's series of both directions
+// stay apart.
+func (u UplinkStat) Label() string {
+	if u.Direction == "inbound" {
+		return u.Uplink + "/inbound"
+	}
+	return u.Uplink
 }
 
 // PortStat is one class of the tree: a vNIC or a traffic class.
@@ -196,8 +209,11 @@ type UplinkDecision struct {
 	Default uint16     // minor of the default class
 	Classes []HTBClass // parents first
 	Filters []Filter
-	Err     error        // the reading failed: nothing to apply
-	have    []ClassState // what was read, for Reconcile
+	// UplinkDev is, for an inbound tree, the uplink whose ingress is
+	// redirected to Dev (its IFB); "" for an uplink's own tree.
+	UplinkDev string
+	Err       error        // the reading failed: nothing to apply
+	have      []ClassState // what was read, for Reconcile
 }
 
 // Step runs one control interval at time nowNs: Measure, Decide, Apply.
@@ -211,6 +227,9 @@ func (a *Agent) Measure(nowNs int64) Measurement {
 	m := Measurement{NowNs: nowNs}
 	for _, t := range a.trees {
 		have, err := a.cfg.Kernel.Classes(t.Dev)
+		if t.Inbound && err != nil && isNoDevice(err) {
+			have, err = nil, nil // the IFB is created by the first Apply
+		}
 		if err != nil {
 			err = fmt.Errorf("ClassList %s: %w", t.Dev, err)
 		}
@@ -237,7 +256,11 @@ func (a *Agent) Apply(d Decision) (Changes, error) {
 			errs = append(errs, u.Err)
 			continue
 		}
-		if err := a.takeUplink(u.Dev); err != nil {
+		take := a.takeUplink
+		if u.UplinkDev != "" {
+			take = func(ifb string) error { return a.takeIngress(ifb, u.UplinkDev) }
+		}
+		if err := take(u.Dev); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -246,6 +269,14 @@ func (a *Agent) Apply(d Decision) (Changes, error) {
 			errs = append(errs, err)
 		} else {
 			ready[u.Dev] = true
+		}
+		if err == nil && u.UplinkDev != "" {
+			// The IFB's tree is in place: redirect the uplink's ingress.
+			wrote, err := a.redirectIngress(u.Dev, u.UplinkDev)
+			if wrote {
+				ch.Qdisc++
+			}
+			errs = append(errs, err)
 		}
 		total.Add(ch)
 	}
@@ -280,7 +311,7 @@ func (a *Agent) Decide(m Measurement) Decision {
 	for i, t := range a.trees {
 		r := m.Uplinks[i]
 		if r.Err != nil {
-			d.Uplinks = append(d.Uplinks, UplinkDecision{Dev: t.Dev, Err: r.Err})
+			d.Uplinks = append(d.Uplinks, UplinkDecision{Dev: t.Dev, UplinkDev: t.UplinkDev, Err: r.Err})
 			continue
 		}
 		byID := map[Handle]ClassState{}
@@ -334,8 +365,12 @@ func (a *Agent) Decide(m Measurement) Decision {
 		} else {
 			want = t.HTBClasses(nil)
 		}
-		d.Uplinks = append(d.Uplinks, UplinkDecision{Dev: t.Dev, Default: t.Default, Classes: want, Filters: t.Filters, have: r.Classes})
+		ud := UplinkDecision{Dev: t.Dev, Default: t.Default, Classes: want, Filters: t.Filters, have: r.Classes}
 		us := UplinkStat{Uplink: t.Uplink, Dev: t.Dev, SpeedBps: int64(t.SpeedBps), UsableBps: int64(t.UsableBps)}
+		if t.Inbound {
+			ud.UplinkDev, us.Direction = t.UplinkDev, "inbound"
+		}
+		d.Uplinks = append(d.Uplinks, ud)
 		wantBy := map[Handle]HTBClass{}
 		for _, w := range want {
 			wantBy[w.ID] = w

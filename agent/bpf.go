@@ -2,7 +2,6 @@ package agent
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -132,47 +131,5 @@ func (k *NetlinkKernel) SetVNICClass(dev string, class Handle) error {
 
 // ClearVNICClass implements Kernel.
 func (k *NetlinkKernel) ClearVNICClass(dev string) error {
-	l, err := k.h.LinkByName(dev)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return nil // the vNIC is gone, and its filters with it
-		}
-		return fmt.Errorf("LinkByName %s: %w", dev, err)
-	}
-	qs, err := k.h.QdiscList(l)
-	if err != nil {
-		return fmt.Errorf("QdiscList: %w", err)
-	}
-	var clsact netlink.Qdisc
-	for _, q := range qs {
-		if _, ok := q.(*netlink.Clsact); ok {
-			clsact = q
-		}
-	}
-	if clsact == nil {
-		return nil
-	}
-	fs, err := k.clsactFilters(l)
-	if err != nil {
-		return err
-	}
-	others := 0
-	for _, f := range fs {
-		if _, ok := isSluiceBPF(f); !ok {
-			if f.Attrs().Handle != 0 { // not a chain's head entry
-				others++
-			}
-			continue
-		}
-		if err := k.h.FilterDel(f); err != nil {
-			return fmt.Errorf("FilterDel bpf: %w", err)
-		}
-	}
-	if others == 0 {
-		if err := k.h.QdiscDel(clsact); err != nil {
-			return fmt.Errorf("QdiscDel clsact: %w", err)
-		}
-	}
-	return nil
+	return k.clearClsact(dev, "bpf", func(f netlink.Filter) bool { _, ok := isSluiceBPF(f); return ok })
 }

@@ -37,6 +37,77 @@ type FakeDev struct {
 	// Debt holds classes' token debts in ns (ClassTokens: -Debt); a class
 	// re-created starts without one.
 	Debt map[Handle]int64
+	// IFB marks an IFB device (EnsureIFB); Redirect is the device sluice's
+	// filter on the clsact ingress redirects to ("" for none).
+	IFB      bool
+	Redirect string
+}
+
+var _ IngressKernel = (*FakeKernel)(nil)
+
+// EnsureIFB implements IngressKernel.
+func (k *FakeKernel) EnsureIFB(name string) error {
+	if d, ok := k.Devs[name]; ok {
+		if !d.IFB {
+			return fmt.Errorf("%s exists and is not an IFB", name)
+		}
+		return nil
+	}
+	k.Writes++
+	k.Devs[name] = &FakeDev{IFB: true}
+	return nil
+}
+
+// DeleteIFB implements IngressKernel.
+func (k *FakeKernel) DeleteIFB(name string) (bool, error) {
+	d, ok := k.Devs[name]
+	if !ok {
+		return false, nil
+	}
+	if !d.IFB {
+		return false, fmt.Errorf("%s is not sluice's IFB: left alone", name)
+	}
+	k.Writes++
+	delete(k.Devs, name)
+	return true, nil
+}
+
+// IngressRedirect implements IngressKernel.
+func (k *FakeKernel) IngressRedirect(dev string) (string, bool, error) {
+	d, err := k.dev(dev)
+	if err != nil {
+		return "", false, err
+	}
+	if _, ok := k.Devs[d.Redirect]; !ok {
+		return "", false, nil
+	}
+	return d.Redirect, true, nil
+}
+
+// SetIngressRedirect implements IngressKernel.
+func (k *FakeKernel) SetIngressRedirect(dev, ifb string) error {
+	d, err := k.dev(dev)
+	if err != nil {
+		return err
+	}
+	if _, err := k.dev(ifb); err != nil {
+		return err
+	}
+	k.Writes++
+	d.Clsact, d.Redirect = true, ifb
+	return nil
+}
+
+// ClearIngressRedirect implements IngressKernel.
+func (k *FakeKernel) ClearIngressRedirect(dev string) error {
+	d, ok := k.Devs[dev]
+	if !ok || d.Redirect == "" {
+		return nil
+	}
+	k.Writes++
+	d.Redirect = ""
+	d.Clsact = d.OtherFilters > 0 || d.VNICClass != 0
+	return nil
 }
 
 // NewFakeKernel returns a kernel whose devices have the default qdisc.
@@ -152,7 +223,7 @@ func (k *FakeKernel) ClearVNICClass(dev string) error {
 	}
 	k.Writes++
 	d.VNICClass = 0
-	d.Clsact = d.OtherFilters > 0
+	d.Clsact = d.OtherFilters > 0 || d.Redirect != ""
 	return nil
 }
 
@@ -298,10 +369,16 @@ func (k *FakeKernel) String() string {
 			if d.VNICClass != 0 {
 				fmt.Fprintf(&b, ", ingress bpf sets priority %s", d.VNICClass)
 			}
+			if d.Redirect != "" {
+				fmt.Fprintf(&b, ", ingress u32 mirred redirect to %s", d.Redirect)
+			}
 			if d.OtherFilters > 0 {
 				fmt.Fprintf(&b, ", %d other filters", d.OtherFilters)
 			}
 			b.WriteString("\n")
+		}
+		if d.IFB {
+			fmt.Fprintf(&b, "%s: ifb\n", n)
 		}
 		if !d.HTB {
 			q, _ := k.RootQdisc(n)

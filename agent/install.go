@@ -23,6 +23,9 @@ type Record struct {
 	Uplinks map[string]Qdisc `json:"uplinks"`
 	// VNICs are the host-side devices sluice put a classifier on.
 	VNICs []string `json:"vnics"`
+	// Ingress maps each IFB device sluice created to the uplink device
+	// whose ingress it redirected there (inbound shaping).
+	Ingress map[string]string `json:"ingress,omitempty"`
 }
 
 // RecordPath is the state file of an agent.
@@ -289,6 +292,9 @@ func Uninstall(k Kernel, rec *Record, o UninstallOptions, uplinks, vnics []strin
 		}
 		done = append(done, fmt.Sprintf("%s: root qdisc %s %s (%s) restored, sluice's HTB classes and filters removed", d, q.Kind, q.Handle, how))
 	}
+	in, err := uninstallIngress(k, rec, uplinks)
+	done = append(done, in...)
+	errs = append(errs, err)
 	sort.Strings(vnics)
 	for _, d := range slices.Compact(vnics) {
 		class, ok, _ := k.VNICClass(d)

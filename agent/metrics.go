@@ -157,10 +157,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	g(m.lastStep, float64(s.NowNs)/1e9)
 	g(m.unnamed, float64(len(s.Unnamed)))
 	for _, u := range s.Uplinks {
-		g(m.upSpeed, float64(u.SpeedBps), u.Uplink, u.Dev)
-		g(m.upUsable, float64(u.UsableBps), u.Uplink, u.Dev)
+		up := u.Label()
+		g(m.upSpeed, float64(u.SpeedBps), up, u.Dev)
+		g(m.upUsable, float64(u.UsableBps), up, u.Dev)
 		for _, p := range u.Ports {
-			l := []string{u.Uplink, p.Port, p.Class}
+			l := []string{up, p.Port, p.Class}
 			g(m.portEnt, p.EntitlementBps, l...)
 			g(m.portRes, p.ReservationBps, l...)
 			if p.LimitBps > 0 {

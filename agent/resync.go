@@ -73,7 +73,37 @@ func derive(p *policy.Policy, host string, inv Inventory, ports map[string][]Por
 	if ports == nil {
 		ports = DefaultClassPorts
 	}
-	return build(entitle.Derive(p, live).HostUplinks(host), inv, ports)
+	d := entitle.Derive(p, live)
+	trees, err := build(d.HostUplinks(host), inv, ports)
+	if err != nil {
+		return nil, err
+	}
+	// Inbound trees only where some vNIC or class has an ingress setting.
+	var in []entitle.UplinkSpec
+	for _, u := range d.Inbound {
+		if u.Host == host && inboundUsed(&u) {
+			in = append(in, u)
+		}
+	}
+	inTrees, err := build(in, inv, ports)
+	if err != nil {
+		return nil, err
+	}
+	return append(trees, inTrees...), nil
+}
+
+// inboundUsed says the inbound tree u shapes something: a vNIC or a class
+// has an ingress setting on it.
+func inboundUsed(u *entitle.UplinkSpec) bool {
+	if u.HasVNICs() {
+		return true
+	}
+	for _, c := range u.Classes {
+		if c.Declared {
+			return true
+		}
+	}
+	return false
 }
 
 // Resync derives the trees again from the agent's policy and what the
@@ -175,6 +205,17 @@ func (a *Agent) releaseUplinks(ch *Changes) error {
 	for _, dev := range a.released {
 		if a.onTree(dev) {
 			continue // named again
+		}
+		if uplink, ok := a.rec.Ingress[dev]; ok {
+			if err := a.releaseIngress(dev, uplink); err != nil {
+				errs = append(errs, err)
+				keep = append(keep, dev)
+				continue
+			}
+			ch.Qdisc++
+			delete(a.taken, dev)
+			errs = append(errs, a.saveRecord())
+			continue
 		}
 		q, ok := a.rec.Uplinks[dev]
 		if !ok {

@@ -53,9 +53,16 @@ type Node struct {
 // Tree is the HTB tree of one uplink of a host, built from the derived
 // uplink tree (entitle.UplinkSpec) and the host's inventory.
 type Tree struct {
-	Host      string
-	Uplink    string
-	Dev       string     // the uplink device
+	Host   string
+	Uplink string
+	// Dev is the device the tree is on: the uplink device, or for an
+	// inbound tree the uplink's IFB (IFBName of UplinkDev).
+	Dev string
+	// Inbound says the tree shapes what the uplink receives towards the
+	// host's vNICs (entitle.UplinkSpec.Inbound); UplinkDev is then the
+	// uplink device whose ingress is redirected to Dev.
+	Inbound   bool
+	UplinkDev string
 	SpeedBps  WireBps    // line rate: the HTB root rate
 	UsableBps PayloadBps // payload capacity alloc divides
 	Classes   []*Node    // traffic classes, TrafficClassNames order
@@ -94,6 +101,9 @@ func build(specs []entitle.UplinkSpec, inv Inventory, ports map[string][]PortRan
 		}
 		t := &Tree{Host: u.Host, Uplink: u.Uplink, Dev: dev, SpeedBps: WireBps(u.SpeedBps), UsableBps: PayloadBps(u.UsableBps),
 			net: entitle.NewNet(&entitle.Desired{Uplinks: []entitle.UplinkSpec{u}})}
+		if u.Inbound {
+			t.Inbound, t.UplinkDev, t.Dev = true, dev, IFBName(dev)
+		}
 		for ci, c := range u.Classes {
 			ci = classIndex(c.Class, ci)
 			n := &Node{Name: c.Name, Class: c.Class,
@@ -117,7 +127,12 @@ func build(specs []entitle.UplinkSpec, inv Inventory, ports map[string][]PortRan
 				n.Leaf = false
 				n.Children = append(n.Children, vn)
 				t.Nodes = append(t.Nodes, vn)
-				if m.HostDev != "" {
+				if t.Inbound {
+					// Inbound, a vNIC's packets are those addressed to it.
+					if m.SrcIP.Is4() {
+						t.Filters = append(t.Filters, Filter{Handle: inboundFilterHandle(m.Index), ClassID: vn.ID, Keys: []U32Key{dstIPKey(m.SrcIP)}})
+					}
+				} else if m.HostDev != "" {
 					t.VNICs = append(t.VNICs, VNICClassifier{Dev: m.HostDev, Class: vn.ID})
 				}
 			}
@@ -126,6 +141,14 @@ func build(specs []entitle.UplinkSpec, inv Inventory, ports map[string][]PortRan
 			t.Default = t.Classes[0].ID.Minor()
 		}
 		if a := inv.HostAddr(); a.IsValid() {
+			// Outbound, host traffic is what the host's address sends to
+			// a class's ports; inbound (the mirror), what is sent to the
+			// host's address, to a class's ports (a peer migrating a VM
+			// here) or from them (an NFS server's replies).
+			host := srcIPKey(a)
+			if t.Inbound {
+				host = dstIPKey(a)
+			}
 			for _, c := range t.Classes {
 				ci := int(c.ID.Minor()) - classMinorBase
 				var fs []Filter
@@ -134,11 +157,16 @@ func build(specs []entitle.UplinkSpec, inv Inventory, ports map[string][]PortRan
 						return nil, fmt.Errorf("class %s: port range %d-%d is empty", c.Class, r.First, r.Last)
 					}
 					for _, k := range dstPortKeys(r) {
-						fs = append(fs, Filter{ClassID: c.ID, Keys: []U32Key{srcIPKey(a), k}})
+						fs = append(fs, Filter{ClassID: c.ID, Keys: []U32Key{host, k}})
+					}
+					if t.Inbound {
+						for _, k := range dstPortKeys(r) {
+							fs = append(fs, Filter{ClassID: c.ID, Keys: []U32Key{host, srcPortKey(k)}})
+						}
 					}
 				}
 				if d, ok := classDSCP[c.Class]; ok {
-					fs = append(fs, Filter{ClassID: c.ID, Keys: []U32Key{srcIPKey(a), dscpKey(d)}})
+					fs = append(fs, Filter{ClassID: c.ID, Keys: []U32Key{host, dscpKey(d)}})
 				}
 				if len(fs) > hostFiltersPerClass {
 					return nil, fmt.Errorf("class %s: its ports need %d u32 filters, at most %d", c.Class, len(fs), hostFiltersPerClass)

@@ -18,6 +18,7 @@ import (
 //	network [demand=(PORT:RATE, ...)] [unnamed=(HOST/VM/NIC, ...)]
 //	                                    every listed port's entitlement
 //	explain port=PORT [demand=(...)] [unnamed=(...)]   Net.Explain
+//	inbound, explain-inbound port=PORT     the same on the inbound trees
 //
 // unnamed lists vNICs of running VMs that the policy does not name
 // (Live.Unnamed).
@@ -46,7 +47,7 @@ func TestDataDriven(t *testing.T) {
 			}
 			var b strings.Builder
 			switch d.Cmd {
-			case "network", "explain":
+			case "network", "explain", "inbound", "explain-inbound":
 				var un []UnnamedVM
 				if arg, ok := d.Arg("unnamed"); ok {
 					for _, v := range arg.Vals {
@@ -61,11 +62,15 @@ func TestDataDriven(t *testing.T) {
 						}
 					}
 				}
-				n, err := NetworkWith(p, un, dem)
+				build := NetworkWith
+				if strings.HasSuffix(d.Cmd, "inbound") {
+					build = Inbound
+				}
+				n, err := build(p, un, dem)
 				if err != nil {
 					return "error: " + err.Error() + "\n"
 				}
-				if d.Cmd == "network" {
+				if d.Cmd == "network" || d.Cmd == "inbound" {
 					for _, pt := range n.Ports {
 						if !pt.Listed() {
 							continue

@@ -44,7 +44,12 @@ type UnnamedVM struct {
 // simulator and placement all read it, and none of them decides again
 // which uplink a vNIC uses or what a class reserves.
 type Desired struct {
-	Uplinks    []UplinkSpec    // per host and uplink, in file order
+	Uplinks []UplinkSpec // per host and uplink, in file order
+	// Inbound are the inbound trees, one per host and uplink in the order
+	// of Uplinks: what enters through the uplink towards the host's vNICs
+	// that have an `ingress` setting (Inbound set). Same shape and rule as
+	// the outbound trees, with the ports' ingress settings.
+	Inbound    []UplinkSpec
 	Datastores []DatastoreSpec // in file order
 }
 
@@ -56,7 +61,20 @@ type UplinkSpec struct {
 	SpeedBps     float64 // line rate
 	UsableBps    float64 // what alloc divides: the uplink's usable rate, else its speed
 	Down         bool    // the uplink is down: no vNIC is assigned to it
-	Classes      []ClassSpec
+	// Inbound says the tree divides what the uplink receives towards the
+	// host's vNICs (their ingress settings), not what it sends.
+	Inbound bool
+	Classes []ClassSpec
+}
+
+// HasVNICs says some vNIC is on the tree.
+func (u *UplinkSpec) HasVNICs() bool {
+	for _, c := range u.Classes {
+		if len(c.VNICs) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // ClassSpec is one traffic class on an uplink, in policy.TrafficClassNames
@@ -144,7 +162,7 @@ func Derive(p *policy.Policy, live Live) *Desired {
 	onHost := runningVMs(p, live, nil)
 	unnamed := unnamedVMs(p, live)
 	for hi := range p.Hosts {
-		d.Uplinks = deriveHost(d.Uplinks, p, &p.Hosts[hi], onHost, unnamed, live)
+		d.Uplinks, d.Inbound = deriveHost(d.Uplinks, d.Inbound, p, &p.Hosts[hi], onHost, unnamed, live)
 	}
 	for _, ds := range p.Datastores {
 		spec := DatastoreSpec{Name: ds.Name}
@@ -181,15 +199,16 @@ func DeriveHosts(p *policy.Policy, live Live, hosts []string) *Desired {
 	unnamed := unnamedVMs(p, live)
 	for hi := range p.Hosts {
 		if want[p.Hosts[hi].Name] {
-			d.Uplinks = deriveHost(d.Uplinks, p, &p.Hosts[hi], onHost, unnamed, live)
+			d.Uplinks, d.Inbound = deriveHost(d.Uplinks, d.Inbound, p, &p.Hosts[hi], onHost, unnamed, live)
 		}
 	}
 	return d
 }
 
-// deriveHost appends the trees of h's uplinks to out; onHost and unnamed
-// are the VMs that run on each host, named by the policy or not.
-func deriveHost(out []UplinkSpec, p *policy.Policy, h *policy.Host, onHost, unnamed map[string][]*policy.VM, live Live) []UplinkSpec {
+// deriveHost appends the outbound and inbound trees of h's uplinks to out
+// and in; onHost and unnamed are the VMs that run on each host, named by
+// the policy or not. A vNIC receives through the uplink it sends by.
+func deriveHost(out, in []UplinkSpec, p *policy.Policy, h *policy.Host, onHost, unnamed map[string][]*policy.VM, live Live) ([]UplinkSpec, []UplinkSpec) {
 	vms := onHost[h.Name]
 	if u := unnamed[h.Name]; len(u) > 0 {
 		vms = slices.Concat(vms, u)
@@ -202,38 +221,80 @@ func deriveHost(out []UplinkSpec, p *policy.Policy, h *policy.Host, onHost, unna
 	}
 	assign := p.AssignUplinks(up, vms)
 	for ui := range h.Uplinks {
-		out = append(out, deriveUplink(p, h, &h.Uplinks[ui], vms, len(onHost[h.Name]), assign, live))
+		out = append(out, deriveUplink(p, h, &h.Uplinks[ui], vms, len(onHost[h.Name]), assign, live, false))
+		in = append(in, deriveUplink(p, h, &h.Uplinks[ui], vms, len(onHost[h.Name]), assign, live, true))
 	}
-	return out
+	return out, in
 }
 
-// deriveUplink derives one uplink's tree; vms[named:] are the running VMs
-// that the policy does not name.
-func deriveUplink(p *policy.Policy, h *policy.Host, u *policy.Uplink, vms []*policy.VM, named int, assign map[string]string, live Live) UplinkSpec {
+// rsl is a port's reservation, shares and limit in one direction.
+type rsl struct {
+	r      policy.Bps
+	shares int
+	l      policy.Bps
+}
+
+// classRSL is the setting of tc in one direction: inbound, its ingress
+// (shares normal, no reservation, no limit when the file gives none;
+// declared only when it does).
+func classRSL(tc *policy.TrafficClass, inbound bool) (rsl, bool) {
+	if !inbound {
+		return rsl{tc.Reservation, tc.Shares, tc.Limit}, tc.Declared
+	}
+	if tc.Ingress == nil {
+		return rsl{0, policy.NetSharesNormal, policy.Unlimited}, false
+	}
+	return rsl{tc.Ingress.Reservation, tc.Ingress.Shares, tc.Ingress.Limit}, true
+}
+
+// nicRSL is the setting of nic in one direction; inbound, a vNIC without
+// ingress is not on the tree (false).
+func nicRSL(nic *policy.NIC, inbound bool) (rsl, bool) {
+	if !inbound {
+		return rsl{nic.Reservation, nic.Shares, nic.Limit}, true
+	}
+	if nic.Ingress == nil {
+		return rsl{}, false
+	}
+	return rsl{nic.Ingress.Reservation, nic.Ingress.Shares, nic.Ingress.Limit}, true
+}
+
+// deriveUplink derives one uplink's tree, outbound or inbound (the same
+// rule on the ports' settings for that direction); vms[named:] are the
+// running VMs that the policy does not name.
+func deriveUplink(p *policy.Policy, h *policy.Host, u *policy.Uplink, vms []*policy.VM, named int, assign map[string]string, live Live, inbound bool) UplinkSpec {
 	usable := u.Usable
 	if usable <= 0 {
 		usable = u.Speed
 	}
 	us := UplinkSpec{Host: h.Name, Uplink: u.Name, SpeedBps: float64(u.Speed), UsableBps: float64(usable),
-		Down: live.DownUplinks[h.Name+"/"+u.Name]}
-	for _, tc := range p.TrafficClasses {
-		cs := ClassSpec{Name: policy.ClassName(h.Name, tc.Name), Class: tc.Name, ReservationBps: float64(tc.Reservation),
-			Shares: float64(tc.Shares), LimitBps: RateLimit(tc.Limit), Declared: tc.Declared}
+		Down: live.DownUplinks[h.Name+"/"+u.Name], Inbound: inbound}
+	for ti := range p.TrafficClasses {
+		tc := &p.TrafficClasses[ti]
+		set, declared := classRSL(tc, inbound)
+		cs := ClassSpec{Name: policy.ClassName(h.Name, tc.Name), Class: tc.Name, ReservationBps: float64(set.r),
+			Shares: float64(set.shares), LimitBps: RateLimit(set.l), Declared: declared}
 		if tc.Name == "vm" {
 			var sum float64
 			for vi, vm := range vms {
-				for _, nic := range vm.NICs {
+				for k := range vm.NICs {
+					nic := &vm.NICs[k]
 					port := policy.PortName(vm.Name, nic.Name)
-					if nic.Passthrough || assign[port] != u.Name {
+					ns, on := nicRSL(nic, inbound)
+					if !on || nic.Passthrough || assign[port] != u.Name {
 						continue
 					}
-					cs.VNICs = append(cs.VNICs, VNICSpec{Port: port, VM: vm.Name, NIC: nic.Name, ReservationBps: float64(nic.Reservation),
-						Shares: float64(nic.Shares), LimitBps: RateLimit(nic.Limit), Unnamed: vi >= named})
-					sum += float64(nic.Reservation)
+					cs.VNICs = append(cs.VNICs, VNICSpec{Port: port, VM: vm.Name, NIC: nic.Name, ReservationBps: float64(ns.r),
+						Shares: float64(ns.shares), LimitBps: RateLimit(ns.l), Unnamed: vi >= named})
+					sum += float64(ns.r)
 				}
 			}
-			if tc.Reservation == 0 {
-				cs.ReservationBps = min(sum, float64(p.VMClassBudget(u)))
+			if set.r == 0 {
+				budget := p.VMClassBudget(u)
+				if inbound {
+					budget = p.VMClassInBudget(u)
+				}
+				cs.ReservationBps = min(sum, float64(budget))
 			}
 		}
 		us.Classes = append(us.Classes, cs)

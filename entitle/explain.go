@@ -58,8 +58,13 @@ func (n *Net) Explain(name string) ([]string, error) {
 	var out []string
 	for _, pt := range ports {
 		t := pt.Tree
-		out = append(out, fmt.Sprintf("%s on host %s, uplink %s (usable %s): %s, %s",
-			pt.Name, t.Host, t.Uplink, FormatBps(t.CapacityBps), FormatBps(pt.AllocBps()), pt.Node.Reason))
+		if t.Spec.Inbound {
+			out = append(out, fmt.Sprintf("%s receives on host %s, uplink %s (inbound, usable %s): %s, %s",
+				pt.Name, t.Host, t.Uplink, FormatBps(t.CapacityBps), FormatBps(pt.AllocBps()), pt.Node.Reason))
+		} else {
+			out = append(out, fmt.Sprintf("%s on host %s, uplink %s (usable %s): %s, %s",
+				pt.Name, t.Host, t.Uplink, FormatBps(t.CapacityBps), FormatBps(pt.AllocBps()), pt.Node.Reason))
+		}
 		if pt.Unnamed {
 			vm, _, _ := strings.Cut(pt.Name, "/")
 			out = append(out, fmt.Sprintf("%s runs on %s but the policy does not name it: each of its vNICs gets the policy's unnamedVMs (reservation %s, shares %s, limit %s)",

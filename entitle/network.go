@@ -103,7 +103,11 @@ func Network(p *policy.Policy, demandBps map[string]float64) (*Net, error) {
 // name (Live.Unnamed): their vNICs are ports too, with the policy's
 // unnamedVMs setting.
 func NetworkWith(p *policy.Policy, unnamed []UnnamedVM, demandBps map[string]float64) (*Net, error) {
-	n := NewNet(Derive(p, Live{Unnamed: unnamed}))
+	return computed(NewNet(Derive(p, Live{Unnamed: unnamed})), p, demandBps)
+}
+
+// computed is n with the demands set and every entitlement computed.
+func computed(n *Net, p *policy.Policy, demandBps map[string]float64) (*Net, error) {
 	if err := n.applyDemands(p, demandBps); err != nil {
 		return nil, err
 	}
@@ -115,12 +119,35 @@ func NetworkWith(p *policy.Policy, unnamed []UnnamedVM, demandBps map[string]flo
 // demands of DESIGN.md §2: unbounded for every vNIC and every class the
 // file declares, 0 for the classes it does not; the vm class's demand is
 // the sum of its vNICs' (0 without any). Call SetDemand and Compute.
-func NewNet(d *Desired) *Net {
+func NewNet(d *Desired) *Net { return newNet(d.Uplinks) }
+
+func newNet(trees []UplinkSpec) *Net {
 	n := &Net{byName: map[string][]*Port{}}
-	for i := range d.Uplinks {
-		n.addUplink(&d.Uplinks[i])
+	for i := range trees {
+		n.addUplink(&trees[i])
 	}
 	return n
+}
+
+// NewInboundNet is NewNet for the inbound trees of d: what each uplink
+// receives towards the vNICs with an ingress setting, divided by the
+// same rule (unbounded demand for those vNICs and for the classes with
+// an ingress setting).
+func NewInboundNet(d *Desired) *Net { return newNet(d.Inbound) }
+
+// Inbound is NetworkWith for what the uplinks receive (NewInboundNet).
+// demandBps names ports as NetworkWith does; a name that is no inbound
+// port is an error.
+func Inbound(p *policy.Policy, unnamed []UnnamedVM, demandBps map[string]float64) (*Net, error) {
+	return computed(NewInboundNet(Derive(p, Live{Unnamed: unnamed})), p, demandBps)
+}
+
+// Direction is "inbound" for a port of an inbound tree, else "outbound".
+func (p *Port) Direction() string {
+	if p.Tree.Spec.Inbound {
+		return "inbound"
+	}
+	return "outbound"
 }
 
 func (n *Net) addUplink(u *UplinkSpec) {

@@ -59,6 +59,13 @@ type Uplink struct {
 	Why string
 	// Down marks a lost uplink: it takes no vNIC.
 	Down bool
+	// InBudgetBps is what the inbound reservations of the vNICs that
+	// receive through the uplink may add up to, bits/s: the same rule as
+	// BudgetBps on the classes' inbound reservations, a budget of its own
+	// (Classes.Budget of the inbound Classes). InWhy says where it comes
+	// from.
+	InBudgetBps int64
+	InWhy       string
 }
 
 // VM is what a VM asks of a host.
@@ -67,8 +74,9 @@ type VM struct {
 	VCPUs       int
 	CPUMHz      int64 // CPU reservation
 	MemoryBytes int64
-	// NICs are the vNICs that reserve bandwidth or are pinned to an
-	// uplink (others ask nothing of a host), sorted with SortNICs.
+	// NICs are the vNICs that reserve bandwidth (sending or receiving) or
+	// are pinned to an uplink (others ask nothing of a host), sorted with
+	// SortNICs.
 	NICs []NIC
 }
 
@@ -81,10 +89,22 @@ func (v *VM) NetBps() int64 {
 	return sum
 }
 
+// InBps is the sum of the VM's vNIC inbound reservations, bits/s.
+func (v *VM) InBps() int64 {
+	var sum int64
+	for _, n := range v.NICs {
+		sum = add(sum, n.InReservationBps)
+	}
+	return sum
+}
+
 // NIC is one vNIC as the packer sees it.
 type NIC struct {
 	Name           string // for reasons: the NIC's name, or its port VM/NIC
 	ReservationBps int64
+	// InReservationBps is the vNIC's inbound reservation. It does not
+	// move the vNIC: a vNIC receives through the uplink it sends by.
+	InReservationBps int64
 	// Uplink is the uplink the vNIC is pinned to, or "".
 	Uplink string
 	// VM and Index place the vNIC in file order (the VM's position among
@@ -131,7 +151,7 @@ func (r Reason) String() string { return r.Text }
 // A Check is one rule of "does this VM fit this host".
 type Check interface {
 	// Name names the check: "cpu.vcpus", "cpu.reservation", "memory",
-	// "network.pin" or "network".
+	// "network.pin", "network" or "network.inbound".
 	Name() string
 	// Holds reports whether host h meets the rule with the VMs of load l.
 	Holds(h *Host, l *Load) bool
@@ -144,7 +164,7 @@ type Check interface {
 }
 
 // Checks is the list, in the order reasons are given.
-var Checks = []Check{vcpuCheck{}, cpuCheck{}, memoryCheck{}, pinCheck{}, networkCheck{}}
+var Checks = []Check{vcpuCheck{}, cpuCheck{}, memoryCheck{}, pinCheck{}, networkCheck{}, inboundCheck{}}
 
 // Holds reports whether host h meets every check with the VMs of l.
 func Holds(h *Host, l *Load) bool {

@@ -14,9 +14,11 @@ import (
 
 // TestDataDriven runs testdata/*.txt. Commands:
 //
-//	host NAME [cores=N] [mhz=N] [memory=SIZE] [cap=F] [vm=RATE] [other=RATE]
+//	host NAME [cores=N] [mhz=N] [memory=SIZE] [cap=F] [vm=RATE] [other=RATE] [invm=RATE] [inother=RATE]
 //	                input: one uplink per line, "NAME SPEED [down]"; the
-//	                budgets follow from the classes (feasible.Classes)
+//	                budgets follow from the classes (feasible.Classes), the
+//	                inbound ones from the inbound classes (invm, inother;
+//	                printed when one is given)
 //	add             input: VMs, one per line (see parseVM), counted on the host
 //	remove VM       takes VM off the host
 //	fit             input: VMs; for each, "fits" or its reasons (feasible.Why)
@@ -115,7 +117,8 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 }
 
 func (h *harness) newHost(t *testing.T, d *datadriven.TestData) string {
-	var c feasible.Classes
+	var c, in feasible.Classes
+	showIn := false
 	h.host = feasible.Host{Name: d.CmdArgs[0].Key}
 	h.load = feasible.Load{}
 	h.vms = map[string]*feasible.VM{}
@@ -139,17 +142,27 @@ func (h *harness) newHost(t *testing.T, d *datadriven.TestData) string {
 			c.VMBps = rate(t, v)
 		case "other":
 			c.OtherBps = rate(t, v)
+		case "invm":
+			in.VMBps, showIn = rate(t, v), true
+		case "inother":
+			in.OtherBps, showIn = rate(t, v), true
 		default:
 			d.Fatalf(t, "unknown host argument %s", a.Key)
 		}
 	}
 	for _, line := range lines(d.Input) {
 		f := strings.Fields(line)
-		h.host.Uplinks = append(h.host.Uplinks, c.Uplink(f[0], rate(t, f[1]), len(f) > 2 && f[2] == "down"))
+		u := c.Uplink(f[0], rate(t, f[1]), len(f) > 2 && f[2] == "down")
+		in.Cap = c.Cap
+		u.InBudgetBps, u.InWhy = in.Budget(rate(t, f[1])), in.BudgetWhy(rate(t, f[1]))
+		h.host.Uplinks = append(h.host.Uplinks, u)
 	}
 	var b strings.Builder
 	for _, u := range h.host.Uplinks {
 		fmt.Fprintf(&b, "%s budget %s (%s)", u.Name, feasible.Rate(u.BudgetBps), u.Why)
+		if showIn {
+			fmt.Fprintf(&b, ", inbound %s (%s)", feasible.Rate(u.InBudgetBps), u.InWhy)
+		}
 		if u.Down {
 			b.WriteString(" down")
 		}
@@ -161,7 +174,8 @@ func (h *harness) newHost(t *testing.T, d *datadriven.TestData) string {
 	return b.String()
 }
 
-// parseVM parses "NAME [vcpus=N] [cpu=MHZ] [mem=SIZE] [NIC=RATE[@UPLINK] ...]".
+// parseVM parses "NAME [vcpus=N] [cpu=MHZ] [mem=SIZE] [NIC=RATE[@UPLINK][:INRATE] ...]"
+// (INRATE: the vNIC's inbound reservation).
 func (h *harness) parseVM(t *testing.T, line string) *feasible.VM {
 	f := strings.Fields(line)
 	v := &feasible.VM{Name: f[0], VCPUs: 1}
@@ -187,8 +201,13 @@ func (h *harness) parseVM(t *testing.T, line string) *feasible.VM {
 
 func parseNIC(t *testing.T, s string, vm, index int) feasible.NIC {
 	name, val, _ := strings.Cut(s, "=")
+	val, inRate, _ := strings.Cut(val, ":")
 	r, pin, _ := strings.Cut(val, "@")
-	return feasible.NIC{Name: name, ReservationBps: rate(t, r), Uplink: pin, VM: vm, Index: index}
+	n := feasible.NIC{Name: name, ReservationBps: rate(t, r), Uplink: pin, VM: vm, Index: index}
+	if inRate != "" {
+		n.InReservationBps = rate(t, inRate)
+	}
+	return n
 }
 
 // state prints the load and the packing, and checks it against a fresh one.
@@ -210,6 +229,9 @@ func (h *harness) state() string {
 	}
 	if misfits != l.Misfits(&h.host) || fmt.Sprint(freshUsed) != fmt.Sprint(used) {
 		fmt.Fprintf(&b, "VIOLATION: a fresh packing gives %v with %d misfits\n", freshUsed, misfits)
+	}
+	if l.InBps > 0 {
+		fmt.Fprintf(&b, "inbound: %s\n", feasible.Rate(l.InBps))
 	}
 	fmt.Fprintf(&b, "holds: %v\n", feasible.Holds(&h.host, l))
 	return b.String()

@@ -9,10 +9,14 @@ type Load struct {
 	CPUMHz      int64 // CPU reservations
 	MemoryBytes int64
 	NetBps      int64 // vNIC reservations
+	InBps       int64 // vNIC inbound reservations
 	// Wide counts the VMs with more vCPUs than the host has cores.
 	Wide int
 	// NICs are the reserving vNICs of the VMs, in packing order.
 	NICs []NIC
+	// InNICs are the vNICs that reserve inbound bandwidth only (they
+	// take no part in the packing; see inboundCheck).
+	InNICs []NIC
 
 	pk packing
 }
@@ -58,7 +62,11 @@ func (l *Load) Add(h *Host, v *VM) {
 	from := len(l.NICs)
 	tail := true
 	for _, n := range v.NICs {
+		l.InBps = add(l.InBps, n.InReservationBps)
 		if n.ReservationBps == 0 {
+			if n.InReservationBps > 0 {
+				l.InNICs = append(l.InNICs, n)
+			}
 			continue
 		}
 		l.NetBps = add(l.NetBps, n.ReservationBps)
@@ -92,6 +100,10 @@ func (l *Load) Remove(h *Host, v *VM) {
 	}
 	vm, some := -1, false
 	for _, n := range v.NICs {
+		l.InBps = sub(l.InBps, n.InReservationBps)
+		if n.ReservationBps == 0 && n.InReservationBps > 0 {
+			l.InNICs = dropVM(l.InNICs, n.VM)
+		}
 		if n.ReservationBps > 0 {
 			l.NetBps = sub(l.NetBps, n.ReservationBps)
 			vm, some = n.VM, true
@@ -127,6 +139,18 @@ func (l *Load) Remove(h *Host, v *VM) {
 	} else {
 		pk.valid = false
 	}
+}
+
+// dropVM returns nics without the vNICs of the VM at index vm (in place).
+func dropVM(nics []NIC, vm int) []NIC {
+	k := 0
+	for _, n := range nics {
+		if n.VM != vm {
+			nics[k] = n
+			k++
+		}
+	}
+	return nics[:k]
 }
 
 // Scratch is reusable space for Fit and HoldsWithout, so that a placement
@@ -209,13 +233,20 @@ func takeAll(h *Host, used []int64, nics []NIC) bool {
 func Without(h *Host, l *Load, v *VM, s *Scratch) *Load {
 	t := &s.load
 	t.CPUMHz, t.MemoryBytes, t.NetBps, t.Wide = sub(l.CPUMHz, v.CPUMHz), sub(l.MemoryBytes, v.MemoryBytes), sub(l.NetBps, v.NetBps()), l.Wide
+	t.InBps = sub(l.InBps, v.InBps())
 	if wide(h, v) {
 		t.Wide--
 	}
 	vm := -1
 	for _, n := range v.NICs {
-		if n.ReservationBps > 0 {
+		if n.ReservationBps > 0 || n.InReservationBps > 0 {
 			vm = n.VM
+		}
+	}
+	t.InNICs = t.InNICs[:0]
+	for _, n := range l.InNICs {
+		if n.VM != vm {
+			t.InNICs = append(t.InNICs, n)
 		}
 	}
 	s.nics = s.nics[:0]

@@ -131,11 +131,24 @@ func firstUp(h *Host) int {
 // have on h with nothing else there: the vm budget of its pinned uplink,
 // or the largest of an uplink that is up.
 func Room(h *Host, pin string) int64 {
+	return room(h, pin, func(u *Uplink) int64 { return u.BudgetBps })
+}
+
+// room is the largest budget (of each uplink, by budget) of an uplink of
+// h that is up (pin's, when pin is not "").
+func room(h *Host, pin string, budget func(u *Uplink) int64) int64 {
 	var most int64
-	for _, u := range h.Uplinks {
+	for i := range h.Uplinks {
+		u := &h.Uplinks[i]
 		if !u.Down && (pin == "" || u.Name == pin) {
-			most = max(most, u.BudgetBps)
+			most = max(most, budget(u))
 		}
 	}
 	return most
+}
+
+// InRoom is the largest inbound reservation one vNIC (pinned to pin, or
+// "") can have on h with nothing else there.
+func InRoom(h *Host, pin string) int64 {
+	return room(h, pin, func(u *Uplink) int64 { return u.InBudgetBps })
 }

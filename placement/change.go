@@ -295,35 +295,55 @@ func (c Change) applyHost(p *policy.Policy, h *policy.Host) error {
 
 func (c Change) applyNIC(n *policy.NIC) error {
 	switch c.Field {
+	case "reservation", "limit", "shares":
+		return c.applyRate(c.Field, &n.Reservation, &n.Limit, &n.Shares)
+	case "ingress.reservation", "ingress.limit", "ingress.shares":
+		// A copy: the policy the change was made from keeps its setting.
+		in := policy.Ingress{Shares: policy.NetSharesNormal, Limit: policy.Unlimited}
+		if n.Ingress != nil {
+			in = *n.Ingress
+		}
+		if err := c.applyRate(strings.TrimPrefix(c.Field, "ingress."), &in.Reservation, &in.Limit, &in.Shares); err != nil {
+			return err
+		}
+		n.Ingress = &in
+	case "uplink":
+		n.Uplink = c.Value
+	default:
+		return fmt.Errorf("unknown NIC field %q (reservation, limit, shares, uplink, ingress.reservation, ingress.limit, ingress.shares)", c.Field)
+	}
+	return nil
+}
+
+// applyRate sets the reservation, limit or shares (field) of a vNIC's
+// setting in one direction.
+func (c Change) applyRate(field string, r, l *policy.Bps, shares *int) error {
+	switch field {
 	case "reservation":
-		r, err := policy.ParseRate(c.Value)
+		v, err := policy.ParseRate(c.Value)
 		if err != nil {
 			return err
 		}
-		n.Reservation = r
+		*r = v
 	case "limit":
 		if c.Value == "unlimited" {
-			n.Limit = policy.Unlimited
+			*l = policy.Unlimited
 			return nil
 		}
-		r, err := policy.ParseRate(c.Value)
+		v, err := policy.ParseRate(c.Value)
 		if err != nil {
 			return err
 		}
-		if r == 0 {
+		if v == 0 {
 			return fmt.Errorf("limit: %s", policy.ZeroLimitMessage)
 		}
-		n.Limit = r
+		*l = v
 	case "shares":
 		k, err := policy.ParseShares(c.Value, "network", 1)
 		if err != nil {
 			return fmt.Errorf("shares: %v", err)
 		}
-		n.Shares = k
-	case "uplink":
-		n.Uplink = c.Value
-	default:
-		return fmt.Errorf("unknown NIC field %q (reservation, limit, shares, uplink)", c.Field)
+		*shares = k
 	}
 	return nil
 }
@@ -415,13 +435,18 @@ func refusal(p *policy.Policy, old Placement, np *policy.Policy, pl Placement, c
 			}
 		}
 		for _, n := range v.NICs {
-			var best int64
+			var best, bestIn int64
 			for hi := range fhs {
 				best = max(best, feasible.Room(&fhs[hi], n.Uplink))
+				bestIn = max(bestIn, feasible.InRoom(&fhs[hi], n.Uplink))
 			}
 			if int64(n.Reservation) > best {
 				return fmt.Sprintf("%s reservation %s fits on no uplink of any host (largest vm budget %s)",
 					policy.PortName(v.Name, n.Name), fmtRate(float64(n.Reservation)), fmtRate(float64(best)))
+			}
+			if r := int64(n.Ingress.ReservationBps()); r > bestIn {
+				return fmt.Sprintf("%s ingress reservation %s fits on no uplink of any host (largest inbound vm budget %s)",
+					policy.PortName(v.Name, n.Name), fmtRate(float64(r)), fmtRate(float64(bestIn)))
 			}
 		}
 	}
@@ -461,6 +486,12 @@ func settingRefusal(v *policy.VM) string {
 		}
 		if n.Limit != policy.Unlimited && n.Reservation > n.Limit {
 			return fmt.Sprintf("%s reservation %s > limit %s", policy.PortName(v.Name, n.Name), fmtRate(float64(n.Reservation)), fmtRate(float64(n.Limit)))
+		}
+		if in := n.Ingress; in != nil && in.Limit != policy.Unlimited && in.Reservation > in.Limit {
+			return fmt.Sprintf("%s ingress reservation %s > limit %s", policy.PortName(v.Name, n.Name), fmtRate(float64(in.Reservation)), fmtRate(float64(in.Limit)))
+		}
+		if n.Passthrough && n.Ingress != nil {
+			return fmt.Sprintf("%s is a passthrough vNIC: it bypasses the scheduler and takes no ingress setting", policy.PortName(v.Name, n.Name))
 		}
 	}
 	for _, d := range v.Disks {

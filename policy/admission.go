@@ -42,13 +42,16 @@ func (p *Policy) Admission() Errors {
 }
 
 func (p *Policy) checkClasses(l *errorList) {
-	c := p.Classes()
+	c, in := p.Classes(), p.InClasses()
 	for hi := range p.Hosts {
 		h := &p.Hosts[hi]
 		for ui := range h.Uplinks {
 			u := &h.Uplinks[ui]
 			if ok, why := c.Fit(int64(u.Speed)); !ok {
 				l.add(u.Pos.FieldLine("speed"), listPath(listPath("hosts", h.Name, hi)+".uplinks", u.Name, ui)+".speed", "%s", why)
+			}
+			if ok, why := in.Fit(int64(u.Speed)); !ok {
+				l.add(u.Pos.FieldLine("speed"), listPath(listPath("hosts", h.Name, hi)+".uplinks", u.Name, ui)+".speed", "inbound: %s", why)
 			}
 		}
 	}
@@ -104,14 +107,17 @@ func vmField(vm *VM, why feasible.Reason) (int, string) {
 		return vm.Pos.FieldLine("memory"), path + ".memory"
 	}
 	key := "reservation"
-	if why.Check == "network.pin" {
+	switch why.Check {
+	case "network.pin":
 		key = "uplink"
+	case "network.inbound":
+		key = "ingress.reservation"
 	}
 	// The vNIC named, else the VM's largest reservation.
 	var nic *NIC
 	for k := range vm.NICs {
 		n := &vm.NICs[k]
-		if n.Name == why.NIC || why.NIC == "" && (nic == nil || n.Reservation > nic.Reservation) {
+		if n.Name == why.NIC || why.NIC == "" && (nic == nil || larger(n, nic, key == "ingress.reservation")) {
 			nic = n
 			if n.Name == why.NIC {
 				break
@@ -124,14 +130,23 @@ func vmField(vm *VM, why feasible.Reason) (int, string) {
 	return nic.Pos.FieldLine(key), path + ".nics[" + nic.Name + "]." + key
 }
 
+// larger says a reserves more than b (inbound when in).
+func larger(a, b *NIC, in bool) bool {
+	if in {
+		return a.Ingress.ReservationBps() > b.Ingress.ReservationBps()
+	}
+	return a.Reservation > b.Reservation
+}
+
 // checkUnplaced checks that each vNIC reservation of a VM without a host
 // fits on one uplink of some host (placement decides the rest when it is
 // powered on).
 func (p *Policy) checkUnplaced(l *errorList) {
-	var best int64
+	var best, bestIn int64
 	for hi := range p.Hosts {
 		fh := p.FeasibleHost(&p.Hosts[hi], nil)
 		best = max(best, feasible.Room(&fh, ""))
+		bestIn = max(bestIn, feasible.InRoom(&fh, ""))
 	}
 	for _, vm := range p.VMs {
 		if vm.Host != "" {
@@ -141,6 +156,10 @@ func (p *Policy) checkUnplaced(l *errorList) {
 			if int64(nic.Reservation) > best {
 				l.add(nic.Pos.FieldLine("reservation"), "vms["+vm.Name+"].nics["+nic.Name+"].reservation",
 					"%s fits on no uplink of any host (at most %s can be reserved for vNICs on one uplink)", FormatRate(nic.Reservation), FormatRate(Bps(best)))
+			}
+			if r := nic.Ingress.ReservationBps(); int64(r) > bestIn {
+				l.add(nic.Pos.FieldLine("ingress.reservation"), "vms["+vm.Name+"].nics["+nic.Name+"].ingress.reservation",
+					"%s fits on no uplink of any host (at most %s can be reserved inbound for vNICs on one uplink)", FormatRate(r), FormatRate(Bps(bestIn)))
 			}
 		}
 	}

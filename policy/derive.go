@@ -106,6 +106,12 @@ func (p *Policy) VMClassBudget(u *Uplink) Bps {
 	return Bps(p.Classes().Budget(int64(u.Speed)))
 }
 
+// VMClassInBudget is VMClassBudget for what the uplink receives: the
+// same rule on the classes' ingress reservations.
+func (p *Policy) VMClassInBudget(u *Uplink) Bps {
+	return Bps(p.InClasses().Budget(int64(u.Speed)))
+}
+
 // AssignUplinks returns the uplink of every vNIC of vms on h, keyed by
 // port name (VM/NIC). The rule is the one packer of package feasible,
 // by which placement judges hosts, so that admission, placement, alloc

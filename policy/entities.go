@@ -12,7 +12,8 @@ var (
 	hostFields      = []string{"name", "cpu", "memory", "uplinks"}
 	hostCPUFields   = []string{"cores", "mhz", "sendMHzPerGbps", "sendOverheadMHz"}
 	uplinkFields    = []string{"name", "speed", "usable"}
-	classFields     = []string{"shares", "reservation", "limit"}
+	classFields     = []string{"shares", "reservation", "limit", "ingress"}
+	ingressFields   = []string{"shares", "reservation", "limit"}
 	unnamedFields   = []string{"shares", "reservation", "limit"}
 	poolFields      = []string{"name", "reservation", "portGroups", "hosts"}
 	portGroupFields = []string{"name", "vlan"}
@@ -22,7 +23,7 @@ var (
 	vmFields        = []string{"name", "host", "cpu", "memory", "nics", "disks", "migratable", "lab"}
 	vmLabFields     = []string{"kind"}
 	vmCPUFields     = []string{"vcpus", "shares", "reservationMHz", "limitMHz"}
-	nicFields       = []string{"name", "portGroup", "shares", "reservation", "limit", "uplink", "passthrough"}
+	nicFields       = []string{"name", "portGroup", "shares", "reservation", "limit", "uplink", "passthrough", "ingress"}
 	diskFields      = []string{"name", "datastore", "shares", "reservationIOPS", "limitIOPS", "size"}
 )
 
@@ -93,10 +94,7 @@ func (d *decoder) unnamedVMs(top *mapping) UnnamedVNIC {
 	if m == nil {
 		return u
 	}
-	d.shares(m, "shares", "network", 1, &u.Shares)
-	d.rate(m, "reservation", &u.Reservation, false)
-	d.rate(m, "limit", &u.Limit, true)
-	d.checkRL(m, u.Reservation, u.Limit)
+	d.netRSL(m, &u.Shares, &u.Reservation, &u.Limit)
 	return u
 }
 
@@ -189,12 +187,38 @@ func (d *decoder) classes(top *mapping) []TrafficClass {
 		if cm == nil {
 			continue
 		}
-		d.shares(cm, "shares", "network", 1, &tc.Shares)
-		d.rate(cm, "reservation", &tc.Reservation, false)
-		d.rate(cm, "limit", &tc.Limit, true)
-		d.checkRL(cm, tc.Reservation, tc.Limit)
+		d.netRSL(cm, &tc.Shares, &tc.Reservation, &tc.Limit)
+		tc.Ingress = d.ingress(cm, &tc.Pos)
 	}
 	return tcs
+}
+
+// ingress decodes the `ingress` mapping of m (a vNIC or a traffic class),
+// recording its fields' lines in pos as "ingress.KEY"; nil when absent.
+func (d *decoder) ingress(m *mapping, pos *Pos) *Ingress {
+	v, ok := m.vals["ingress"]
+	if !ok {
+		return nil
+	}
+	in := &Ingress{Shares: NetSharesNormal, Limit: Unlimited}
+	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+		return in // `ingress:` alone: shares normal, no reservation, no limit
+	}
+	im := d.mapping(v, join(m.path, "ingress"), pos, m.prefix+"ingress.", ingressFields...)
+	if im == nil {
+		return in
+	}
+	d.netRSL(im, &in.Shares, &in.Reservation, &in.Limit)
+	return in
+}
+
+// netRSL decodes the network shares, reservation and limit of m and
+// reports a reservation above the limit.
+func (d *decoder) netRSL(m *mapping, shares *int, r, l *Bps) {
+	d.shares(m, "shares", "network", 1, shares)
+	d.rate(m, "reservation", r, false)
+	d.rate(m, "limit", l, true)
+	d.checkRL(m, *r, *l)
 }
 
 // checkRL reports a reservation above the limit.
@@ -376,14 +400,12 @@ func (d *decoder) nic(n *yaml.Node, path string) NIC {
 	}
 	nic.Name = d.name(m, "name", true)
 	nic.PortGroup = d.name(m, "portGroup", false)
-	d.shares(m, "shares", "network", 1, &nic.Shares)
-	d.rate(m, "reservation", &nic.Reservation, false)
-	d.rate(m, "limit", &nic.Limit, true)
+	d.netRSL(m, &nic.Shares, &nic.Reservation, &nic.Limit)
 	nic.Uplink = d.name(m, "uplink", false)
 	d.boolean(m, "passthrough", &nic.Passthrough)
-	d.checkRL(m, nic.Reservation, nic.Limit)
+	nic.Ingress = d.ingress(m, &nic.Pos)
 	if nic.Passthrough {
-		for _, k := range []string{"shares", "reservation", "limit"} {
+		for _, k := range []string{"shares", "reservation", "limit", "ingress"} {
 			if _, ok := m.vals[k]; ok {
 				d.add(nic.Pos.FieldLine(k), path+"."+k, "a passthrough vNIC bypasses the scheduler and takes no %s", k)
 			}

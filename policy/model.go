@@ -106,7 +106,30 @@ type TrafficClass struct {
 	Reservation Bps
 	Limit       Bps  // Unlimited when not set
 	Declared    bool // the file names this class (alloc gives it unlimited demand)
-	Pos         Pos
+	// Ingress is the class's setting for what it receives through an
+	// uplink; nil: the file gives none (inbound, the class has shares
+	// normal, no reservation and no limit, and carries no traffic in
+	// `sluice alloc`).
+	Ingress *Ingress
+	Pos     Pos
+}
+
+// Ingress is the setting of a port for the traffic it receives: what
+// enters through its uplink towards it. The rule is the outbound one
+// (DESIGN.md §2, additive), on a tree of its own per uplink with a budget
+// of its own (reservationCap × speed).
+type Ingress struct {
+	Shares      int
+	Reservation Bps
+	Limit       Bps // Unlimited when not set
+}
+
+// ReservationBps is the reservation of in, 0 when in is nil.
+func (in *Ingress) ReservationBps() Bps {
+	if in == nil {
+		return 0
+	}
+	return in.Reservation
 }
 
 // NetworkPool is a reservation quota carved out of the vm class, usable only
@@ -285,7 +308,10 @@ type NIC struct {
 	Limit       Bps    // Unlimited when not set
 	Uplink      string // optional pinning to one uplink of the host
 	Passthrough bool   // bypasses the scheduler; the VM cannot migrate
-	Pos         Pos
+	// Ingress is the vNIC's setting for what it receives; nil: its
+	// inbound traffic is not controlled.
+	Ingress *Ingress
+	Pos     Pos
 }
 
 // Disk is a VM's virtual disk on a datastore.

@@ -48,6 +48,25 @@ func (s *Sim) resync() error {
 			}
 		}
 	}
+	// What each uplink receives: its inbound tree (the vNICs receive
+	// through the uplink they send by). A down uplink's inbound tree has
+	// no vNIC.
+	for i := range s.des.Inbound {
+		spec := &s.des.Inbound[i]
+		up := s.inUplinks[spec.Host+"/"+spec.Uplink]
+		if up == nil {
+			continue
+		}
+		up.tree = entitle.NewInboundNet(&entitle.Desired{Inbound: []entitle.UplinkSpec{*spec}})
+		up.ent = nil
+		for _, c := range spec.Classes {
+			errs = append(errs, up.setParams("class:"+c.Class, c.ReservationBps, c.Shares, c.LimitBps))
+			for _, v := range c.VNICs {
+				errs = append(errs, s.attach(InPrefix+v.Port, "vm", up))
+				errs = append(errs, up.setParams(InPrefix+v.Port, v.ReservationBps, v.Shares, v.LimitBps))
+			}
+		}
+	}
 	for _, name := range sortedKeys(s.ports) {
 		pt := s.ports[name]
 		if pt.class == "vm" || !pt.up.failed {
@@ -121,6 +140,12 @@ func (s *Sim) portFor(name string) (*Port, error) {
 	if pt := s.ports[name]; pt != nil {
 		return pt, nil
 	}
+	if port, ok := strings.CutPrefix(name, InPrefix); ok {
+		if s.inUplinks == nil {
+			return nil, fmt.Errorf("port %s receives nothing under control: no vNIC of the policy has ingress", port)
+		}
+		return nil, fmt.Errorf("port %s has no ingress setting (or its VM runs on no uplink): what it receives is not modelled", port)
+	}
 	first, rest, _ := strings.Cut(name, "/")
 	if vm := s.cur.VM(first); vm != nil {
 		for _, nic := range vm.NICs {
@@ -176,14 +201,14 @@ func (s *Sim) entitlements(up *Uplink) map[string]float64 {
 			if pt.Kind == entitle.KindClass && pt.Class == "vm" {
 				continue // its demand is its vNICs'
 			}
-			if err := up.tree.SetDemand(pt.Name, s.demand(pt.Name, up)); err != nil {
+			if err := up.tree.SetDemand(pt.Name, s.demand(up.prefix+pt.Name, up)); err != nil {
 				s.logf("entitlements of %s/%s: %v", up.Host, up.Name, err)
 			}
 		}
 		up.tree.Compute()
 		for _, pt := range up.tree.Ports {
 			if pt.Kind == entitle.KindVNIC || pt.Class != "vm" {
-				ent[pt.Name] = pt.AllocBps()
+				ent[up.prefix+pt.Name] = pt.AllocBps()
 			}
 		}
 	}

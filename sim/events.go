@@ -21,6 +21,16 @@ func (s *Sim) addWorkload(w WorkloadSpec) error {
 	if s.loads[w.Name] != nil {
 		return lineErr(s.file, w.Line, "name", "workload %q given twice", w.Name)
 	}
+	switch w.Direction {
+	case "", "out":
+	case "in":
+		if w.Type != "bulk" && w.Type != "transfer" {
+			return lineErr(s.file, w.Line, "direction", "only bulk and transfer workloads can be inbound, not %s", w.Type)
+		}
+		w.Port = InPrefix + w.Port // the fabric sends: no vCPU of the VM does the work
+	default:
+		return lineErr(s.file, w.Line, "direction", "unknown direction %q (out, in)", w.Direction)
+	}
 	wl := &workload{spec: w}
 	switch w.Type {
 	case "bulk", "transfer", "rr":

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"sluice/alloc"
 	"sluice/entitle"
 	"sluice/hclock"
 	"sluice/policy"
@@ -86,9 +87,16 @@ type Uplink struct {
 	series   *Series      // payload bits sent
 	cpuHz    float64      // host core clock, to turn scheduler time into cycles
 	tree     *entitle.Net // the uplink's tree in the last derivation (Sim.resync)
-	entAtNs  int64        // entitlements cached at this time
-	ent      map[string]float64
+	// prefix names the uplink's ports: "" for what it sends, InPrefix
+	// for the model of what it receives (its ports are InPrefix+VM/NIC).
+	prefix  string
+	entAtNs int64 // entitlements cached at this time
+	ent     map[string]float64
 }
+
+// InPrefix names a port of the model of what an uplink receives: the
+// inbound side of vNIC vm1/nic0 is port (and series) "in:vm1/nic0".
+const InPrefix = "in:"
 
 // hclockSched adapts package hclock to TxScheduler.
 type hclockSched struct{ h *hclock.Scheduler }
@@ -110,8 +118,17 @@ func (a hclockSched) Dequeue(nowNs int64) (int, bool, int64) {
 // (not passthrough) vNIC of the cluster (a VM can migrate here), so that
 // the tree never changes; Sim.resync sets the parameters the derivation
 // gives.
-func newUplink(eng *Engine, host, name string, lineBps float64, p NetParams, scheduler string, pol *policy.Policy) (*Uplink, error) {
+//
+// With inbound it builds the model of what the uplink receives towards
+// the host's vNICs (issue 27): the same scheduler on the inbound tree of
+// the derivation (the classes' and vNICs' ingress settings; only vNICs
+// with ingress), its ports named InPrefix+VM/NIC; the fabric's senders
+// feed it.
+func newUplink(eng *Engine, host, name string, lineBps float64, p NetParams, scheduler string, pol *policy.Policy, inbound bool) (*Uplink, error) {
 	u := &Uplink{Name: name, Host: host, LineBps: lineBps, p: p, eng: eng, ids: map[string]int{}}
+	if inbound {
+		u.prefix = InPrefix
+	}
 	if scheduler == "default" {
 		u.sched = &fifoSched{}
 		return u, nil
@@ -127,17 +144,26 @@ func newUplink(eng *Engine, host, name string, lineBps float64, p NetParams, sch
 		return id
 	}
 	for _, c := range pol.TrafficClasses {
-		cid := add(0, "class:"+c.Name, hclock.Params{ReservationBps: float64(c.Reservation), Shares: float64(c.Shares), LimitBps: entitle.RateLimit(c.Limit)})
+		cp := hclock.Params{ReservationBps: float64(c.Reservation), Shares: float64(c.Shares), LimitBps: entitle.RateLimit(c.Limit)}
+		if inbound {
+			cp = hclock.Params{Shares: policy.NetSharesNormal, LimitBps: alloc.Inf} // resync sets the derivation's
+		}
+		cid := add(0, "class:"+c.Name, cp)
 		if c.Name == "vm" {
 			for _, vm := range pol.VMs {
 				for _, n := range vm.NICs {
-					if !n.Passthrough {
-						add(cid, policy.PortName(vm.Name, n.Name), hclock.Params{ReservationBps: float64(n.Reservation), Shares: float64(n.Shares), LimitBps: entitle.RateLimit(n.Limit)})
+					if n.Passthrough || inbound && n.Ingress == nil {
+						continue
 					}
+					np := hclock.Params{ReservationBps: float64(n.Reservation), Shares: float64(n.Shares), LimitBps: entitle.RateLimit(n.Limit)}
+					if inbound {
+						np = hclock.Params{ReservationBps: float64(n.Ingress.Reservation), Shares: float64(n.Ingress.Shares), LimitBps: entitle.RateLimit(n.Ingress.Limit)}
+					}
+					add(cid, u.prefix+policy.PortName(vm.Name, n.Name), np)
 				}
 			}
 		} else {
-			add(cid, policy.ClassName(host, c.Name), hclock.Params{Shares: 1})
+			add(cid, u.prefix+policy.ClassName(host, c.Name), hclock.Params{Shares: 1})
 		}
 	}
 	h, err := hclock.New(cfg)

@@ -96,7 +96,11 @@ type WorkloadSpec struct {
 	Outstanding int    `yaml:"outstanding"`
 	Start       string `yaml:"start"` // default 0s; "never": only by an event
 	Stop        string `yaml:"stop"`
-	Line        int    `yaml:"-"`
+	// Direction of a bulk or transfer workload: "out" (default: the VM
+	// sends through its port) or "in" (the fabric sends to the VM: it
+	// crosses the model of what the uplink receives, port in:VM/NIC).
+	Direction string `yaml:"direction"`
+	Line      int    `yaml:"-"`
 }
 
 // EventSpec is one timeline event; exactly one action is set.

@@ -32,9 +32,12 @@ type Sim struct {
 
 	uplinks map[string]*Uplink // HOST/UPLINK
 	upOrder []*Uplink
-	ports   map[string]*Port // attached ports: VM/NIC or HOST/CLASS
-	gauged  map[string]bool  // ports whose entitlement is recorded
-	active  map[string]int   // running workloads per port
+	// inUplinks model what each uplink receives (HOST/UPLINK), when the
+	// policy gives some port ingress settings; nil otherwise.
+	inUplinks map[string]*Uplink
+	ports     map[string]*Port // attached ports: VM/NIC or HOST/CLASS
+	gauged    map[string]bool  // ports whose entitlement is recorded
+	active    map[string]int   // running workloads per port
 	// vmHost is the host each VM's traffic leaves from: a VM in flight
 	// stays at its source until the move is done; "" runs nowhere.
 	vmHost   map[string]string
@@ -118,11 +121,23 @@ func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 	s.pardaCfg = parda.Config{Gamma: s.st.Gamma, BetaPerShare: s.st.BetaPerShare}
 	s.rec = newRecorder(s.eng, sc.sampleNs)
 
+	inbound := hasIngress(s.pol)
 	for _, h := range s.pol.Hosts {
 		for _, u := range h.Uplinks {
-			up, err := newUplink(s.eng, h.Name, u.Name, float64(u.Speed), s.net, s.sched, s.pol)
+			up, err := newUplink(s.eng, h.Name, u.Name, float64(u.Speed), s.net, s.sched, s.pol, false)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %v", sc.file, err)
+			}
+			if inbound {
+				in, err := newUplink(s.eng, h.Name, u.Name, float64(u.Speed), s.net, s.sched, s.pol, true)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %v", sc.file, err)
+				}
+				in.series = s.rec.Series(prefLink + InPrefix + h.Name + "/" + u.Name)
+				if s.inUplinks == nil {
+					s.inUplinks = map[string]*Uplink{}
+				}
+				s.inUplinks[h.Name+"/"+u.Name] = in
 			}
 			up.cpuHz = float64(h.CPU.MHz) * 1e6
 			up.series = s.rec.Series(prefLink + h.Name + "/" + u.Name)
@@ -190,6 +205,23 @@ func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 		}
 	}
 	return s, nil
+}
+
+// hasIngress says some vNIC or class of p has an ingress setting.
+func hasIngress(p *policy.Policy) bool {
+	for _, tc := range p.TrafficClasses {
+		if tc.Ingress != nil {
+			return true
+		}
+	}
+	for _, vm := range p.VMs {
+		for _, n := range vm.NICs {
+			if n.Ingress != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (s *Sim) hostQ(ds *datastore, host string) *hostQ {

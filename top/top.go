@@ -129,6 +129,9 @@ func Rows(s Snapshot) []Row {
 	}
 	seen := map[string]bool{}
 	for _, u := range s.Agent.Uplinks {
+		if u.Direction == "inbound" {
+			continue // top shows what the ports send
+		}
 		scale := 1.0
 		if u.SpeedBps > 0 && u.UsableBps > 0 {
 			scale = float64(u.UsableBps) / float64(u.SpeedBps)
@@ -265,7 +268,7 @@ func Render(s Snapshot, v View) string {
 		age := s.At.Sub(time.Unix(0, a.NowNs)).Round(100 * time.Millisecond)
 		line("sluice top  host %s  cluster %s  dynamic=%v  agent step %s ago  sort: %s", a.Host, a.Cluster, a.Dynamic, age, v.Sort)
 		for _, u := range a.Uplinks {
-			line("uplink %s (%s)  speed %s  usable %s", u.Uplink, u.Dev, mbps(float64(u.SpeedBps)), mbps(float64(u.UsableBps)))
+			line("uplink %s (%s)  speed %s  usable %s", u.Label(), u.Dev, mbps(float64(u.SpeedBps)), mbps(float64(u.UsableBps)))
 		}
 		head = 1 + len(a.Uplinks)
 	}

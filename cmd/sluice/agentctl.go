@@ -348,6 +348,9 @@ func (s *agentSide) Report() controller.Report {
 		}
 	}
 	for _, u := range st.Uplinks {
+		if u.Direction == "inbound" {
+			continue // the controller's rates are what the ports send
+		}
 		r.Uplinks = append(r.Uplinks, u.Uplink)
 		for _, pt := range u.Ports {
 			r.RatesBps[pt.Port] = pt.RateBps

@@ -181,15 +181,24 @@ func runAlloc(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return exitBad
 	}
-	var ports []*entitle.Port
-	for _, pt := range n.Ports {
-		if pt.Listed() {
-			ports = append(ports, pt)
-		}
+	in, err := entitle.Inbound(p, a.unnamed, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		return exitBad
 	}
+	ports, inPorts := listedPorts(n), inboundPorts(in)
 	if a.output == "json" {
-		return writeAllocJSON(ports, stdout, stderr)
+		return writeAllocJSON(append(ports, inPorts...), stdout, stderr)
 	}
+	writeAllocTable(ports, stdout)
+	if len(inPorts) > 0 {
+		fmt.Fprintln(stdout, "\ninbound: what each uplink receives towards the vNICs with ingress (demands unbounded)")
+		writeAllocTable(inPorts, stdout)
+	}
+	return exitOK
+}
+
+func writeAllocTable(ports []*entitle.Port, stdout io.Writer) {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOST\tUPLINK\tPORT\tRESERVATION\tSHARES\tLIMIT\tDEMAND\tALLOC\tREASON")
 	for _, pt := range ports {
@@ -198,7 +207,29 @@ func runAlloc(args []string, stdout, stderr io.Writer) int {
 			entitle.FormatBps(pt.DemandBps()), entitle.FormatBps(pt.AllocBps()), pt.Node.Reason)
 	}
 	tw.Flush()
-	return exitOK
+}
+
+// listedPorts are the ports of n that belong in a listing (Port.Listed).
+func listedPorts(n *entitle.Net) []*entitle.Port {
+	var ports []*entitle.Port
+	for _, pt := range n.Ports {
+		if pt.Listed() {
+			ports = append(ports, pt)
+		}
+	}
+	return ports
+}
+
+// inboundPorts are the listed ports of the inbound trees that carry
+// something: those with a vNIC with ingress or a class that has one.
+func inboundPorts(in *entitle.Net) []*entitle.Port {
+	var ports []*entitle.Port
+	for _, pt := range listedPorts(in) {
+		if pt.Tree.Spec.HasVNICs() || pt.Declared {
+			ports = append(ports, pt)
+		}
+	}
+	return ports
 }
 
 // allocRow is one object of `sluice alloc -o json`. Rates are integer
@@ -215,6 +246,9 @@ type allocRow struct {
 	DemandBps      *int64 `json:"demand_bps"`
 	AllocBps       int64  `json:"alloc_bps"`
 	Reason         string `json:"reason"`
+	// Direction is "inbound" for what the uplink receives towards the
+	// port (its ingress setting); absent for what it sends.
+	Direction string `json:"direction,omitempty"`
 }
 
 func writeAllocJSON(ports []*entitle.Port, stdout, stderr io.Writer) int {
@@ -228,6 +262,7 @@ func writeAllocJSON(ports []*entitle.Port, stdout, stderr io.Writer) int {
 			DemandBps:      optBps(pt.DemandBps()),
 			AllocBps:       int64(math.Round(pt.AllocBps())),
 			Reason:         pt.Node.Reason.String(),
+			Direction:      inboundOr(pt),
 		})
 	}
 	enc := json.NewEncoder(stdout)
@@ -246,4 +281,12 @@ func optBps(v float64) *int64 {
 	}
 	r := int64(math.Round(v))
 	return &r
+}
+
+// inboundOr is "inbound" for a port of an inbound tree, else "".
+func inboundOr(pt *entitle.Port) string {
+	if pt.Tree.Spec.Inbound {
+		return "inbound"
+	}
+	return ""
 }

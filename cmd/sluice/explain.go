@@ -62,10 +62,10 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		return exitBad
 	}
 	lines, err := n.Explain(port)
-	if err != nil {
-		if dl, ok := explainDisk(p, port); ok {
-			lines, err = dl, nil
-		}
+	if err == nil {
+		lines = withInbound(p, a.unnamed, port, lines)
+	} else if dl, ok := explainDisk(p, port); ok {
+		lines, err = dl, nil
 	}
 	if err != nil {
 		hint := ""
@@ -301,4 +301,26 @@ func throttleLines(p *policy.Policy, host, name, stateDir string) []string {
 		return out
 	}
 	return nil
+}
+
+// withInbound adds to the explanation of port (outbound) that of what it
+// receives, when it has an ingress setting: the two parts are headed
+// "outbound:" and "inbound:". Without one the explanation is as before,
+// with a line saying its inbound traffic is not controlled when some
+// other port of the policy has one.
+func withInbound(p *policy.Policy, unnamed []entitle.UnnamedVM, port string, out []string) []string {
+	in, err := entitle.Inbound(p, unnamed, nil)
+	if err != nil {
+		return out
+	}
+	inLines, err := in.Explain(port)
+	if err != nil {
+		if len(inboundPorts(in)) > 0 {
+			out = append(out, port+" has no ingress setting: what it receives is not controlled")
+		}
+		return out
+	}
+	lines := append([]string{"outbound (what " + port + " sends):"}, out...)
+	lines = append(lines, "inbound (what "+port+" receives):")
+	return append(lines, inLines...)
 }

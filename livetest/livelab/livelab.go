@@ -101,7 +101,16 @@ func WithUsable(p *policy.Policy, usable float64) *policy.Policy {
 func Entitlements(p *policy.Policy, host string, usable float64, active ...string) map[string]float64 {
 	u := entitle.Derive(p, entitle.Live{}).HostUplinks(host)[0]
 	u.UsableBps = usable
-	n := entitle.NewNet(&entitle.Desired{Uplinks: []entitle.UplinkSpec{u}})
+	return entitlementsOf(&entitle.Desired{Uplinks: []entitle.UplinkSpec{u}}, false, active)
+}
+
+// entitlementsOf computes the entitlements of d's trees (its inbound ones
+// with inbound) with unbounded demand for the active ports.
+func entitlementsOf(d *entitle.Desired, inbound bool, active []string) map[string]float64 {
+	n := entitle.NewNet(d)
+	if inbound {
+		n = entitle.NewInboundNet(d)
+	}
 	on := map[string]bool{}
 	for _, a := range active {
 		on[a] = true
@@ -188,6 +197,12 @@ func Watch(t testing.TB, plan *lab.Plan, p *policy.Policy, host string, ports []
 	if err != nil {
 		t.Fatal(err)
 	}
+	return watchTree(t, plan, host, trees, ports)
+}
+
+// watchTree starts a ClassWatch of the ports of trees[0] of host.
+func watchTree(t testing.TB, plan *lab.Plan, host string, trees []*agent.Tree, ports []string) *ClassWatch {
+	t.Helper()
 	ids := map[agent.Handle]string{}
 	for _, n := range trees[0].Nodes {
 		for _, port := range ports {

@@ -48,11 +48,21 @@ type Receivers struct {
 // iperf3 port found as recv says; cleanup stops it.
 func WatchReceivers(t testing.TB, plan *lab.Plan, recv Receiver) *Receivers {
 	t.Helper()
-	h := fabricDiag(t, plan)
+	return watchReceivers(t, []*netlink.Handle{fabricDiag(t, plan)}, recv)
+}
+
+// watchReceivers samples the receiving sockets that the sock_diag handles
+// hs see (one per namespace), summed per iperf3 port.
+func watchReceivers(t testing.TB, hs []*netlink.Handle, recv Receiver) *Receivers {
+	t.Helper()
 	w := &Receivers{quit: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
-		defer h.Close()
+		defer func() {
+			for _, h := range hs {
+				h.Close()
+			}
+		}()
 		tick := time.NewTicker(ReceiverEvery)
 		defer tick.Stop()
 		for {
@@ -62,23 +72,25 @@ func WatchReceivers(t testing.TB, plan *lab.Plan, recv Receiver) *Receivers {
 			case <-tick.C:
 				before := time.Now()
 				m := map[int]float64{}
-				for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
-					socks, err := h.SocketDiagTCPInfo(fam)
-					if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-						w.mu.Lock()
-						w.readErr = err
-						w.mu.Unlock()
-						return
-					}
-					for _, s := range socks {
-						if s.InetDiagMsg == nil || s.TCPInfo == nil || s.InetDiagMsg.State != tcpEstablished {
-							continue
+				for _, h := range hs {
+					for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
+						socks, err := h.SocketDiagTCPInfo(fam)
+						if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+							w.mu.Lock()
+							w.readErr = err
+							w.mu.Unlock()
+							return
 						}
-						key := s.InetDiagMsg.ID.SourcePort
-						if recv == ClientSide {
-							key = s.InetDiagMsg.ID.DestinationPort
+						for _, s := range socks {
+							if s.InetDiagMsg == nil || s.TCPInfo == nil || s.InetDiagMsg.State != tcpEstablished {
+								continue
+							}
+							key := s.InetDiagMsg.ID.SourcePort
+							if recv == ClientSide {
+								key = s.InetDiagMsg.ID.DestinationPort
+							}
+							m[int(key)] += float64(s.TCPInfo.Bytes_received)
 						}
-						m[int(key)] += float64(s.TCPInfo.Bytes_received)
 					}
 				}
 				span := time.Since(before)

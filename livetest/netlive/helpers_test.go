@@ -52,6 +52,17 @@ type liveLab struct {
 	stateDir string
 	file     string
 	ipv6     map[string]bool // ports whose VM sends over IPv6 only
+	// in says the judged runs are of what the VMs receive (inbound).
+	in bool
+}
+
+// inbound returns the lab as judged runs of inbound flows see it: the
+// classes of the uplink's inbound tree (on its IFB) and the receivers in
+// the VMs.
+func (l *liveLab) inbound() *liveLab {
+	c := *l
+	c.in = true
+	return &c
 }
 
 // upLab writes the policy text, brings its lab up and registers its removal.
@@ -96,6 +107,29 @@ func (l *liveLab) runAgent(p *policy.Policy, host string, dynamic bool) (*agent.
 		p = l.p
 	}
 	return livelab.RunAgent(l.t, l.plan, p, host, dynamic)
+}
+
+// installAgent makes a dynamic agent of host for the lab's policy, with
+// the state file record and the roots directory roots, and runs its
+// first step (the caller steps it further and closes the kernel).
+func (l *liveLab) installAgent(host, record, roots string) (*agent.Agent, *agent.NetlinkKernel) {
+	l.t.Helper()
+	k, err := agent.NewNetlinkKernel(l.plan.Host(host).Name)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	inv, err := l.plan.Inventory(host)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Policy: l.p, Host: host, Kernel: k, Inventory: inv, Dynamic: true, RecordPath: record, RootsDir: roots})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	if _, err := a.Step(agent.NowNs()); err != nil {
+		l.t.Fatal(err)
+	}
+	return a, k
 }
 
 // withUsable returns a copy of the lab's policy whose uplinks have the
@@ -177,6 +211,7 @@ type flow struct {
 	Port    int    // server port in the fabric
 	Streams int
 	DelayS  int    // start after this many seconds
+	Reverse bool   // iperf3 -R: the fabric's server sends, the client in NS receives
 	TOS     int    // IP TOS byte (DSCP<<2), 0 for none
 	Bind    string // source address, "" for any
 	Dst     string // server address, "" for lab.FabricIP
@@ -255,6 +290,9 @@ func (l *liveLab) runFlows(durS int, flows ...flow) []result {
 			if f.Bind != "" {
 				args = append(args, "-B", f.Bind)
 			}
+			if f.Reverse {
+				args = append(args, "-R")
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(durS+30)*time.Second)
 			defer cancel()
 			var b []byte
@@ -270,7 +308,7 @@ func (l *liveLab) runFlows(durS int, flows ...flow) []result {
 				errs[i] = fmt.Errorf("%s: %v %s", f.Name, err, tail(string(b)))
 				return
 			}
-			r, err := parseIperf(b)
+			r, err := parseIperf(b, f.Reverse)
 			if err != nil {
 				errs[i] = fmt.Errorf("%s: %v", f.Name, err)
 				return
@@ -329,19 +367,25 @@ func tail(s string) string {
 	return s
 }
 
+// iperfIntervals are the per-second intervals of one end of an iperf3 -J
+// run.
+type iperfIntervals struct {
+	Intervals []struct {
+		Sum struct {
+			Seconds       float64 `json:"seconds"`
+			BitsPerSecond float64 `json:"bits_per_second"`
+		} `json:"sum"`
+	} `json:"intervals"`
+}
+
 // parseIperf reads the receiver's per-second intervals from iperf3 -J
-// --get-server-output.
-func parseIperf(b []byte) (result, error) {
+// --get-server-output: the server's, or with reverse (-R: the client
+// receives) the client's own.
+func parseIperf(b []byte, reverse bool) (result, error) {
 	var j struct {
-		Error      string `json:"error"`
-		ServerJSON *struct {
-			Intervals []struct {
-				Sum struct {
-					Seconds       float64 `json:"seconds"`
-					BitsPerSecond float64 `json:"bits_per_second"`
-				} `json:"sum"`
-			} `json:"intervals"`
-		} `json:"server_output_json"`
+		Error string `json:"error"`
+		iperfIntervals
+		ServerJSON *iperfIntervals `json:"server_output_json"`
 	}
 	if err := json.Unmarshal(b, &j); err != nil {
 		return result{}, fmt.Errorf("iperf3 output: %v", err)
@@ -349,11 +393,15 @@ func parseIperf(b []byte) (result, error) {
 	if j.Error != "" {
 		return result{}, fmt.Errorf("iperf3: %s", j.Error)
 	}
-	if j.ServerJSON == nil {
+	recv := j.ServerJSON
+	if reverse {
+		recv = &j.iperfIntervals
+	}
+	if recv == nil {
 		return result{}, fmt.Errorf("iperf3: no server output")
 	}
 	var r result
-	for _, iv := range j.ServerJSON.Intervals {
+	for _, iv := range recv.Intervals {
 		if iv.Sum.Seconds >= 0.5 { // drop a trailing partial interval
 			r.Intervals = append(r.Intervals, iv.Sum.BitsPerSecond)
 		}
@@ -368,7 +416,7 @@ func (l *liveLab) nicFlow(port string, streams int) flow {
 		l.t.Fatalf("no vNIC %s", port)
 	}
 	vm := strings.SplitN(port, "/", 2)[0]
-	f := flow{Name: port, NS: l.plan.VM(vm).Name, Port: n.IperfPort, Streams: streams}
+	f := flow{Name: port, NS: l.plan.VM(vm).Name, Port: n.IperfPort, Streams: streams, Reverse: l.in}
 	if l.ipv6[port] {
 		f.Dst = lab.FabricIP6.String()
 	}

@@ -86,8 +86,7 @@ func (l *liveLab) judged(host string, ports []string, usable float64, need func(
 	t.Helper()
 	for try := 1; ; try++ {
 		mw := livelab.WatchMachine(t)
-		cw := livelab.Watch(t, l.plan, l.p, host, ports)
-		rw := livelab.WatchReceivers(t, l.plan, livelab.ServerSide)
+		cw, rw := l.watchers(host, ports)
 		res := run(cw.Start())
 		secs := cw.Stop()
 		if err := rw.Stop(); err != nil {
@@ -135,6 +134,22 @@ func (l *liveLab) judged(host string, ports []string, usable float64, need func(
 		}
 		t.Logf("run %d: %s; measuring again", try, msg)
 	}
+}
+
+// watchers starts the watches of a judged run: the classes of the ports
+// on host's first uplink and the receivers in the fabric; for a lab of
+// inbound flows (liveLab.inbound) the classes of the uplink's inbound tree
+// and the receivers in the VMs.
+func (l *liveLab) watchers(host string, ports []string) (*livelab.ClassWatch, *livelab.Receivers) {
+	if !l.in {
+		return livelab.Watch(l.t, l.plan, l.p, host, ports), livelab.WatchReceivers(l.t, l.plan, livelab.ServerSide)
+	}
+	var vms []string
+	for _, p := range ports {
+		vm, _, _ := strings.Cut(p, "/")
+		vms = append(vms, vm)
+	}
+	return livelab.WatchInbound(l.t, l.plan, l.p, host, ports), livelab.WatchVMReceivers(l.t, l.plan, vms)
 }
 
 // backlogSummary names, per port, the share of samples of the run's n

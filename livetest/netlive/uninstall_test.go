@@ -44,22 +44,8 @@ func TestUninstallGivesBack(t *testing.T) {
 		}
 		before := show()
 		record := t.TempDir() + "/state.json"
-		k, err := agent.NewNetlinkKernel(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		inv, err := l.plan.Inventory("h1")
-		if err != nil {
-			t.Fatal(err)
-		}
 		roots := t.TempDir()
-		a, err := agent.New(agent.Config{Policy: l.p, Host: "h1", Kernel: k, Inventory: inv, Dynamic: true, RecordPath: record, RootsDir: roots})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := a.Step(agent.NowNs()); err != nil {
-			t.Fatal(err)
-		}
+		_, k := l.installAgent("h1", record, roots)
 		installed := show()
 		if !strings.Contains(installed, `"kind":"htb"`) || !strings.Contains(installed, "sluice-prio-1:100") {
 			t.Fatalf("the agent did not install its tree and classifier:\n%s", installed)

@@ -1,0 +1,150 @@
+package netlive
+
+import (
+	"fmt"
+	"math"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"sluice/agent"
+	"sluice/livetest/livelab"
+)
+
+const ingressPolicy = `# Issue 27: three VMs receive from the fabric through one 1 Gbps uplink
+# with unequal inbound reservation, shares and limit; their sending side
+# has settings of its own.
+cluster: nin
+hosts:
+  - name: h1
+    uplinks: [{name: up0, speed: 1Gbps}]
+trafficClasses:
+  vm: {shares: normal}
+vms:
+  - {name: vm1, host: h1, nics: [{name: nic0, shares: normal, reservation: 100Mbps, ingress: {reservation: 400Mbps, shares: normal}}]}
+  - {name: vm2, host: h1, nics: [{name: nic0, shares: high, ingress: {shares: high, limit: 250Mbps}}]}
+  - {name: vm3, host: h1, nics: [{name: nic0, shares: low, ingress: {shares: low}}]}
+`
+
+// TestIngressRSL: what three VMs receive through one uplink (iperf3 -R:
+// the fabric's servers send) is shaped on the uplink's IFB: with the
+// inbound usable rate measured first, each VM's received rate (median of
+// the judged seconds) is within ±5% of its inbound entitlement under
+// dynamic enforcement; then, with the same agent, what they send is
+// within ±5% of their outbound entitlements, as before.
+func TestIngressRSL(t *testing.T) {
+	l := upLab(t, ingressPolicy)
+	in := l.inbound()
+	ports := []string{"vm1/nic0", "vm2/nic0", "vm3/nic0"}
+	usableOut := l.measureUsable("h1", ports...)
+	usableIn := in.measureUsable("h1", ports...)
+	l.requireIngressShaping("h1")
+	p := l.withUsable(usableIn)
+	a, stop := l.runAgent(p, "h1", true)
+	defer func() {
+		stop()
+		t.Logf("agent stats at the end: %s", statsLine(a))
+	}()
+
+	check := func(what string, lab *liveLab, usable float64, want map[string]float64) {
+		var fl []flow
+		for _, port := range ports {
+			fl = append(fl, lab.nicFlow(port, 1))
+		}
+		res := lab.runSaturating("h1", 12, warmupS, usable, fl...)
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s, usable %s Mbps (median of the judged 1-s rates after %d s warm-up)\n", what, mbps(usable), warmupS)
+		fmt.Fprintf(&b, "%-9s %9s %9s %8s\n", "port", "entitled", "got", "err")
+		for _, r := range res {
+			got := r.median(warmupS)
+			e := relErr(got, want[r.Name])
+			fmt.Fprintf(&b, "%-9s %9s %9s %+7.1f%%   per second: %s\n", r.Name, mbps(want[r.Name]), mbps(got), 100*e, r.series())
+			if math.Abs(e) > 0.05 {
+				t.Errorf("%s %s: got %s Mbps, entitled %s Mbps: error %+.1f%% exceeds ±5%%", what, r.Name, mbps(got), mbps(want[r.Name]), 100*e)
+			}
+		}
+		t.Log("\n" + b.String())
+	}
+	check("inbound (received)", in, usableIn, livelab.InboundEntitlements(p, "h1", usableIn, append([]string{"h1/vm"}, ports...)...))
+	check("outbound (sent)", l, usableOut, livelab.Entitlements(l.withUsable(usableOut), "h1", usableOut, append([]string{"h1/vm"}, ports...)...))
+}
+
+// requireIngressShaping fails the test, with the reason, when the host's
+// first uplink has no IFB with sluice's redirect after the agent ran
+// (measureUsable ran it): the kernel lacks IFB or mirred.
+func (l *liveLab) requireIngressShaping(host string) {
+	l.t.Helper()
+	dev, err := l.uplinkDev(host)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	ns := l.plan.Host(host).Name
+	out, err := exec.Command("tc", "-n", ns, "filter", "show", "dev", dev, "ingress").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "mirred") || !strings.Contains(string(out), "sl-in-") {
+		l.t.Fatalf("no ingress redirect to an IFB on %s in %s (the kernel needs ifb and act_mirred): %v %s", dev, ns, err, out)
+	}
+	l.t.Logf("ingress of %s: %s", dev, strings.Join(strings.Fields(string(out)), " "))
+}
+
+// TestIngressUninstallGivesBack: the agent's inbound shaping (the IFB,
+// the clsact qdisc and the redirect on the uplink, the IFB's HTB tree) is
+// installed through netlink, a second step changes no qdisc or filter,
+// and Uninstall gives the host back as `ip link` and `tc` saw it before
+// (with the state file, and without it from the uplink's redirect to an
+// IFB of sluice's name); a second Uninstall does nothing.
+func TestIngressUninstallGivesBack(t *testing.T) {
+	l := upLab(t, strings.ReplaceAll(ingressPolicy, "cluster: nin", "cluster: niu"))
+	ns := l.plan.Host("h1").Name
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %v %s", args, err, out)
+		}
+		return string(out)
+	}
+	show := func() string {
+		return run("ip", "-o", "link", "show") + run("tc", "-j", "qdisc", "show", "dev", "sl-up0") +
+			run("tc", "filter", "show", "dev", "sl-up0", "ingress")
+	}
+	for _, withRecord := range []bool{true, false} {
+		before := show()
+		roots := t.TempDir()
+		a, k := l.installAgent("h1", t.TempDir()+"/state.json", roots)
+		installed := show()
+		ifbTree := run("tc", "class", "show", "dev", agent.IFBName("sl-up0")) + run("tc", "filter", "show", "dev", agent.IFBName("sl-up0"))
+		for _, want := range []string{"sl-in-sl-up0", "clsact", "Egress Redirect to device sl-in-sl-up0"} {
+			if !strings.Contains(installed, want) {
+				t.Fatalf("after the first step, %q is missing:\n%s", want, installed)
+			}
+		}
+		// One class and one destination filter per vNIC with ingress.
+		for _, want := range []string{"class htb 1:100", "class htb 1:101", "class htb 1:102", "flowid 1:100", "flowid 1:101", "flowid 1:102"} {
+			if !strings.Contains(ifbTree, want) {
+				t.Fatalf("the IFB's tree lacks %q:\n%s", want, ifbTree)
+			}
+		}
+		if ch, err := a.Step(agent.NowNs()); err != nil || ch.Qdisc != 0 || ch.FiltersSet != 0 || ch.FiltersDeleted != 0 {
+			t.Errorf("second step: %v, %v: want no qdisc or filter written", ch, err)
+		}
+		rec := a.Record()
+		use := &rec
+		if !withRecord {
+			use = nil
+		}
+		for i := 0; i < 2; i++ {
+			done, err := agent.Uninstall(k, use, agent.UninstallOptions{RootsDir: roots, KernelDefault: true}, []string{"sl-up0"}, nil)
+			if err != nil {
+				t.Fatalf("record %v: uninstall %d: %v", withRecord, i+1, err)
+			}
+			t.Logf("record %v: uninstall %d: %s", withRecord, i+1, strings.Join(done, "; "))
+			if i == 1 && len(done) != 0 {
+				t.Errorf("a second uninstall did %v", done)
+			}
+			if after := show(); after != before {
+				t.Errorf("record %v: after uninstall %d:\n%s\nbefore install:\n%s", withRecord, i+1, after, before)
+			}
+		}
+		k.Close()
+	}
+}
