@@ -169,10 +169,11 @@ func (c *Controller) putReport(ctx context.Context, host string, lease int64, r 
 	if err != nil {
 		return apiErr(http.StatusBadRequest, "report: %v", err)
 	}
-	if _, err := c.cfg.Client.Put(ctx, c.key(dirHosts+host), string(b), clientv3.WithLease(clientv3.LeaseID(lease))); err != nil {
+	resp, err := c.cfg.Client.Put(ctx, c.key(dirHosts+host), string(b), clientv3.WithLease(clientv3.LeaseID(lease)))
+	if err != nil {
 		return fmt.Errorf("etcd put: %w", err)
 	}
-	c.rep.put(host, &r)
+	c.rep.put(host, &r, resp.Header.Revision)
 	return nil
 }
 

@@ -155,6 +155,10 @@ type reportCache struct {
 	err   error
 	mu    sync.Mutex
 	m     map[string]*Report
+	// rev is the etcd revision of what m holds for each host (its put or
+	// delete): a watch event older than a report put directly does not
+	// replace it.
+	rev map[string]int64
 }
 
 // snapshot returns a copy of the cache (the reports themselves are
@@ -179,12 +183,32 @@ func (rc *reportCache) snapshot(ctx context.Context, cli *clientv3.Client, prefi
 	return out, nil
 }
 
-// put records host's report as stored now.
-func (rc *reportCache) put(host string, r *Report) {
+// put records host's report as stored at revision rev.
+func (rc *reportCache) put(host string, r *Report, rev int64) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	if rc.m != nil {
-		rc.m[host] = r
+	if rc.m != nil && rev > rc.rev[host] {
+		rc.m[host], rc.rev[host] = r, rev
+	}
+}
+
+// event takes a watch event of host's report (a put of value, or a
+// delete) at revision rev, unless the cache holds a later one (a put that
+// the watch has not delivered yet came first).
+func (rc *reportCache) event(host string, rev int64, deleted bool, value []byte) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.m == nil || rev <= rc.rev[host] {
+		return
+	}
+	rc.rev[host] = rev
+	if deleted {
+		delete(rc.m, host)
+		return
+	}
+	var r Report
+	if json.Unmarshal(value, &r) == nil {
+		rc.m[host] = &r
 	}
 }
 
@@ -196,15 +220,16 @@ func (rc *reportCache) load(cli *clientv3.Client, prefix string) (int64, error) 
 	if err != nil {
 		return 0, fmt.Errorf("etcd get: %w", err)
 	}
-	m := map[string]*Report{}
+	m, revs := map[string]*Report{}, map[string]int64{}
 	for _, kv := range resp.Kvs {
 		var r Report
 		if json.Unmarshal(kv.Value, &r) == nil {
-			m[strings.TrimPrefix(string(kv.Key), prefix)] = &r
+			host := strings.TrimPrefix(string(kv.Key), prefix)
+			m[host], revs[host] = &r, kv.ModRevision
 		}
 	}
 	rc.mu.Lock()
-	rc.m, rc.err = m, nil
+	rc.m, rc.rev, rc.err = m, revs, nil
 	rc.mu.Unlock()
 	return resp.Header.Revision, nil
 }
@@ -233,19 +258,9 @@ func (rc *reportCache) run(cli *clientv3.Client, prefix string) {
 			if wr.Err() != nil {
 				break
 			}
-			rc.mu.Lock()
 			for _, ev := range wr.Events {
-				host := strings.TrimPrefix(string(ev.Kv.Key), prefix)
-				if ev.Type == clientv3.EventTypeDelete {
-					delete(rc.m, host)
-					continue
-				}
-				var r Report
-				if json.Unmarshal(ev.Kv.Value, &r) == nil {
-					rc.m[host] = &r
-				}
+				rc.event(strings.TrimPrefix(string(ev.Kv.Key), prefix), ev.Kv.ModRevision, ev.Type == clientv3.EventTypeDelete, ev.Kv.Value)
 			}
-			rc.mu.Unlock()
 		}
 		cancel()
 		// The watch ended (no leader, compaction): read everything again.
