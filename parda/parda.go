@@ -61,6 +61,14 @@ type Config struct {
 	ShareTerm float64
 	// Min and Max bound the window (I/Os outstanding per host).
 	Min, Max float64
+	// MinStep and MaxStep bound, in UpdateScaled, the factor by which
+	// the datastore's total window moves in a period (0: unbounded): the
+	// latency term's factor (1−γ)+γ·L'/latency is bounded to them minus
+	// γ·b, and the share term β is added unbounded, so that the windows
+	// still settle in the ratio of the hosts' shares (a bound on each
+	// host's whole step would keep whatever ratio the windows had). For
+	// a driver that needs small steps: the throttle driver.
+	MinStep, MaxStep float64
 	// PeriodNs is the control period; Update does not read it, it is here
 	// so that drivers share one setting.
 	PeriodNs int64
@@ -132,6 +140,14 @@ func New(cfg Config) *Controller {
 // Config returns the controller's configuration, defaults applied.
 func (c *Controller) Config() Config { return c.cfg }
 
+// WithSteps is c with the latency term's factor per period bounded to
+// [lo, hi] (Config.MinStep, MaxStep).
+func (c *Controller) WithSteps(lo, hi float64) *Controller {
+	cfg := c.cfg
+	cfg.MinStep, cfg.MaxStep = lo, hi
+	return &Controller{cfg: cfg}
+}
+
 // Beta returns β for a host whose active VMs hold activeShares shares.
 func (c *Controller) Beta(activeShares float64) float64 {
 	return c.cfg.BetaPerShare * math.Max(activeShares, 0)
@@ -192,7 +208,17 @@ func (c *Controller) UpdateScaled(win, datastoreLatencyNs, activeShares, totalSh
 			beta = b * totalWindow * activeShares / totalShares
 		}
 		thr := (1 - b) * c.cfg.ThresholdNs
-		w = (1-g)*win + g*(thr/datastoreLatencyNs*win+beta)
+		// The datastore's total window moves by m + γ·b (the β terms add
+		// up to γ·b·totalWindow): bounding m to [MinStep, MaxStep] − γ·b
+		// bounds the total's step.
+		m := (1 - g) + g*thr/datastoreLatencyNs
+		if c.cfg.MinStep > 0 {
+			m = math.Max(m, c.cfg.MinStep-g*b)
+		}
+		if c.cfg.MaxStep > 0 {
+			m = math.Min(m, c.cfg.MaxStep-g*b)
+		}
+		w = m*win + g*beta
 		w = math.Min(w, 2*win)
 	}
 	if math.IsNaN(w) {

@@ -40,8 +40,8 @@ const UnitBytes = mclock.DefaultChunkBytes
 // in a period was held by it: it wants more (its demand is unbounded).
 const boundFraction = 0.9
 
-// minStep and maxStep bound how much the host's window may shrink and
-// grow in a period.
+// minStep and maxStep bound the factor by which the datastore's latency
+// moves the host's window in a period (parda.Config.MinStep, MaxStep).
 const (
 	minStep = 0.7
 	maxStep = 1.15
@@ -268,6 +268,17 @@ func Step(ctl *parda.Controller, st State, in Input) Output {
 	case next.LatNs > 0:
 		peak = int(math.Ceil(iops * next.LatNs / 1e9))
 	}
+	if ctl != nil && st.Window > 0 {
+		// A rate, unlike a window, does not bound what waits at the
+		// datastore: above its capacity the queue grows by the excess
+		// every second, and below it the latency is the bare service
+		// time. PARDA's steps (up to ×2 a period) then overshoot and
+		// the budget went round a cycle of about 6 periods between 83
+		// and 600 IOPS per host in the live test; the throttle driver
+		// bounds the latency term's step (the share term still moves
+		// the windows to the ratio of the hosts' shares).
+		ctl = ctl.WithSteps(minStep, maxStep)
+	}
 	ps := parda.Step(ctl, parda.StepInput{Host: in.Host, EndNs: in.EndNs, PeriodNs: in.PeriodNs, IOs: uint64(ios),
 		NormLatSumNs: normSum, ActiveShares: activeShares, Window: next.Window, Peak: peak, Recs: in.Recs})
 	out.Publish, out.View = ps.Publish, ps.View
@@ -281,18 +292,6 @@ func Step(ctl *parda.Controller, st State, in Input) Output {
 		// latency starved the disks, the next one's low latency flooded
 		// the array): PARDA already answers latency through the window.
 		next.Window = ps.Window
-		if st.Window > 0 {
-			// A rate, unlike a window, does not bound what waits at the
-			// datastore: above its capacity the queue grows by the
-			// excess every second, and below it the latency is the
-			// bare service time. PARDA's steps (up to ×2 a period) then
-			// overshoot and the budget went round a cycle of about 6
-			// periods between 83 and 600 IOPS per host in the live
-			// test; the throttle driver takes smaller steps.
-			c := ctl.Config()
-			next.Window = math.Min(math.Max(next.Window, st.Window*minStep), st.Window*maxStep)
-			next.Window = math.Min(math.Max(next.Window, c.Min), c.Max)
-		}
 		out.BudgetIOPS = next.Window / (ctl.Config().ThresholdNs / 1e9)
 	}
 
