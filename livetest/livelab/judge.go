@@ -85,7 +85,9 @@ func payloadOf(sent float64) float64 { return sent * agent.MaxPayloadBps(1e9) / 
 //     is the scheduler's, and is judged);
 //   - with usable > 0, all flows together carried MinCarried of usable.
 //
-// A flow's count displaced between two seconds is marked in Late.
+// A flow's count displaced between two seconds is marked in Late, and
+// neither second counts in the work conservation (their sums are
+// displaced too).
 // Seconds backlogged and timed but thin are the scheduler's (unless some
 // task waited for a CPU more than MaxMachineWait of the second: the
 // machine's, set aside with that evidence): their share is the run's work
@@ -192,6 +194,16 @@ func Judge(cw *ClassWatch, rw *Receivers, flows []Flow, ports []string, usable f
 				j.BusySeconds = append(j.BusySeconds, fmt.Sprintf("second %d carried %.0f%% (some task waited for a CPU %.0f%% of it)", i, 100*sum/usable, 100*l.WaitShare))
 			} else {
 				j.Thin++
+			}
+		}
+	}
+	// A second with a displaced count has a displaced sum (the late bytes
+	// belong to the second before): it says nothing about whether the
+	// link was full, either way.
+	for _, f := range flows {
+		for k, late := range j.Late[f.Name] {
+			if i := f.StartS + k; late && i < n {
+				backlogged[i] = false
 			}
 		}
 	}

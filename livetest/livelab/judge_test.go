@@ -165,6 +165,12 @@ func TestJudgeLateBytes(t *testing.T) {
 	if got, want := fmt.Sprint(j.Late["a"]), "[false true true false]"; got != want || len(j.Lates) == 0 || fmt.Sprint(j.Short) != "[false false false false]" {
 		t.Errorf("late bytes: late %s (%q), short %v; want late %s, every second judged", got, j.Lates, j.Short, want)
 	}
+	// With a usable rate the late seconds' sums (96 and 104 of 100 Mbps)
+	// are left out of the work conservation: seconds 1 and 2 are late, so
+	// only second 3 counts (second 0 is the flows' start).
+	if j = Judge(cw, rw, flows, []string{"a"}, 100e6, quietMachine(t0, 5)); j.Conservation.Backlogged != 1 || j.Conservation.Full != 1 {
+		t.Errorf("late seconds in the work conservation: %+v, want only second 3, full", j.Conservation)
+	}
 	// The same dip in second 1 with nothing made up later: not late.
 	rw = fakeReceivers(t0, 5, 100e6, time.Millisecond, nil)
 	for k := 20; k < len(rw.bytes); k++ {
