@@ -211,3 +211,31 @@ func TestJudgeHeldBytes(t *testing.T) {
 		t.Errorf("class stopped: short %s, second 1 at %.0f bits/s; want %s and the dip", got, j.Rates["a"][1], want)
 	}
 }
+
+// A flow that ends before the run does changes what the others can take,
+// as a delayed flow's start does: its last second and the one after are
+// not judged (Exp. 1, 2026-11-27: the twelve VMs stayed at 52 Mbps for the
+// second after NFS and vMotion ended). A watched flow whose count ended
+// (its client ran shorter than another's) may still have been sending:
+// no later second is judged either, nor counted against the scheduler
+// (the same run: one VM's client ran 2 s longer than the other eleven's).
+func TestJudgeFlowEnded(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	full := int(time.Second / SampleEvery)
+	var secs []Second
+	for range 6 {
+		secs = append(secs, fullSecond(full))
+	}
+	rw := fakeReceivers(t0, 6, 100e6, time.Millisecond, nil)
+	cw := fakeClassWatch(t, t0, secs, 100e6, 0, 0)
+	// b (not watched, receiving nothing here) ends after second 2.
+	j := Judge(cw, rw, []Flow{{Name: "a", Port: 5201, N: 6}, {Name: "b", Port: 5202, N: 3}}, []string{"a"}, 100e6, quietMachine(t0, 6))
+	if fmt.Sprint(j.Short) != "[false false true true false false]" || j.Starting != 2 || j.Thin != 0 || j.Conservation.Backlogged != 3 {
+		t.Errorf("b ends: short %v, starting %d, thin %d, conservation %+v; want seconds 2-3 not judged", j.Short, j.Starting, j.Thin, j.Conservation)
+	}
+	// a's count ends after second 3 while b runs on.
+	j = Judge(cw, rw, []Flow{{Name: "a", Port: 5201, N: 4}, {Name: "b", Port: 5202, N: 6}}, []string{"a"}, 100e6, quietMachine(t0, 6))
+	if fmt.Sprint(j.Short) != "[false false false true true true]" || j.Absent != 2 || j.Starting != 1 || j.Thin != 0 || j.Conservation.Backlogged != 2 || j.Conservation.Full != 2 {
+		t.Errorf("a's count ends: short %v, absent %d, starting %d, thin %d, conservation %+v; want seconds 3-5 not judged, 1-2 full", j.Short, j.Absent, j.Starting, j.Thin, j.Conservation)
+	}
+}
