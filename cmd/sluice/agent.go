@@ -21,6 +21,7 @@ import (
 	"sluice/agent"
 	"sluice/controller"
 	"sluice/cpuctl"
+	"sluice/hostside"
 	"sluice/internal/ops"
 	"sluice/lab"
 	"sluice/policy"
@@ -190,18 +191,18 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	defer closeInv()
 	log := o.ops.logger(stderr, "agent")
 	policies := make(chan *policy.Policy)
-	var side *agentSide
+	var side *hostside.Side
 	if cl != nil {
-		side, inv, err = newAgentSide(src, &ctlf.mig, pl, *host, inv, policies)
+		warn := ops.Logf(log, slog.LevelWarn)
+		side, inv, err = newAgentSide(src, &ctlf.mig, pl, *host, inv, policies, func(err error) { warn("%s", labOneLine(err)) })
 		if err != nil {
 			logf("%s", labOneLine(err))
 			return exitBad
 		}
-		side.logf = ops.Logf(log, slog.LevelWarn)
 		// A move this host cannot make is reported to the controller
 		// (a failed decision), not a reason to stop enforcing.
-		if err := side.arrive(desired); err != nil {
-			side.logf("%s", labOneLine(err))
+		if err := side.Arrive(desired); err != nil {
+			warn("%s", labOneLine(err))
 		}
 	}
 	var cgroups cpuctl.Cgroups
@@ -272,8 +273,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	if side != nil {
-		side.ctx = ctx
-		side.admitter = adm
+		side.Attach(ctx, adm)
 		adm.Ask = askController(cl, *host)
 		fol := &controller.Follower{Client: cl, Host: *host, Agent: side, Log: log}
 		go fol.Run(ctx)
@@ -334,7 +334,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			th.SetPolicy(thPolicy)
 		}
 		if side != nil {
-			side.setStats(s)
+			side.SetStats(s)
 		}
 		if werr := agent.WriteStats(*stateDir, s); werr != nil && werr.Error() != lastErr {
 			log.Error("stats: " + labOneLine(werr))

@@ -5,17 +5,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"maps"
 	"net/http"
-	"net/netip"
-	"slices"
-	"sort"
-	"sync"
 	"time"
 
 	"sluice/admit"
 	"sluice/agent"
 	"sluice/controller"
+	"sluice/hostside"
 	"sluice/internal/clock"
 	"sluice/lab"
 	"sluice/policy"
@@ -105,282 +101,28 @@ func askController(cl *controller.Client, host string) func(ctx context.Context,
 	}
 }
 
-// movableInventory is the lab's inventory of a host whose VMs come and go
-// by migration: it knows the vNICs of every VM of the lab, and runs the
-// VMs the controller puts on the host that are plugged here.
-type movableInventory struct {
-	base *agent.StaticInventory // devices, address, cgroups of the host
-	mu   sync.Mutex
-	run  []string
-	all  map[string]agent.VNICMatch
-}
-
-func newMovableInventory(pl *lab.Plan, host string) (*movableInventory, error) {
-	base, err := pl.Inventory(host)
-	if err != nil {
-		return nil, err
-	}
-	m := &movableInventory{base: base, all: map[string]agent.VNICMatch{}}
-	for _, v := range pl.VMs {
-		for _, n := range v.NICs {
-			m.all[n.Port] = agent.VNICMatch{Index: n.GlobalIdx, HostDev: n.HostDev, SrcIP: n.IP}
-		}
-	}
-	return m, nil
-}
-
-func (m *movableInventory) VMs() ([]string, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Clone(m.run), nil
-}
-
-func (m *movableInventory) setRunning(vms []string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.run = slices.Clone(vms)
-	sort.Strings(m.run)
-}
-
-func (m *movableInventory) UplinkDevice(u string) (string, error) { return m.base.UplinkDevice(u) }
-
-func (m *movableInventory) VNIC(port string) (agent.VNICMatch, bool) {
-	vm, _, _ := cutVMPort(port)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !slices.Contains(m.run, vm) {
-		return agent.VNICMatch{}, false
-	}
-	v, ok := m.all[port]
-	return v, ok
-}
-
-func (m *movableInventory) HostAddr() netip.Addr { return m.base.HostAddr() }
-
-func (m *movableInventory) VMCgroup(vm string) (string, bool) { return m.base.VMCgroup(vm) }
-
-func cutVMPort(port string) (string, string, bool) {
-	for i := range len(port) {
-		if port[i] == '/' {
-			return port[:i], port[i+1:], true
-		}
-	}
-	return port, "", false
-}
-
-// agentSide carries the controller's desired state out on the host: the
-// executor side of a migration. The VMs the desired state moves here
-// (DesiredHost.Moves) are moved in by mover (the lab re-plugs their
-// vNICs or migrates its guests; a libvirt host migrates them live from
-// the peer that runs them, agentmigrate.go); a move that fails is
-// reported (Report.Failed), never fatal: the agent keeps enforcing. A VM
-// placed here that runs nowhere is off: nothing moves it, and it gets its
-// class when it starts here. The policy goes to the agent's Run loop
-// (SetPolicy re-derives with the new VMs).
-type agentSide struct {
-	inv      *movableInventory // nil: the inventory finds the VMs itself (libvirt)
-	mover    func(vm string) error
-	policies chan<- *policy.Policy
-	ctx      context.Context
-	logf     func(format string, args ...any) // failed moves; nil: none
-	admitter *agent.Admitter                  // the hook's answers: the policy and the VMs starting here
-	mu       sync.Mutex
-	stats    agent.Stats
-	vms      func() []string
-	unnamed  func() []string
-	uuids    func() map[string]string // domain name → UUID
-	failed   map[string]string        // VM → why its last move in failed, while the move is asked
-	since    map[string]time.Time     // VM → when it was first seen running here
-	lastVMs  []string                 // the running VMs of the last report or step
-	changed  chan struct{}            // the running VMs changed: report now
-}
-
-// arrive carries out d's moves in and, on a lab host, sets the inventory's
-// running VMs. It records failed moves for the reports and returns them
-// joined (for the log); the agent goes on either way.
-func (s *agentSide) arrive(d controller.DesiredHost) error {
-	var errs []error
-	failed := map[string]string{}
-	if s.inv == nil {
-		errs = s.migrateIn(d, failed)
-	} else {
-		have, _ := s.inv.VMs()
-		var run []string
-		for _, vm := range d.VMs {
-			if !slices.Contains(have, vm) {
-				if s.mover == nil {
-					failed[vm] = "no executor for this inventory"
-					errs = append(errs, fmt.Errorf("moving %s in: no executor for this inventory", vm))
-					continue
-				}
-				if err := s.mover(vm); err != nil {
-					failed[vm] = err.Error()
-					errs = append(errs, fmt.Errorf("moving %s in: %w", vm, err))
-					continue
-				}
-			}
-			run = append(run, vm)
-		}
-		s.inv.setRunning(run)
-	}
-	s.mu.Lock()
-	news := !maps.Equal(s.failed, failed)
-	s.failed = failed
-	s.mu.Unlock()
-	if news {
-		s.signal() // the controller learns of a failed move at once
-	}
-	s.noteVMs()
-	return errors.Join(errs...)
-}
-
-// Apply takes a new desired state: moves carried out (or their failure
-// recorded), then the host's part of the policy handed to the agent. Only
-// a stopped agent is an error: a move that cannot be made is reported,
-// not retried here (the controller decides again).
-func (s *agentSide) Apply(d controller.DesiredHost) error {
-	p := d.Policy
-	if err := s.ctx.Err(); err != nil {
-		return err
-	}
-	if err := s.arrive(d); err != nil && s.logf != nil {
-		s.logf("%s", labOneLine(err))
-	}
-	if s.admitter != nil {
-		s.admitter.Set(p, d.Starting)
-	}
-	select {
-	case s.policies <- p:
-	case <-s.ctx.Done():
-		return s.ctx.Err()
-	}
-	return nil
-}
-
-// running returns the VMs that run here now.
-func (s *agentSide) running() []string {
-	var vms []string
-	if s.inv != nil {
-		vms, _ = s.inv.VMs()
-	} else if s.vms != nil {
-		vms = s.vms()
-	}
-	vms = slices.Clone(vms)
-	sort.Strings(vms)
-	return vms
-}
-
-// noteVMs notes the running VMs (when each was first seen) and, when they
-// changed since the last note, signals Changed: the host reports at once
-// (a VM started or destroyed behind sluice's back is reported within the
-// agent's step).
-func (s *agentSide) noteVMs() {
-	vms := s.running()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.since == nil {
-		s.since = map[string]time.Time{}
-	}
-	for _, vm := range vms {
-		if _, ok := s.since[vm]; !ok {
-			s.since[vm] = time.Now().UTC()
-		}
-	}
-	for vm := range s.since {
-		if !slices.Contains(vms, vm) {
-			delete(s.since, vm)
-		}
-	}
-	if slices.Equal(vms, s.lastVMs) {
-		return
-	}
-	s.lastVMs = vms
-	s.signal()
-}
-
-// signal asks for a report now.
-func (s *agentSide) signal() {
-	if s.changed != nil {
-		select {
-		case s.changed <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// Changed is signalled when the host's running VMs changed.
-func (s *agentSide) Changed() <-chan struct{} { return s.changed }
-
-// setStats keeps the agent's last statistics for the reports, and notes
-// the running VMs (each step).
-func (s *agentSide) setStats(st agent.Stats) {
-	s.mu.Lock()
-	s.stats = st
-	s.mu.Unlock()
-	s.noteVMs()
-}
-
-func (s *agentSide) Report() controller.Report {
-	s.mu.Lock()
-	st := s.stats
-	r := controller.Report{VMs: []string{}, Uplinks: []string{}, RatesBps: map[string]float64{}, Time: time.Now().UTC(),
-		Since: map[string]time.Time{}, Failed: map[string]string{}}
-	maps.Copy(r.Failed, s.failed)
-	s.mu.Unlock()
-	r.VMs = s.running()
-	s.mu.Lock()
-	for _, vm := range r.VMs {
-		if t, ok := s.since[vm]; ok {
-			r.Since[vm] = t
-		}
-	}
-	s.mu.Unlock()
-	if s.unnamed != nil {
-		r.Unnamed = s.unnamed()
-	}
-	if s.uuids != nil && len(r.Unnamed) > 0 {
-		all := s.uuids()
-		r.UUIDs = map[string]string{}
-		for _, d := range r.Unnamed {
-			if u := all[d]; u != "" {
-				r.UUIDs[d] = u
-			}
-		}
-	}
-	for _, u := range st.Uplinks {
-		if u.Direction == "inbound" {
-			continue // the controller's rates are what the ports send
-		}
-		r.Uplinks = append(r.Uplinks, u.Uplink)
-		for _, pt := range u.Ports {
-			r.RatesBps[pt.Port] = pt.RateBps
-		}
-	}
-	return r
-}
-
-// newAgentSide returns the executor side of an agent on the controller:
-// a lab host gets a movableInventory (VMs re-plug between hosts) that
-// replaces inv; a libvirt host keeps its inventory and migrates VMs in
-// live as mig says.
-func newAgentSide(src *inventoryFlags, mig *migrateFlags, pl *lab.Plan, host string, inv agent.Inventory, policies chan<- *policy.Policy) (*agentSide, agent.Inventory, error) {
-	s := &agentSide{policies: policies, ctx: context.Background(), changed: make(chan struct{}, 1)}
+// newAgentSide returns the host's side of the controller: a lab host gets
+// a hostside.LabInventory (VMs re-plug between hosts) that replaces inv; a
+// libvirt host keeps its inventory and migrates VMs in live as mig says.
+// log gets the moves that failed.
+func newAgentSide(src *inventoryFlags, mig *migrateFlags, pl *lab.Plan, host string, inv agent.Inventory, policies chan<- *policy.Policy, log func(error)) (*hostside.Side, agent.Inventory, error) {
+	cfg := hostside.Config{Policies: policies, Log: log}
 	if u, ok := inv.(interface{ Unnamed() []string }); ok {
-		s.unnamed = u.Unnamed
+		cfg.Unnamed = u.Unnamed
 	}
 	if u, ok := inv.(interface{ UUIDs() map[string]string }); ok {
-		s.uuids = u.UUIDs
+		cfg.UUIDs = u.UUIDs
 	}
 	if src.kind != "lab" {
-		s.vms = func() []string { vms, _ := inv.VMs(); return vms }
-		s.mover = mig.mover(host, src.socket)
-		return s, inv, nil
+		cfg.VMs = func() []string { vms, _ := inv.VMs(); return vms }
+		cfg.Mover = mig.mover(host, src.socket)
+		return hostside.New(cfg), inv, nil
 	}
-	mi, err := newMovableInventory(pl, host)
+	li, err := hostside.NewLabInventory(pl, host)
 	if err != nil {
 		return nil, nil, err
 	}
-	s.inv = mi
-	s.mover = func(vm string) error { return pl.Move(vm, host) }
-	return s, mi, nil
+	cfg.Lab = li
+	cfg.Mover = func(vm string) error { return pl.Move(vm, host) }
+	return hostside.New(cfg), li, nil
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
 
-	"sluice/controller"
 	"sluice/virt"
 )
 
@@ -86,31 +84,4 @@ func (f *migrateFlags) mover(host, socket string) func(vm string) error {
 		_, _, err := virt.Pull{DestURI: f.uri, DataURI: f.data, Peers: peers, Local: socket}.Migrate(ctx, vm)
 		return err
 	}
-}
-
-// migrateIn moves in, with s.mover, the VMs d moves here (d.Moves) that
-// the host's libvirt inventory does not run yet; the inventory sees them
-// arrive by libvirt's events. A VM placed here that runs nowhere is off:
-// nothing moves it. Failed moves go into failed, VM → why.
-func (s *agentSide) migrateIn(d controller.DesiredHost, failed map[string]string) []error {
-	if s.vms == nil {
-		return nil
-	}
-	have := s.vms()
-	var errs []error
-	for _, m := range d.Moves {
-		if slices.Contains(have, m.VM) {
-			continue
-		}
-		if s.mover == nil {
-			failed[m.VM] = "no executor for this inventory"
-			errs = append(errs, fmt.Errorf("moving %s in from %s: no executor for this inventory", m.VM, m.From))
-			continue
-		}
-		if err := s.mover(m.VM); err != nil {
-			failed[m.VM] = err.Error()
-			errs = append(errs, fmt.Errorf("moving %s in from %s: %w", m.VM, m.From, err))
-		}
-	}
-	return errs
 }

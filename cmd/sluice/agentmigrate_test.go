@@ -1,14 +1,11 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"io"
-	"slices"
 	"strings"
 	"testing"
 
-	"sluice/controller"
 )
 
 // TestMigrateFlags: --migrate-peer takes HOST=URI pairs, once per host.
@@ -47,39 +44,5 @@ func TestLibvirtMoverErrors(t *testing.T) {
 	err = (&migrateFlags{uri: "qemu+tls://h2/system", peers: hostURIs{"h1": "qemu+unix:///system?socket=" + sock}}).mover("h2", sock)("vm1")
 	if err == nil || !strings.HasPrefix(err.Error(), "vm1 runs on none of the peers h1\npeer h1: libvirt connect") {
 		t.Errorf("unreachable peer: %v", err)
-	}
-}
-
-// TestAgentSideMigratesIn: on a libvirt host (no movable inventory) the
-// VMs the desired state moves here (Moves) that libvirt does not run are
-// migrated in by the mover; one that fails is reported (Report.Failed)
-// with the mover's reason; VMs placed here that run nowhere (off) are not
-// moved: nothing is an error the agent stops on.
-func TestAgentSideMigratesIn(t *testing.T) {
-	var moved []string
-	s := &agentSide{vms: func() []string { return []string{"vm1"} }}
-	s.mover = func(vm string) error {
-		moved = append(moved, vm)
-		if vm == "vm3" {
-			return errors.New("peer h1: connection refused")
-		}
-		return nil
-	}
-	err := s.arrive(controller.DesiredHost{Host: "h2", VMs: []string{"vm1", "vm2", "vm3", "vm4"},
-		Moves: []controller.Move{{VM: "vm2", From: "h1"}, {VM: "vm3", From: "h1"}}})
-	if err == nil || err.Error() != "moving vm3 in from h1: peer h1: connection refused" || !slices.Equal(moved, []string{"vm2", "vm3"}) {
-		t.Errorf("arrive: %v, moved %v (vm4 is off: not moved)", err, moved)
-	}
-	if r := s.Report(); len(r.Failed) != 1 || r.Failed["vm3"] != "peer h1: connection refused" {
-		t.Errorf("failed moves reported: %+v", r.Failed)
-	}
-	s.mover = nil
-	if err := s.arrive(controller.DesiredHost{VMs: []string{"vm2"}, Moves: []controller.Move{{VM: "vm2", From: "h1"}}}); err == nil || err.Error() != "moving vm2 in from h1: no executor for this inventory" {
-		t.Errorf("no mover: %v", err)
-	}
-	// The move is no longer asked (the controller recorded it failed):
-	// nothing is reported failed any more.
-	if err := s.arrive(controller.DesiredHost{VMs: []string{"vm1"}}); err != nil || len(s.Report().Failed) != 0 {
-		t.Errorf("no move asked: %v, failed %v", err, s.Report().Failed)
 	}
 }
