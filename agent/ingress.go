@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 
@@ -19,8 +20,9 @@ import (
 // uplink's clsact ingress redirects it (mirred egress redirect) to the
 // IFB, whose root is an HTB tree like the uplink's own,
 // built from the inbound tree of the derivation (entitle.Desired.Inbound),
-// with one u32 filter per vNIC matching its IPv4 address as destination
-// (the egress tree's host classes match the source; this is the mirror).
+// with one u32 filter per vNIC matching its MAC address as destination
+// (or, where the inventory knows no MAC, its IPv4 address: the egress
+// tree's host classes match the source; this is the mirror).
 // After the IFB's HTB the packet goes on up the uplink's ingress path
 // (the bridge, then the VM). Only uplinks with a vNIC or class that has an
 // ingress setting get an IFB: a policy without `ingress` changes nothing
@@ -67,6 +69,17 @@ func dstIPKey(a netip.Addr) U32Key {
 	k := srcIPKey(a)
 	k.Off = 16
 	return k
+}
+
+// dstMACKeys match an Ethernet destination address: its six bytes lie
+// 14 to 9 bytes before the network header, which u32 compares as the
+// aligned words at -16 (the address's first two bytes, the low half) and
+// -12 (the other four), as tc's `match ether dst` does.
+func dstMACKeys(mac net.HardwareAddr) []U32Key {
+	return []U32Key{
+		{Mask: 0x0000ffff, Val: uint32(mac[0])<<8 | uint32(mac[1]), Off: -16},
+		{Mask: 0xffffffff, Val: uint32(mac[2])<<24 | uint32(mac[3])<<16 | uint32(mac[4])<<8 | uint32(mac[5]), Off: -12},
+	}
 }
 
 // srcPortKey is the source-port key of the destination-port key k (a

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"net"
 	"regexp"
 	"strings"
 	"testing"
@@ -187,5 +188,48 @@ func TestIngressPolicyDropped(t *testing.T) {
 	}
 	if len(a.Record().Ingress) != 0 {
 		t.Errorf("record still has %v", a.Record().Ingress)
+	}
+}
+
+// TestIngressMACFilter: inbound, a vNIC whose MAC the inventory knows (a
+// libvirt domain's interface, a lab VM) gets the frames addressed to that
+// MAC, as tc's `match ether dst` keys (aligned
+// words at -16 and -12 before the network header); one with an IPv4
+// address only, the packets to that address.
+func TestIngressMACFilter(t *testing.T) {
+	p, err := policy.Parse("t.yaml", []byte(ingressPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := testInventory(p, "h1")
+	m := inv.VNICs["vm1/nic0"]
+	m.MAC = net.HardwareAddr{0x52, 0x54, 0x00, 0x51, 0x01, 0x02}
+	inv.VNICs["vm1/nic0"] = m
+	a, err := New(Config{Policy: p, Host: "h1", Kernel: NewFakeKernel("sl-up0"), Inventory: inv, Dynamic: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tr := range a.Trees() {
+		if !tr.Inbound {
+			continue
+		}
+		for _, f := range tr.Filters {
+			if f.Handle >= hostFilterBase {
+				continue // host classes
+			}
+			var keys []string
+			for _, k := range f.Keys {
+				keys = append(keys, fmt.Sprintf("%08x/%08x@%d", k.Val, k.Mask, k.Off))
+			}
+			got = append(got, fmt.Sprintf("%d→%s: %s", f.Handle, f.ClassID, strings.Join(keys, " ")))
+		}
+	}
+	want := []string{
+		"1→1:100: 00005254/0000ffff@-16 00510102/ffffffff@-12", // vm1 by its MAC
+		"2→1:101: c6121002/ffffffff@16",                        // vm2 by its address (vm3 has no ingress setting)
+	}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("inbound vNIC filters:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

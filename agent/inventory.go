@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 )
 
@@ -37,9 +38,14 @@ type VNICMatch struct {
 	// Empty: the vNIC has no classifier and its packets fall into the
 	// default class.
 	HostDev string
-	// SrcIP is the vNIC's IPv4 address, for diagnostics; classification
-	// does not use it.
+	// SrcIP is the vNIC's IPv4 address where known. Outbound
+	// classification does not use it; inbound, a vNIC without MAC gets
+	// the packets addressed to it.
 	SrcIP netip.Addr
+	// MAC is the guest's MAC address on the vNIC, where known: inbound,
+	// the vNIC gets the IPv4 frames addressed to it (the agent's u32
+	// filters are of protocol ip).
+	MAC net.HardwareAddr
 }
 
 // StaticInventory is an inventory written down once: the lab's namespace

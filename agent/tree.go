@@ -128,8 +128,12 @@ func build(specs []entitle.UplinkSpec, inv Inventory, ports map[string][]PortRan
 				n.Children = append(n.Children, vn)
 				t.Nodes = append(t.Nodes, vn)
 				if t.Inbound {
-					// Inbound, a vNIC's packets are those addressed to it.
-					if m.SrcIP.Is4() {
+					// Inbound, a vNIC's packets are those addressed to it:
+					// to its MAC where known, else to its IPv4 address.
+					switch {
+					case len(m.MAC) == 6:
+						t.Filters = append(t.Filters, Filter{Handle: inboundFilterHandle(m.Index), ClassID: vn.ID, Keys: dstMACKeys(m.MAC)})
+					case m.SrcIP.Is4():
 						t.Filters = append(t.Filters, Filter{Handle: inboundFilterHandle(m.Index), ClassID: vn.ID, Keys: []U32Key{dstIPKey(m.SrcIP)}})
 					}
 				} else if m.HostDev != "" {

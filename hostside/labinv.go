@@ -1,6 +1,7 @@
 package hostside
 
 import (
+	"net"
 	"net/netip"
 	"slices"
 	"sort"
@@ -30,7 +31,8 @@ func NewLabInventory(pl *lab.Plan, host string) (*LabInventory, error) {
 	m := &LabInventory{base: base, all: map[string]agent.VNICMatch{}}
 	for _, v := range pl.VMs {
 		for _, n := range v.NICs {
-			m.all[n.Port] = agent.VNICMatch{Index: n.GlobalIdx, HostDev: n.HostDev, SrcIP: n.IP}
+			mac, _ := net.ParseMAC(n.MAC)
+			m.all[n.Port] = agent.VNICMatch{Index: n.GlobalIdx, HostDev: n.HostDev, SrcIP: n.IP, MAC: mac}
 		}
 	}
 	return m, nil

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"net"
 
 	"sluice/agent"
 )
@@ -27,8 +28,17 @@ func (pl *Plan) Inventory(host string) (*agent.StaticInventory, error) {
 		inv.Running = append(inv.Running, vm.VM)
 		inv.Cgroups[vm.VM] = VMCgroup(pl, vm.VM)
 		for _, n := range vm.NICs {
-			inv.VNICs[n.Port] = agent.VNICMatch{Index: n.GlobalIdx, HostDev: n.HostDev, SrcIP: n.IP}
+			inv.VNICs[n.Port] = agent.VNICMatch{Index: n.GlobalIdx, HostDev: n.HostDev, SrcIP: n.IP, MAC: parseMAC(n.MAC)}
 		}
 	}
 	return inv, nil
+}
+
+// parseMAC is the address s names; nil for "" or a malformed one.
+func parseMAC(s string) net.HardwareAddr {
+	m, err := net.ParseMAC(s)
+	if err != nil {
+		return nil
+	}
+	return m
 }

@@ -485,7 +485,7 @@ func buildLinks(pl *Plan) error {
 			l = append(l,
 				fmt.Sprintf("-n %s addr add %s dev %s", v.Name, cidr(n.IP), n.Dev),
 				fmt.Sprintf("-n %s addr add %s/%d dev %s nodad", v.Name, n.IP6, PrefixLen6, n.Dev),
-				fmt.Sprintf("-n %s link set %s up", v.Name, n.Dev),
+				fmt.Sprintf("-n %s link set %s address %s up", v.Name, n.Dev, n.MAC),
 				fmt.Sprintf("-n %s link set %s master %s up", hostNS, n.HostDev, n.Bridge))
 		}
 	}

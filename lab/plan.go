@@ -166,7 +166,7 @@ type NICPlan struct {
 	IperfPort int        // the iperf3 server for this vNIC in the fabric (IPv4 and IPv6); a guest runs its own on this port too
 	GlobalIdx int
 	Tap       string // QEMU guests: the tap's name in the root namespace, "sl-t" + 8 hex digits
-	MAC       string // QEMU guests: the guest's MAC address
+	MAC       string // the VM's MAC address on Dev (a guest's, or the namespace VM's end of the veth)
 }
 
 // DatastorePlan is a datastore namespace running nbdkit.
@@ -289,10 +289,10 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 			np := NICPlan{Name: n.Name, Port: policy.PortName(vm.Name, n.Name),
 				Dev: fmt.Sprintf("sl-eth%d", ni), HostDev: fmt.Sprintf("sl-v%dn%d", vi, ni),
 				Bridge: up.Bridge, Uplink: up.Name, IP: ip, IP6: nicIP6(k), IperfPort: IperfBasePort + k, GlobalIdx: k}
+			np.MAC = fmt.Sprintf("52:54:00:51:%02x:%02x", k>>8, k&0xff)
 			if guest {
 				np.Dev = fmt.Sprintf("eth%d", ni)
 				np.Tap = tapName(p.Cluster, np.Port)
-				np.MAC = fmt.Sprintf("52:54:00:51:%02x:%02x", k>>8, k&0xff)
 			}
 			vp.NICs = append(vp.NICs, np)
 			vp.Addrs = append(vp.Addrs, Addr{Dev: np.Dev, IP: ip.String()})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"sort"
 	"strconv"
@@ -42,7 +43,10 @@ type VNIC struct {
 // Match is how the agent recognises the vNIC's packets: its stable index
 // and its host-side device (the tap or macvtap), where the agent puts its
 // classifier.
-func (v VNIC) Match() agent.VNICMatch { return agent.VNICMatch{Index: v.Index, HostDev: v.Dev} }
+func (v VNIC) Match() agent.VNICMatch {
+	mac, _ := net.ParseMAC(v.MAC)
+	return agent.VNICMatch{Index: v.Index, HostDev: v.Dev, MAC: mac}
+}
 
 // Inventory is the agent.Inventory of a libvirt host. Refresh reads every
 // running domain; Run keeps it current from lifecycle events and signals

@@ -84,6 +84,13 @@ func (l *liveLab) requireIngressShaping(host string) {
 		l.t.Fatalf("no ingress redirect to an IFB on %s in %s (the kernel needs ifb and act_mirred): %v %s", dev, ns, err, out)
 	}
 	l.t.Logf("ingress of %s: %s", dev, strings.Join(strings.Fields(string(out)), " "))
+	// The vNICs are matched by their MAC (the lab's inventory gives it):
+	// tc shows the destination address's keys at -16 and -12.
+	ifb := agent.IFBName(dev)
+	out, err = exec.Command("tc", "-n", ns, "filter", "show", "dev", ifb).CombinedOutput()
+	if n := strings.Count(string(out), "at -16"); err != nil || n < len(l.plan.VMs) {
+		l.t.Fatalf("%s in %s: %d filters by destination MAC, want one per vNIC (%d): %v %s", ifb, ns, n, len(l.plan.VMs), err, out)
+	}
 }
 
 // TestIngressUninstallGivesBack: the agent's inbound shaping (the IFB,
