@@ -5,7 +5,6 @@ import (
 	"io"
 	"strings"
 	"testing"
-
 )
 
 // TestMigrateFlags: --migrate-peer takes HOST=URI pairs, once per host.
