@@ -1,6 +1,7 @@
 package netlive
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -26,7 +27,9 @@ import (
 // class made again: byte counters keep counting) at the rate and ceiling
 // it found; and the rates are within 5% of alloc's entitlements (medians
 // of the judged seconds) before the kill, without an agent, and from 1 s
-// after the restart on, every judged second from then on within 10%.
+// after the restart on, every judged second from then on within 10% (two
+// seconds whose counts TCP displaced, the judge's Late marks, by their
+// mean).
 func TestAgentKilledLive(t *testing.T) {
 	requireLive(t)
 	dir := t.TempDir()
@@ -188,12 +191,19 @@ func TestAgentKilledLive(t *testing.T) {
 			}
 		}
 		for i := from; i < len(r.Intervals); i++ {
-			if i < len(r.Late) && r.Late[i] {
-				t.Logf("%s second %d: %s Mbps, not judged alone: its count is displaced (bytes held across its ends)", r.Name, i, mbps(r.Intervals[i]))
-				continue
+			got, what := r.Intervals[i], fmt.Sprintf("second %d", i)
+			if j := lateNeighbour(r, i); j >= 0 {
+				if j < i && j >= from {
+					continue // judged with second j
+				}
+				// TCP held bytes of one second into the other: the pair's
+				// mean is the rate.
+				lo, hi := min(i, j), max(i, j)
+				got, what = (r.Intervals[lo]+r.Intervals[hi])/2, fmt.Sprintf("seconds %d–%d (%s and %s Mbps, bytes held across their boundary)", lo, hi, mbps(r.Intervals[lo]), mbps(r.Intervals[hi]))
+				t.Logf("%s %s: judged by their mean %s Mbps", r.Name, what, mbps(got))
 			}
-			if e := relErr(r.Intervals[i], want[r.Name]); !r.Short[i] && math.Abs(e) > 0.10 {
-				t.Errorf("%s second %d (after the restart): %s Mbps, entitled %s: %+.1f%% (want within 10%%)", r.Name, i, mbps(r.Intervals[i]), mbps(want[r.Name]), 100*e)
+			if e := relErr(got, want[r.Name]); !r.Short[i] && math.Abs(e) > 0.10 {
+				t.Errorf("%s %s (after the restart): %s Mbps, entitled %s: %+.1f%% (want within 10%%)", r.Name, what, mbps(got), mbps(want[r.Name]), 100*e)
 			}
 		}
 	}
