@@ -2,6 +2,7 @@ package livelab
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -103,7 +104,8 @@ func TestJudge(t *testing.T) {
 }
 
 // A thin second in which tasks waited for a CPU more than MaxMachineWait
-// of the time is the machine's: set aside, not held against the
+// of the time, or the hypervisor stole more than MaxMachineSteal, is the
+// machine's: set aside, not held against the
 // scheduler's work conservation; the same second on a quiet machine is.
 func TestJudgeBusyMachine(t *testing.T) {
 	t0 := time.Unix(1000, 0)
@@ -125,6 +127,15 @@ func TestJudgeBusyMachine(t *testing.T) {
 	}
 	if loaded.Thin != 0 || loaded.Busy != 4 || loaded.Conservation.Backlogged != 0 || len(loaded.BusySeconds) != 4 {
 		t.Errorf("busy machine: thin %d, busy %d, conservation %+v, %q; want the four thin seconds the machine's", loaded.Thin, loaded.Busy, loaded.Conservation, loaded.BusySeconds)
+	}
+	// The hypervisor took half a core every second, no task waiting.
+	stolen := quietMachine(t0, 5)
+	for k := range stolen.samples {
+		stolen.samples[k].Steal = uint64(float64(k) * userHz / 2)
+	}
+	robbed := Judge(cw, rw, flows, []string{"a"}, 1000e6, stolen)
+	if robbed.Thin != 0 || robbed.Busy != 4 || robbed.Conservation.Backlogged != 0 || !strings.Contains(fmt.Sprint(robbed.BusySeconds), "stole 0.50 cores") {
+		t.Errorf("stolen machine: thin %d, busy %d, conservation %+v, %q; want the four thin seconds the machine's", robbed.Thin, robbed.Busy, robbed.Conservation, robbed.BusySeconds)
 	}
 }
 
