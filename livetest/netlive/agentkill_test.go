@@ -1,7 +1,6 @@
 package netlive
 
 import (
-	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -191,16 +190,9 @@ func TestAgentKilledLive(t *testing.T) {
 			}
 		}
 		for i := from; i < len(r.Intervals); i++ {
-			got, what := r.Intervals[i], fmt.Sprintf("second %d", i)
-			if j := lateNeighbour(r, i); j >= 0 {
-				if j < i && j >= from {
-					continue // judged with second j
-				}
-				// TCP held bytes of one second into the other: the pair's
-				// mean is the rate.
-				lo, hi := min(i, j), max(i, j)
-				got, what = (r.Intervals[lo]+r.Intervals[hi])/2, fmt.Sprintf("seconds %d–%d (%s and %s Mbps, bytes held across their boundary)", lo, hi, mbps(r.Intervals[lo]), mbps(r.Intervals[hi]))
-				t.Logf("%s %s: judged by their mean %s Mbps", r.Name, what, mbps(got))
+			got, what, ok := r.secondRate(t, i, from)
+			if !ok {
+				continue
 			}
 			if e := relErr(got, want[r.Name]); !r.Short[i] && math.Abs(e) > 0.10 {
 				t.Errorf("%s %s (after the restart): %s Mbps, entitled %s: %+.1f%% (want within 10%%)", r.Name, what, mbps(got), mbps(want[r.Name]), 100*e)

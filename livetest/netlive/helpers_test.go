@@ -614,3 +614,21 @@ func (l *liveLab) waitSteady(host string, ports []string, within time.Duration) 
 		time.Sleep(100 * time.Millisecond) // sampling the classes' counters
 	}
 }
+
+// secondRate is the rate a check of single seconds judges at second i
+// (from on), and what it covers: the second's own, or, when TCP held
+// bytes of one second into the next (both marked Late), the pair's mean,
+// logged; ok is false for the second of a pair judged at the first.
+func (r result) secondRate(t *testing.T, i, from int) (got float64, what string, ok bool) {
+	late := func(k int) bool { return k >= from && k < len(r.Late) && r.Late[k] }
+	switch {
+	case late(i) && late(i-1):
+		return 0, "", false // judged with second i-1
+	case late(i) && late(i+1) && i+1 < len(r.Intervals):
+		got = (r.Intervals[i] + r.Intervals[i+1]) / 2
+		what = fmt.Sprintf("seconds %d–%d (%s and %s Mbps, bytes held across their boundary)", i, i+1, mbps(r.Intervals[i]), mbps(r.Intervals[i+1]))
+		t.Logf("%s %s: judged by their mean %s Mbps", r.Name, what, mbps(got))
+		return got, what, true
+	}
+	return r.Intervals[i], fmt.Sprintf("second %d", i), true
+}

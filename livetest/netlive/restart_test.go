@@ -1,9 +1,7 @@
 package netlive
 
 import (
-	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,37 +55,13 @@ func TestAgentRestartLive(t *testing.T) {
 		med := r.median(from)
 		t.Logf("%s per second (steady at %.1f s, agent restarted at %.1f s): %s; median %s Mbps", r.Name, steadyS, restartS, r.series(), mbps(med))
 		for i := first(); i < len(r.Intervals) && i <= first()+3; i++ {
-			got, what := r.Intervals[i], "second "+strconv.Itoa(i)
-			j := lateNeighbour(r, i)
-			if j >= 0 && j < i && j >= first() {
-				continue // judged with second j
-			}
-			if j >= 0 {
-				// TCP held bytes of one of the two seconds into the other
-				// (the judge saw the receiver get more than the class sent):
-				// their mean is the rate.
-				lo, hi := min(i, j), max(i, j)
-				got, what = (r.Intervals[lo]+r.Intervals[hi])/2, fmt.Sprintf("seconds %d–%d (%s and %s Mbps, bytes held across their boundary)", lo, hi, mbps(r.Intervals[lo]), mbps(r.Intervals[hi]))
-				t.Logf("%s %s: judged by their mean %s Mbps", r.Name, what, mbps(got))
+			got, what, ok := r.secondRate(t, i, first())
+			if !ok {
+				continue
 			}
 			if e := relErr(got, med); math.Abs(e) > 0.10 {
 				t.Errorf("%s %s: %s Mbps, %+.0f%% from its median %s around the restart", r.Name, what, mbps(got), 100*e, mbps(med))
 			}
 		}
 	}
-}
-
-// lateNeighbour is the second next to i whose count is displaced with
-// i's (both marked Late), -1 when i's is not.
-func lateNeighbour(r result, i int) int {
-	late := func(k int) bool { return k >= 0 && k < len(r.Late) && r.Late[k] }
-	switch {
-	case !late(i):
-		return -1
-	case late(i + 1):
-		return i + 1
-	case late(i - 1):
-		return i - 1
-	}
-	return -1
 }
