@@ -59,7 +59,8 @@ type guestLab struct {
 //     tree, the three guests sending together), the agent in dynamic mode
 //     holds each guest's received rate within 5% of alloc's entitlement
 //     (median of the judged seconds, judged as livetest/netlive does:
-//     every class backlogged, no receiver behind, the link full);
+//     every class backlogged, no receiver behind, the link full; see
+//     checkSplit);
 //   - IPv6: vm1 has no IPv4 address, so step a holds an IPv6-only guest to
 //     its reservation; then limited to 60 Mbps next to vm2 (IPv4, also
 //     60 Mbps), both stay within 5% of the limit.
@@ -73,17 +74,12 @@ func TestLabGuests(t *testing.T) {
 
 	usable := l.measureUsable(ports)
 	p := l.withUsable(usable)
-	want := livelab.Entitlements(p, "h1", usable, append([]string{"h1/vm"}, ports...)...)
 	func() {
 		_, stop := l.runAgent(p, true)
 		defer stop()
 		res := l.judged(ports, usable, dynamicS, dynamicWarmupS, func() []result { return l.runFlows(dynamicS, ports...) })
-		for _, r := range res {
-			got := r.median(dynamicWarmupS)
-			t.Logf("dynamic %s per second (Mbps): %s; median %s, entitled %s (%+.1f%%)", r.Name, r.series(), mbps(got), mbps(want[r.Name]), 100*relErr(got, want[r.Name]))
-			if e := relErr(got, want[r.Name]); math.Abs(e) > 0.05 {
-				t.Errorf("%s: got %s Mbps, entitled %s Mbps: error %+.1f%% exceeds ±5%%", r.Name, mbps(got), mbps(want[r.Name]), 100*e)
-			}
+		for _, v := range checkSplit(t, p, res, ports, dynamicWarmupS) {
+			t.Error(v)
 		}
 	}()
 
@@ -110,6 +106,56 @@ func TestLabGuests(t *testing.T) {
 			t.Errorf("%s (%s): mean %s Mbps, want 57–63 (its 60 Mbps limit ±5%%)", r.Name, fam, mbps(got))
 		}
 	}
+}
+
+// checkSplit compares each port's median rate over the judged seconds
+// from fromS with its entitlement of the capacity the link carried (the
+// median of the judged seconds' sums: the semantics applied to the
+// capacity that was there, which differs from the usable rate measured
+// before by about 1%), and returns one message per port outside it:
+//
+//   - below: more than 5% under its entitlement;
+//   - above: more than 5% over it plus its part of what the others
+//     received below their entitlements. What a class does not take,
+//     its neighbours may (work conservation): a guest's sender leaves
+//     its class empty for moments too short for the 20-ms samples to
+//     see, and a 1% sag of the guest reserving 245 Mbps is +6% for each
+//     19.5-Mbps guest. The others' shortfall goes to the n-1 others
+//     equally (equal shares here). A scheduler that gives a guest more
+//     than that takes it from someone, who then falls more than 5% below.
+func checkSplit(t *testing.T, p *policy.Policy, res []result, ports []string, fromS int) []string {
+	sums := judgedSums(res, fromS)
+	sort.Float64s(sums)
+	if len(sums) == 0 {
+		return []string{"no judged second"}
+	}
+	carried := sums[len(sums)/2]
+	want := livelab.Entitlements(p, "h1", carried, append([]string{"h1/vm"}, ports...)...)
+	short := map[string]float64{}
+	for _, r := range res {
+		short[r.Name] = max(0, want[r.Name]-r.median(fromS))
+	}
+	var bad []string
+	for _, r := range res {
+		got, w := r.median(fromS), want[r.Name]
+		lent := 0.0
+		for _, o := range res {
+			if o.Name != r.Name {
+				lent += short[o.Name] / float64(len(res)-1)
+			}
+		}
+		e := relErr(got, w)
+		msg := fmt.Sprintf("%s per second (Mbps): %s; median %s, entitled %s of the %s carried (%+.1f%%); its part of the others' shortfall %s",
+			r.Name, r.series(), mbps(got), mbps(w), mbps(carried), 100*e, mbps(lent))
+		switch {
+		case e < -0.05:
+			bad = append(bad, msg+": more than 5% below its entitlement")
+		case got > 1.05*w+lent:
+			bad = append(bad, fmt.Sprintf("%s: above its entitlement +5%% plus that (%s Mbps)", msg, mbps(1.05*w+lent)))
+		}
+		t.Logf("dynamic %s", msg)
+	}
+	return bad
 }
 
 // checkGuestExec runs commands inside vm1 through the guest agent: its
