@@ -33,20 +33,14 @@ const GuestRootTag = "hostroot"
 const GuestAgentPort = "org.qemu.guest_agent.0"
 
 // GuestKernel finds the newest /boot/vmlinuz-* whose modules directory
-// (/lib/modules/VERSION with modules.dep) exists, and returns the kernel a
-// guest boots: its uncompressed PVH copy (pvhKernel) where one can be
-// made, else the vmlinuz itself.
-func GuestKernel() (kernel, modDir string, err error) {
+// (/lib/modules/VERSION with modules.dep) exists.
+func GuestKernel() (vmlinuz, modDir string, err error) {
 	ks, _ := filepath.Glob("/boot/vmlinuz-*")
 	sort.Strings(ks)
 	for i := len(ks) - 1; i >= 0; i-- {
 		ver := strings.TrimPrefix(filepath.Base(ks[i]), "vmlinuz-")
 		if _, err := os.Stat(filepath.Join("/lib/modules", ver, "modules.dep")); err == nil {
-			kernel := ks[i]
-			if pvh, err := pvhKernel(kernel); err == nil {
-				kernel = pvh
-			}
-			return kernel, filepath.Join("/lib/modules", ver), nil
+			return ks[i], filepath.Join("/lib/modules", ver), nil
 		}
 	}
 	return "", "", fmt.Errorf("no /boot/vmlinuz-* with its /lib/modules/VERSION/modules.dep: install linux-image-amd64 (scripts/deps.sh)")
