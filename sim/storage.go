@@ -136,6 +136,7 @@ func (d *datastore) finish(q *ioReq) {
 	h.latSumNs += float64(now - q.dsNs)
 	h.bytesSum += float64(q.bytes)
 	h.outstanding--
+	h.slots.Note(now, h.outstanding, h.window)
 	q.disk.complete(q, now)
 	h.dispatch()
 }
@@ -198,6 +199,7 @@ func (d *datastore) control() {
 			h.window = d.ctl.Hold(h.window, d.ctl.Update(h.window, d.lastLatNs, act[i]), h.peak)
 		}
 		h.peak = h.outstanding
+		h.slots.Note(d.s.eng.NowNs(), h.outstanding, h.window)
 		h.dispatch()
 	}
 	d.s.eng.After(d.periodNs, d.control)
@@ -212,6 +214,7 @@ type hostQ struct {
 	ds          *datastore
 	window      float64
 	outstanding int
+	slots       parda.Slots // how window bounds outstanding
 	mc          *mclock.Scheduler
 	disks       []*diskState
 	reqs        map[uint64]*ioReq
@@ -223,8 +226,11 @@ type hostQ struct {
 }
 
 func (h *hostQ) dispatch() {
-	for float64(h.outstanding) < math.Floor(h.window) {
+	for {
 		now := h.s.eng.NowNs()
+		if !h.slots.Allow(now, h.outstanding, h.window) {
+			return
+		}
 		req, id, ok, next := h.mc.Pull(now)
 		if !ok {
 			if next != mclock.Never && next > now && (h.wakeNs <= now || next < h.wakeNs) {
@@ -236,6 +242,7 @@ func (h *hostQ) dispatch() {
 		q := h.reqs[req.Handle]
 		delete(h.reqs, req.Handle)
 		h.outstanding++
+		h.slots.Note(now, h.outstanding, h.window)
 		h.peak = max(h.peak, h.outstanding)
 		dk := h.disks[id]
 		dk.queued--

@@ -58,6 +58,7 @@ type datastoreGate struct {
 	nextID      int
 	window      float64
 	outstanding int         // requests at the datastore
+	slots       parda.Slots // how window bounds outstanding
 	stopTimer   func() bool // cancels the pending kick (nil: none)
 	timerAt     time.Time
 	closed      bool
@@ -138,8 +139,11 @@ func startAll(ops []*op) {
 // dispatchLocked picks requests while the window allows and returns them
 // (appended to started); the caller starts them after unlocking. g.mu held.
 func (g *datastoreGate) dispatchLocked(started []*op) []*op {
-	for float64(g.outstanding) < g.window || g.outstanding == 0 {
+	for {
 		now := g.clk.Now()
+		if !g.slots.Allow(now.UnixNano(), g.outstanding, g.window) {
+			return started
+		}
 		req, _, ok, waitNs := g.sched.Pull(now.UnixNano())
 		if !ok {
 			if waitNs != mclock.Never {
@@ -157,13 +161,13 @@ func (g *datastoreGate) dispatchLocked(started []*op) []*op {
 		o := g.ops[req.Handle]
 		delete(g.ops, req.Handle)
 		g.outstanding++
+		g.slots.Note(now.UnixNano(), g.outstanding, g.window)
 		g.period.peak = max(g.period.peak, g.outstanding)
 		d := o.disk
 		d.queued--
 		d.inflight++
 		started = append(started, o)
 	}
-	return started
 }
 
 // kick runs the dispatcher (when a limit or reservation tag comes due, or
@@ -197,6 +201,7 @@ func (g *datastoreGate) issue(o *op) error {
 	devNs := float64(end.Sub(start).Nanoseconds())
 	g.mu.Lock()
 	g.outstanding--
+	g.slots.Note(end.UnixNano(), g.outstanding, g.window)
 	d.inflight--
 	err = d.settle(o, err)
 	if err == nil {

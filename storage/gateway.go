@@ -763,6 +763,7 @@ func (g *Gateway) closePeriod(now time.Time, elapsed time.Duration) Status {
 		if gt.parda != nil {
 			gt.mu.Lock()
 			gt.window = out.Window
+			gt.slots.Note(now.UnixNano(), gt.outstanding, gt.window)
 			gt.mu.Unlock()
 			gt.kick()
 		}
