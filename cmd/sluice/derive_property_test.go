@@ -51,7 +51,8 @@ func TestOneDerivation(t *testing.T) {
 		}
 		demand := randomDemands(rng, p)
 		unnamed := randomUnnamed(rng, p)
-		if msg := compareDerivations(t, dir, checked, text, p, demand, unnamed); msg != "" {
+		cliDefault, msg := compareDerivations(t, dir, checked, text, p, demand, unnamed)
+		if msg != "" {
 			t.Fatalf("policy %d:\n%s\ndemands %v\nunnamed %v\n%s", checked, text, demand, unnamed, msg)
 		}
 		for _, u := range unnamed {
@@ -59,7 +60,7 @@ func TestOneDerivation(t *testing.T) {
 		}
 		checked++
 		vnics += len(demand)
-		for _, a := range allocJSON(t, filepath.Join(dir, fmt.Sprintf("p%d.yaml", checked-1)), nil, nil) {
+		for _, a := range cliDefault {
 			if !strings.HasSuffix(a.where, "/u0") {
 				notFirst++
 			}
@@ -83,14 +84,17 @@ type portAt struct {
 	bps   int64
 }
 
-func compareDerivations(t *testing.T, dir string, i int, text string, p *policy.Policy, demand map[string]float64, unnamed []entitle.UnnamedVM) string {
+// compareDerivations compares the derivations of policy i (text, parsed
+// as p) with sluice alloc's, and returns sluice alloc's vNICs at its
+// default demands and what differed ("" when nothing).
+func compareDerivations(t *testing.T, dir string, i int, text string, p *policy.Policy, demand map[string]float64, unnamed []entitle.UnnamedVM) (cliDefault map[string]portAt, msg string) {
 	t.Helper()
 	file := filepath.Join(dir, fmt.Sprintf("p%d.yaml", i))
 	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cli := allocJSON(t, file, demand, nil)
-	cliDefault := allocJSON(t, file, nil, nil)
+	cliDefault = allocJSON(t, file, nil, nil)
 	// The agent also sees the running VMs that the policy does not name.
 	cliU, cliUDefault := cli, cliDefault
 	if len(unnamed) > 0 {
@@ -109,7 +113,7 @@ func compareDerivations(t *testing.T, dir string, i int, text string, p *policy.
 	// The simulator.
 	ents, err := sim.Entitlements(p, demand)
 	if err != nil {
-		return "sim: " + err.Error()
+		return cliDefault, "sim: " + err.Error()
 	}
 	got := map[string]portAt{}
 	for _, e := range ents {
@@ -142,7 +146,7 @@ func compareDerivations(t *testing.T, dir string, i int, text string, p *policy.
 		}
 		a, err := agent.New(agent.Config{Policy: p, Host: h.Name, Kernel: agent.NewFakeKernel(devs...), Inventory: inv, Dynamic: true})
 		if err != nil {
-			return "agent: " + err.Error()
+			return cliDefault, "agent: " + err.Error()
 		}
 		d := a.Decide(a.Measure(1))
 		for ui, us := range d.Stats.Uplinks {
@@ -175,7 +179,7 @@ func compareDerivations(t *testing.T, dir string, i int, text string, p *policy.
 	}
 	diff("agent decide", first, cliUDefault)
 	diff("agent entitlements", given, cliU)
-	return strings.Join(msgs, "\n")
+	return cliDefault, strings.Join(msgs, "\n")
 }
 
 // allocJSON runs `sluice alloc FILE -o json` with the demands and the

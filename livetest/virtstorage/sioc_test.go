@@ -58,6 +58,14 @@ vms:
 // siocThresholdMs is the policy's congestion threshold.
 const siocThresholdMs = 12
 
+// maxIOPSOffWindow bounds how far, on average over the measured periods,
+// the hosts' IOPS ratio may be from their window ratio: backlogged
+// gateways that each keep their window of requests at the datastore get
+// IOPS in its proportion (Little's law, one latency for all). In ten runs
+// on the 2-CPU test machine the mean was 1.9–3.9%; with gateways keeping
+// ⌈window⌉ requests, 12.6–21.2% (docs/storage.md).
+const maxIOPSOffWindow = 0.08
+
 // The measurement counts control periods, not seconds: siocSettle paired
 // periods of both hosts after both guests' fio started are not counted
 // (the windows settle: PARDA converges in periods, and on a loaded
@@ -74,7 +82,8 @@ const (
 // through a second of a guest starved of CPU; direct I/O on /dev/vda and /dev/vdb, whose
 // serial numbers are checked to be the policy's disks a and b). Over the
 // measured periods: the median of the hosts' window ratio h2/h1 is 1.5 ±
-// 15%, the median datastore latency the threshold ± 25%, and each disk's
+// 15%, the hosts' IOPS follow their windows (maxIOPSOffWindow), the
+// median datastore latency the threshold ± 25%, and each disk's
 // share of the IOPS fio reports (fio's own per-second IOPS log over the
 // measured periods) is 20/20/20/40% ± 15%.
 func TestGuestSIOCTest3(t *testing.T) {
@@ -94,6 +103,7 @@ func TestGuestSIOCTest3(t *testing.T) {
 		"runtime=" + strconv.Itoa(siocMaxS), "write_iops_log=sioc", "log_avg_msec=1000",
 		"name=a", "filename=/dev/vda", "name=b", "filename=/dev/vdb"}
 
+	machine := livelab.WatchMachine(t)
 	var mu sync.Mutex
 	starts := map[string]time.Time{}
 	pids := map[string]int{}
@@ -160,12 +170,15 @@ func TestGuestSIOCTest3(t *testing.T) {
 		len(after), sw.lengths(), from.Format("15:04:05.0"), to.Format("15:04:05.0"), starts["vm1"].Format("15:04:05.0"), starts["vm2"].Format("15:04:05.0"))
 
 	var ratios, lats []float64
+	follow := 0.0 // Σ |IOPS ratio / window ratio − 1| over the periods
 	for _, s := range measured {
-		t.Logf("period to %s: windows h1 %5.1f h2 %5.1f (ratio %.2f), datastore latency %5.1f ms, IOPS h1 %4.0f h2 %4.0f (%s)",
-			s.end.Format("15:04:05.0"), s.window[0], s.window[1], s.window[1]/s.window[0], s.latMs, s.iops[0], s.iops[1], s.disks)
+		t.Logf("period to %s: windows h1 %5.1f h2 %5.1f (ratio %.2f), datastore latency %5.1f ms, IOPS h1 %4.0f h2 %4.0f (ratio %.2f; %s)",
+			s.end.Format("15:04:05.0"), s.window[0], s.window[1], s.window[1]/s.window[0], s.latMs, s.iops[0], s.iops[1], s.iops[1]/s.iops[0], s.disks)
 		ratios = append(ratios, s.window[1]/s.window[0])
 		lats = append(lats, s.latMs)
+		follow += math.Abs((s.iops[1]/s.iops[0])/(s.window[1]/s.window[0]) - 1)
 	}
+	follow /= float64(len(measured))
 	disks := []string{"vm1/a", "vm1/b", "vm2/a", "vm2/b"}
 	iops := map[string]float64{}
 	var total float64
@@ -203,6 +216,11 @@ func TestGuestSIOCTest3(t *testing.T) {
 		w, lat, siocThresholdMs, len(ratios), loadavg())
 	if !within(w, 1.5, 0.15) {
 		t.Errorf("window ratio h2/h1 = %.2f, want 1.5 ± 15%% (aggregate shares 3000:2000)", w)
+	}
+	load := machine.Between(from, to)
+	t.Logf("the hosts' IOPS ratio h2/h1 differed from their window ratio by %.1f%% on average over the periods (want ≤ %.0f%%); %s", 100*follow, 100*maxIOPSOffWindow, load)
+	if follow > maxIOPSOffWindow {
+		t.Errorf("the hosts' IOPS ratio h2/h1 differed from their window ratio by %.1f%% on average, want ≤ %.0f%%: a gateway did not keep its window of requests at the datastore (%s)", 100*follow, 100*maxIOPSOffWindow, load)
 	}
 	if !within(lat, siocThresholdMs, 0.25) {
 		t.Errorf("datastore latency %.1f ms, want %d ms ± 25%%", lat, siocThresholdMs)
