@@ -171,7 +171,7 @@ func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 		// policy applies the defaults of serviceTime, congestionThreshold
 		// and controlPeriod at load and refuses values that are not positive.
 		ds := &datastore{s: s, name: d.Name, slots: d.Array.Slots, st4kNs: float64(d.Array.ServiceTime),
-			sioc: d.SIOC.Enabled, threshNs: float64(d.SIOC.CongestionThreshold), periodNs: int64(d.SIOC.ControlPeriod)}
+			sioc: d.SIOC.Enabled, siocPolicy: d.SIOC, threshNs: float64(d.SIOC.CongestionThreshold), periodNs: int64(d.SIOC.ControlPeriod)}
 		if s.st.TransferMBps <= 0 {
 			ds.size = parda.SizeModel{FixedNs: 0, NsPerKiB: ds.st4kNs / 4, RefBytes: 8 << 10}
 		} else {

@@ -6,6 +6,7 @@ import (
 
 	"sluice/mclock"
 	"sluice/parda"
+	"sluice/policy"
 )
 
 // StorageSpec overrides storage model parameters (docs/sim.md).
@@ -71,14 +72,15 @@ type datastore struct {
 	busy   int
 	queue  []*ioReq
 	// slotQ and slotBusy are the per-slot FIFOs (PerSlot).
-	slotQ    [][]*ioReq
-	slotBusy []bool
-	sioc     bool
-	threshNs float64
-	periodNs int64
-	hosts    []*hostQ
-	ctl      *parda.Controller
-	size     parda.SizeModel
+	slotQ      [][]*ioReq
+	slotBusy   []bool
+	sioc       bool
+	siocPolicy policy.SIOC // the policy's PARDA settings (minWindow, maxWindow, gains)
+	threshNs   float64
+	periodNs   int64
+	hosts      []*hostQ
+	ctl        *parda.Controller
+	size       parda.SizeModel
 	// lastLatNs is the datastore-wide (size-normalised) latency of the
 	// last control period.
 	lastLatNs float64
@@ -169,8 +171,16 @@ func (d *datastore) control() {
 	}
 	d.lastLatNs = d.size.DatastoreLatency(reports)
 	if d.sioc && (d.ctl == nil || d.ctl.Config().ThresholdNs != d.threshNs) {
-		cfg := d.s.pardaCfg
+		// The policy's settings, as the gateway's (policy.SIOC.Controller),
+		// with the model's gains where the scenario calibrates them.
+		cfg := d.siocPolicy.Controller().Config()
 		cfg.ThresholdNs = d.threshNs
+		if d.s.pardaCfg.Gamma != 0 {
+			cfg.Gamma = d.s.pardaCfg.Gamma
+		}
+		if d.s.pardaCfg.BetaPerShare != 0 {
+			cfg.BetaPerShare = d.s.pardaCfg.BetaPerShare
+		}
 		d.ctl = parda.New(cfg)
 	}
 	// Active shares of every host, and their sums over the active hosts.
