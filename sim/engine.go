@@ -9,10 +9,7 @@
 // byte-identical output.
 package sim
 
-import (
-	"container/heap"
-	"math/rand/v2"
-)
+import "math/rand/v2"
 
 // Second is one simulated second in nanoseconds.
 const Second int64 = 1_000_000_000
@@ -35,23 +32,56 @@ type event struct {
 	fn   func()
 }
 
+// eventHeap is a binary min-heap of events by (atNs, seq), typed so that
+// scheduling and firing an event allocate nothing beyond its closure
+// (container/heap boxes every pushed and popped value).
 type eventHeap []event
 
-func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(i, j int) bool {
+func (h eventHeap) less(i, j int) bool {
 	if h[i].atNs != h[j].atNs {
 		return h[i].atNs < h[j].atNs
 	}
 	return h[i].seq < h[j].seq
 }
-func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
-func (h *eventHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = event{}
-	*h = old[:len(old)-1]
-	return e
+
+func (h *eventHeap) push(ev event) {
+	*h = append(*h, ev)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !q.less(i, parent) {
+			break
+		}
+		q[i], q[parent] = q[parent], q[i]
+		i = parent
+	}
+}
+
+// pop removes and returns the earliest event; the heap must not be empty.
+func (h *eventHeap) pop() event {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q[last] = event{}
+	q = q[:last]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= len(q) {
+			break
+		}
+		m := l
+		if r := l + 1; r < len(q) && q.less(r, l) {
+			m = r
+		}
+		if !q.less(m, i) {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
+	return top
 }
 
 // NewEngine returns an engine at time 0 whose random source is seeded
@@ -69,7 +99,7 @@ func (e *Engine) At(atNs int64, fn func()) {
 		atNs = e.nowNs
 	}
 	e.seq++
-	heap.Push(&e.events, event{atNs: atNs, seq: e.seq, fn: fn})
+	e.events.push(event{atNs: atNs, seq: e.seq, fn: fn})
 }
 
 // After schedules fn to run delayNs after the current time.
@@ -82,7 +112,7 @@ func (e *Engine) Pending() int { return len(e.events) }
 // than untilNs; the clock then stands at untilNs.
 func (e *Engine) Run(untilNs int64) {
 	for len(e.events) > 0 && e.events[0].atNs <= untilNs {
-		ev := heap.Pop(&e.events).(event)
+		ev := e.events.pop()
 		e.nowNs = ev.atNs
 		e.Fired++
 		ev.fn()

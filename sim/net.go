@@ -92,6 +92,11 @@ type Uplink struct {
 	prefix  string
 	entAtNs int64 // entitlements cached at this time
 	ent     map[string]float64
+	// The segment on the wire (busy), and kick and txDone as func values
+	// made once: scheduling them allocates nothing.
+	txPort           *Port
+	txSeg            segment
+	kickFn, txDoneFn func()
 }
 
 // InPrefix names a port of the model of what an uplink receives: the
@@ -126,6 +131,7 @@ func (a hclockSched) Dequeue(nowNs int64) (int, bool, int64) {
 // feed it.
 func newUplink(eng *Engine, host, name string, lineBps float64, p NetParams, scheduler string, pol *policy.Policy, inbound bool) (*Uplink, error) {
 	u := &Uplink{Name: name, Host: host, LineBps: lineBps, p: p, eng: eng, ids: map[string]int{}}
+	u.kickFn, u.txDoneFn = u.kick, u.txDone
 	if inbound {
 		u.prefix = InPrefix
 	}
@@ -225,6 +231,12 @@ func (pt *Port) enqueue(bytes int64, src sender) bool {
 	if len(pt.queue)-pt.qhead >= pt.up.p.PortQueue {
 		return false
 	}
+	if pt.qhead > 0 && len(pt.queue) == cap(pt.queue) {
+		// Reuse the slots already sent instead of growing the array.
+		n := copy(pt.queue, pt.queue[pt.qhead:])
+		clear(pt.queue[n:])
+		pt.queue, pt.qhead = pt.queue[:n], 0
+	}
 	pt.queue = append(pt.queue, segment{bytes, src})
 	u := pt.up
 	u.sched.Enqueue(pt.id, bytes, u.eng.NowNs())
@@ -244,7 +256,7 @@ func (u *Uplink) kick() {
 	if !ok {
 		if next > now && (u.wakeAtNs <= now || next < u.wakeAtNs) {
 			u.wakeAtNs = next
-			u.eng.At(next, u.kick)
+			u.eng.At(next, u.kickFn)
 		}
 		return
 	}
@@ -260,25 +272,32 @@ func (u *Uplink) kick() {
 		u.schedCPU.add(u.p.SchedNsPerSegment*1e-9*u.cpuHz, 0)
 	}
 	txNs := int64(math.Ceil(float64(u.p.wireBits(seg.bytes)) / u.LineBps * 1e9))
-	u.eng.After(txNs, func() {
-		u.busy = false
-		if pt.series != nil {
-			pt.series.add(float64(seg.bytes*8), 1)
-		}
-		if u.series != nil {
-			u.series.add(float64(seg.bytes*8), 1)
-		}
-		if pt.vcpu != nil {
-			pt.vcpu.txDone()
-		}
-		if seg.src != nil {
-			seg.src.sent(u.eng.NowNs(), seg.bytes)
-		}
-		if len(pt.waiters) > 0 {
-			w := pt.waiters[0]
-			pt.waiters = pt.waiters[1:]
-			w()
-		}
-		u.kick()
-	})
+	u.txPort, u.txSeg = pt, seg
+	u.eng.After(txNs, u.txDoneFn)
+}
+
+// txDone ends the transmission kick started: the segment is counted, its
+// sender told, a blocked sender woken, and the next segment started.
+func (u *Uplink) txDone() {
+	pt, seg := u.txPort, u.txSeg
+	u.txPort, u.txSeg = nil, segment{}
+	u.busy = false
+	if pt.series != nil {
+		pt.series.add(float64(seg.bytes*8), 1)
+	}
+	if u.series != nil {
+		u.series.add(float64(seg.bytes*8), 1)
+	}
+	if pt.vcpu != nil {
+		pt.vcpu.txDone()
+	}
+	if seg.src != nil {
+		seg.src.sent(u.eng.NowNs(), seg.bytes)
+	}
+	if len(pt.waiters) > 0 {
+		w := pt.waiters[0]
+		pt.waiters = pt.waiters[1:]
+		w()
+	}
+	u.kick()
 }
