@@ -323,6 +323,12 @@ func (k *FakeKernel) ReplaceFilter(dev string, f Filter) error {
 	if _, ok := d.Classes[f.ClassID]; !ok {
 		return fmt.Errorf("filter %d: class %s does not exist", f.Handle, f.ClassID)
 	}
+	for _, h := range d.Filters {
+		if h.AnyEtherType != f.AnyEtherType {
+			// The kernel keeps one protocol per priority (EINVAL).
+			return fmt.Errorf("filter %d: filter %d has the other protocol at this priority", f.Handle, h.Handle)
+		}
+	}
 	k.Writes++
 	d.Filters[f.Handle] = f
 	return nil
@@ -403,7 +409,11 @@ func (k *FakeKernel) String() string {
 			for _, key := range f.Keys {
 				keys = append(keys, fmt.Sprintf("%08x/%08x@%d", key.Val, key.Mask, key.Off))
 			}
-			fmt.Fprintf(&b, "  filter %d -> %s match %s\n", f.Handle, f.ClassID, strings.Join(keys, " "))
+			proto := ""
+			if f.AnyEtherType {
+				proto = " protocol all"
+			}
+			fmt.Fprintf(&b, "  filter %d%s -> %s match %s\n", f.Handle, proto, f.ClassID, strings.Join(keys, " "))
 		}
 	}
 	return b.String()

@@ -82,6 +82,23 @@ func dstMACKeys(mac net.HardwareAddr) []U32Key {
 	}
 }
 
+// etherTypeIPv4Key matches IPv4 frames: the word at -4 holds the source
+// MAC's last two bytes and the EtherType.
+var etherTypeIPv4Key = U32Key{Mask: 0x0000ffff, Val: unix.ETH_P_IP, Off: -4}
+
+// anyEtherType makes an IFB's filters see every frame: IPv6 and ARP
+// arrive there as well as IPv4. A filter that reads the IPv4 header (a
+// key at a non-negative offset) checks the EtherType first; one that
+// matches a MAC address needs no check.
+func anyEtherType(fs []Filter) {
+	for i := range fs {
+		fs[i].AnyEtherType = true
+		if slices.ContainsFunc(fs[i].Keys, func(k U32Key) bool { return k.Off >= 0 }) {
+			fs[i].Keys = append([]U32Key{etherTypeIPv4Key}, fs[i].Keys...)
+		}
+	}
+}
+
 // srcPortKey is the source-port key of the destination-port key k (a
 // block of dstPortKeys): the same block, in the upper half of the word.
 func srcPortKey(k U32Key) U32Key {

@@ -59,8 +59,8 @@ func TestIngressInstallUninstall(t *testing.T) {
 			"sl-in-sl-up0: htb 1: default 10",
 			"class 1:100 parent 1:11", // vm1/nic0 (inventory index 0)
 			"class 1:101 parent 1:11", // vm2/nic0
-			"filter 1 -> 1:100 match c6121001/ffffffff@16",
-			"filter 2 -> 1:101 match c6121002/ffffffff@16",
+			"filter 1 protocol all -> 1:100 match 00000800/0000ffff@-4 c6121001/ffffffff@16",
+			"filter 2 protocol all -> 1:101 match 00000800/0000ffff@-4 c6121002/ffffffff@16",
 		} {
 			if !strings.Contains(got, want) {
 				t.Errorf("after the first step, missing %q in\n%s", want, got)
@@ -143,13 +143,15 @@ func TestIngressHostClasses(t *testing.T) {
 			for _, k := range f.Keys {
 				keys = append(keys, fmt.Sprintf("%08x/%08x@%d", k.Val, k.Mask, k.Off))
 			}
-			got = append(got, strings.Join(keys, " "))
+			got = append(got, protoName(f)+strings.Join(keys, " "))
 		}
 	}
+	// Every frame reaches the IFB: IPv4 is checked (EtherType 0800 at -4)
+	// before the IPv4 header is read.
 	want := []string{
-		"c6120101/ffffffff@16 00000801/0000ffff@20", // to the host's port 2049
-		"c6120101/ffffffff@16 08010000/ffff0000@20", // from port 2049
-		"c6120101/ffffffff@16 00480000/00fc0000@0",  // DSCP 18
+		"all: 00000800/0000ffff@-4 c6120101/ffffffff@16 00000801/0000ffff@20", // to the host's port 2049
+		"all: 00000800/0000ffff@-4 c6120101/ffffffff@16 08010000/ffff0000@20", // from port 2049
+		"all: 00000800/0000ffff@-4 c6120101/ffffffff@16 00480000/00fc0000@0",  // DSCP 18
 	}
 	if strings.Join(got, "; ") != strings.Join(want, "; ") {
 		t.Errorf("inbound nfs filters:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -222,14 +224,60 @@ func TestIngressMACFilter(t *testing.T) {
 			for _, k := range f.Keys {
 				keys = append(keys, fmt.Sprintf("%08x/%08x@%d", k.Val, k.Mask, k.Off))
 			}
-			got = append(got, fmt.Sprintf("%d→%s: %s", f.Handle, f.ClassID, strings.Join(keys, " ")))
+			got = append(got, fmt.Sprintf("%d→%s: %s%s", f.Handle, f.ClassID, protoName(f), strings.Join(keys, " ")))
 		}
 	}
 	want := []string{
-		"1→1:100: 00005254/0000ffff@-16 00510102/ffffffff@-12", // vm1 by its MAC
-		"2→1:101: c6121002/ffffffff@16",                        // vm2 by its address (vm3 has no ingress setting)
+		"1→1:100: all: 00005254/0000ffff@-16 00510102/ffffffff@-12", // vm1 by its MAC, IPv4, IPv6 and ARP alike
+		"2→1:101: all: 00000800/0000ffff@-4 c6121002/ffffffff@16",   // vm2 by its IPv4 address (vm3 has no ingress setting)
 	}
 	if strings.Join(got, "; ") != strings.Join(want, "; ") {
 		t.Errorf("inbound vNIC filters:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// protoName is "all: " for a filter of every EtherType, "ip: " for one of
+// IPv4 only.
+func protoName(f Filter) string {
+	if f.AnyEtherType {
+		return "all: "
+	}
+	return "ip: "
+}
+
+// TestIngressFiltersFromIPv4Only: an IFB whose filters an older agent made
+// for IPv4 only (protocol ip, no EtherType key) gets filters of every
+// EtherType at the next step: those of protocol ip are deleted first (the
+// kernel keeps one protocol per priority, as the fake does), then the new
+// ones set, without an error; the step after writes nothing.
+func TestIngressFiltersFromIPv4Only(t *testing.T) {
+	k := NewFakeKernel("sl-up0", "sl-v0n0", "sl-v1n0", "sl-v2n0")
+	a := ingressAgent(t, k, ingressPolicy, "")
+	d, err := k.dev(IFBName("sl-up0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(d.Filters)
+	for h, f := range d.Filters {
+		f.AnyEtherType = false
+		if len(f.Keys) > 0 && f.Keys[0] == etherTypeIPv4Key {
+			f.Keys = f.Keys[1:]
+		}
+		d.Filters[h] = f
+	}
+	ch, err := a.Step(2e9)
+	if err != nil {
+		t.Fatalf("step over IPv4-only filters: %v", err)
+	}
+	if ch.FiltersDeleted != n || ch.FiltersSet != n {
+		t.Errorf("step over %d IPv4-only filters: %d deleted, %d set; want all of them replaced", n, ch.FiltersDeleted, ch.FiltersSet)
+	}
+	for _, f := range d.Filters {
+		if !f.AnyEtherType {
+			t.Errorf("filter %d is still of protocol ip", f.Handle)
+		}
+	}
+	if ch, err := a.Step(3e9); err != nil || ch.FiltersSet+ch.FiltersDeleted != 0 {
+		t.Errorf("the step after: %+v, %v: want no filter written", ch, err)
 	}
 }

@@ -72,16 +72,21 @@ type ClassState struct {
 	ClassCounters
 }
 
-// Filter is a u32 filter at the root qdisc that sends matching IPv4 packets
-// to a class. Handle identifies it (u32 node 800::N).
+// Filter is a u32 filter at the root qdisc that sends matching packets to
+// a class. Handle identifies it (u32 node 800::N). It sees IPv4 packets
+// only (protocol ip), or with AnyEtherType frames of every EtherType
+// (protocol all: IPv4, IPv6, ARP); the filters of one device all have the
+// same, as the kernel keeps one protocol per priority.
 type Filter struct {
-	Handle  uint32
-	ClassID Handle
-	Keys    []U32Key
+	Handle       uint32
+	ClassID      Handle
+	Keys         []U32Key
+	AnyEtherType bool
 }
 
-// U32Key matches the 32-bit word at byte offset Off of the IPv4 header:
-// (word & Mask) == Val, both in host order.
+// U32Key matches the 32-bit word at byte offset Off of the network header
+// (negative: the Ethernet header before it): (word & Mask) == Val, both in
+// host order.
 type U32Key struct {
 	Mask, Val uint32
 	Off       int32

@@ -267,7 +267,7 @@ func (k *NetlinkKernel) Filters(dev string) ([]Filter, error) {
 		if node == 0 || u.Handle&0xfff00000 != u32Table {
 			continue // the hash table itself
 		}
-		ff := Filter{Handle: node, ClassID: Handle(u.ClassId)}
+		ff := Filter{Handle: node, ClassID: Handle(u.ClassId), AnyEtherType: u.Protocol == unix.ETH_P_ALL}
 		if u.Sel != nil {
 			for _, key := range u.Sel.Keys {
 				ff.Keys = append(ff.Keys, U32Key{Mask: key.Mask, Val: key.Val, Off: key.Off})
@@ -286,9 +286,16 @@ func (k *NetlinkKernel) u32(dev string, f Filter) (*netlink.U32, error) {
 	if f.Handle == 0 || f.Handle > 0xfff {
 		return nil, errors.New("filter handle out of range 1..4095")
 	}
+	proto := uint16(unix.ETH_P_IP)
+	if f.AnyEtherType {
+		proto = unix.ETH_P_ALL
+	}
 	u := &netlink.U32{FilterAttrs: netlink.FilterAttrs{LinkIndex: l.Attrs().Index, Parent: netlink.MakeHandle(rootQdiscMajor, 0),
-		Priority: u32Prio, Protocol: unix.ETH_P_IP, Handle: u32Table | f.Handle}, ClassId: nlHandle(f.ClassID)}
-	sel := &netlink.TcU32Sel{Flags: netlink.TC_U32_TERMINAL}
+		Priority: u32Prio, Protocol: proto, Handle: u32Table | f.Handle}, ClassId: nlHandle(f.ClassID)}
+	// Keys of exactly their length: netlink sends cap(Keys) keys, and an
+	// extra zero key (which matches anything) would read back as a
+	// difference at every step.
+	sel := &netlink.TcU32Sel{Flags: netlink.TC_U32_TERMINAL, Keys: make([]netlink.TcU32Key, 0, len(f.Keys))}
 	for _, key := range f.Keys {
 		sel.Keys = append(sel.Keys, netlink.TcU32Key{Mask: key.Mask, Val: key.Val, Off: key.Off})
 	}
@@ -312,5 +319,6 @@ func (k *NetlinkKernel) DeleteFilter(dev string, handle uint32) error {
 	if err != nil {
 		return err
 	}
+	u.Protocol = 0 // any: the kernel finds the filter by priority and handle
 	return k.h.FilterDel(u)
 }

@@ -139,6 +139,21 @@ func Reconcile(k Kernel, dev string, defaultMinor uint16, want []HTBClass, filte
 	if ferr != nil {
 		errs = append(errs, fmt.Errorf("FilterList %s: %w", dev, ferr))
 	} else {
+		// The kernel keeps one protocol per priority: filters of the other
+		// one (an older agent's IPv4-only filters on an IFB) go first.
+		if len(filters) > 0 {
+			for _, h := range hf {
+				if _, ok := hfBy[h.Handle]; !ok || h.AnyEtherType == filters[0].AnyEtherType {
+					continue
+				}
+				if err := k.DeleteFilter(dev, h.Handle); err != nil {
+					errs = append(errs, fmt.Errorf("FilterDel %s %d: %w", dev, h.Handle, err))
+					continue
+				}
+				delete(hfBy, h.Handle)
+				ch.FiltersDeleted++
+			}
+		}
 		wf := map[uint32]bool{}
 		for _, f := range filters {
 			wf[f.Handle] = true
@@ -217,5 +232,5 @@ func sameClass(a, b HTBClass) bool {
 }
 
 func sameFilter(a, b Filter) bool {
-	return a.Handle == b.Handle && a.ClassID == b.ClassID && slices.Equal(a.Keys, b.Keys)
+	return a.Handle == b.Handle && a.ClassID == b.ClassID && slices.Equal(a.Keys, b.Keys) && a.AnyEtherType == b.AnyEtherType
 }

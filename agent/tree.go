@@ -181,6 +181,9 @@ func build(specs []entitle.UplinkSpec, inv Inventory, ports map[string][]PortRan
 				t.Filters = append(t.Filters, fs...)
 			}
 		}
+		if t.Inbound {
+			anyEtherType(t.Filters)
+		}
 		trees = append(trees, t)
 	}
 	return trees, nil

@@ -31,9 +31,14 @@ vms:
 // inbound usable rate measured first, each VM's received rate (median of
 // the judged seconds) is within ±5% of its inbound entitlement under
 // dynamic enforcement; then, with the same agent, what they send is
-// within ±5% of their outbound entitlements, as before.
+// within ±5% of their outbound entitlements, as before. vm1 (the one
+// that reserves) and vm2 (the limited one) have no IPv4 address: they
+// receive and send IPv6 only, classified like vm3's IPv4 (by MAC
+// inbound, at the vNIC outbound).
 func TestIngressRSL(t *testing.T) {
 	l := upLab(t, ingressPolicy)
+	l.onlyIPv6("vm1/nic0")
+	l.onlyIPv6("vm2/nic0")
 	in := l.inbound()
 	ports := []string{"vm1/nic0", "vm2/nic0", "vm3/nic0"}
 	usableOut := l.measureUsable("h1", ports...)
@@ -54,11 +59,12 @@ func TestIngressRSL(t *testing.T) {
 		res := lab.runSaturating("h1", 12, warmupS, usable, fl...)
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s, usable %s Mbps (median of the judged 1-s rates after %d s warm-up)\n", what, mbps(usable), warmupS)
-		fmt.Fprintf(&b, "%-9s %9s %9s %8s\n", "port", "entitled", "got", "err")
+		fmt.Fprintf(&b, "%-9s %-4s %9s %9s %8s\n", "port", "IP", "entitled", "got", "err")
 		for _, r := range res {
 			got := r.median(warmupS)
 			e := relErr(got, want[r.Name])
-			fmt.Fprintf(&b, "%-9s %9s %9s %+7.1f%%   per second: %s\n", r.Name, mbps(want[r.Name]), mbps(got), 100*e, r.series())
+			fam := map[bool]string{true: "v6", false: "v4"}[lab.ipv6[r.Name]]
+			fmt.Fprintf(&b, "%-9s %-4s %9s %9s %+7.1f%%   per second: %s\n", r.Name, fam, mbps(want[r.Name]), mbps(got), 100*e, r.series())
 			if math.Abs(e) > 0.05 {
 				t.Errorf("%s %s: got %s Mbps, entitled %s Mbps: error %+.1f%% exceeds ±5%%", what, r.Name, mbps(got), mbps(want[r.Name]), 100*e)
 			}
@@ -153,5 +159,54 @@ func TestIngressUninstallGivesBack(t *testing.T) {
 			}
 		}
 		k.Close()
+	}
+}
+
+// TestFilterProtocolChange: on the real kernel, a u32 filter of every
+// EtherType cannot join filters of protocol ip at the same priority
+// (EINVAL, which the fake kernel models), and Reconcile replaces an IFB's
+// protocol-ip filters (an older agent's) with the new ones: it deletes
+// those first, sets the new one with all its keys (read back equal), and
+// a second Reconcile writes nothing.
+func TestFilterProtocolChange(t *testing.T) {
+	requireLive(t)
+	const ns, dev = "sl-fproto", "sl-fp0"
+	_ = exec.Command("ip", "netns", "del", ns).Run()
+	for _, args := range [][]string{{"netns", "add", ns}, {"-n", ns, "link", "add", dev, "type", "veth", "peer", "name", "sl-fp1"}, {"-n", ns, "link", "set", dev, "up"}} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v %s", args, err, out)
+		}
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	k, err := agent.NewNetlinkKernel(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	class := agent.HTBClass{ID: agent.MakeHandle(1, 10), Parent: agent.MakeHandle(1, 0), RateBps: 1e6, CeilBps: 1e6}
+	if _, err := agent.Reconcile(k, dev, 10, []agent.HTBClass{class}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for h := uint32(1); h <= 2; h++ {
+		old := agent.Filter{Handle: h, ClassID: class.ID, Keys: []agent.U32Key{{Mask: 0xffffffff, Val: 0xc6121000 + h, Off: 16}}}
+		if err := k.ReplaceFilter(dev, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := agent.Filter{Handle: 1, ClassID: class.ID, AnyEtherType: true, Keys: []agent.U32Key{
+		{Mask: 0xffff, Val: 0x0800, Off: -4}, {Mask: 0xffffffff, Val: 0xc6121001, Off: 16}, {Mask: 0xffff, Val: 2049, Off: 20}}}
+	if err := k.ReplaceFilter(dev, f); err == nil {
+		t.Fatal("a filter of protocol all beside filters of protocol ip at one priority: no error")
+	}
+	ch, err := agent.Reconcile(k, dev, 10, []agent.HTBClass{class}, []agent.Filter{f}, nil)
+	if err != nil || ch.FiltersDeleted != 2 || ch.FiltersSet != 1 {
+		t.Fatalf("reconcile over two protocol-ip filters: %v, %v; want 2 deleted, 1 set", ch, err)
+	}
+	got, err := k.Filters(dev)
+	if err != nil || len(got) != 1 || !got[0].AnyEtherType || fmt.Sprint(got[0].Keys) != fmt.Sprint(f.Keys) {
+		t.Fatalf("filters read back: %+v, %v; want %+v", got, err, f)
+	}
+	if ch, err := agent.Reconcile(k, dev, 10, []agent.HTBClass{class}, []agent.Filter{f}, nil); err != nil || ch.FiltersSet+ch.FiltersDeleted != 0 {
+		t.Errorf("second reconcile: %v, %v; want no filter written", ch, err)
 	}
 }
