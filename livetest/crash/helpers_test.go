@@ -29,20 +29,12 @@ import (
 var sluiceBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sluice-crash-")
-	if err != nil {
+	var err error
+	if sluiceBin, err = livelab.SluiceBinary(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	sluiceBin = filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", sluiceBin, "sluice/cmd/sluice").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 func requireLive(t *testing.T) {

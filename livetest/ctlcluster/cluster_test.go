@@ -31,18 +31,12 @@ import (
 var bin string // the sluice binary built for the tests
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "ctlcluster-")
-	if err != nil {
-		panic(err)
-	}
-	bin = filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, "sluice/cmd/sluice").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+	var err error
+	if bin, err = livelab.SluiceBinary(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // freePort returns a port the kernel has free on 127.0.0.1 now: never the

@@ -54,10 +54,7 @@ vms:
 func TestLabStorageSharesAcrossHosts(t *testing.T) {
 	requireLive(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, "sluice/cmd/sluice").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := livelab.MustSluiceBinary(t)
 	file := filepath.Join(dir, "policy.yaml")
 	if err := os.WriteFile(file, []byte(policyYAML), 0o644); err != nil {
 		t.Fatal(err)

@@ -252,15 +252,14 @@ func Median(v []float64) float64 {
 }
 
 // RunWithSluice is a TestMain body: it builds the sluice binary
-// (BuildSluice) into *bin, runs the tests and removes the binary; the
-// exit code is the tests'.
+// (SluiceBinary) into *bin and runs the tests; the exit code is the
+// tests'.
 func RunWithSluice(m *testing.M, bin *string) int {
-	b, clean, err := BuildSluice("sluice-bin-")
+	b, err := SluiceBinary()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer clean()
 	*bin = b
 	return m.Run()
 }

@@ -32,10 +32,7 @@ import (
 func TestAgentKilledLive(t *testing.T) {
 	requireLive(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, "sluice/cmd/sluice").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := livelab.MustSluiceBinary(t)
 	l := upLabCLI(t, bin, strings.ReplaceAll(fig2Policy, "cluster: nf2", "cluster: nak"))
 	ports := []string{"vm1/nic0", "vm2/nic0", "vm3/nic0"}
 	usable := l.measureUsable("h1", ports...)

@@ -31,10 +31,7 @@ func TestTopLive(t *testing.T) {
 		t.Fatal("the top test needs tmux (scripts/deps.sh installs it)")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, "sluice/cmd/sluice").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := livelab.MustSluiceBinary(t)
 	text := strings.ReplaceAll(fig2Policy, "cluster: nf2", "cluster: ntop")
 	l := upLabCLI(t, bin, text)
 	ports := []string{"vm1/nic0", "vm2/nic0", "vm3/nic0"}

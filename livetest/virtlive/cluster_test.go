@@ -99,10 +99,7 @@ func TestClusterAsItIs(t *testing.T) {
 	xml := func(k string) string {
 		return domainXML(dom(k), kernel, initrd, bridge, mac(k), filepath.Join(dir, k+".log"))
 	}
-	sluice := filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", sluice, "sluice/cmd/sluice").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v: %s", err, out)
-	}
+	sluice := livelab.MustSluiceBinary(t)
 
 	// The policy: a (400 Mbps) and b (200) placed on h1, c (500) and d
 	// (50 in the file) off; h1 reserves at most 750 Mbps for vNICs.

@@ -13,6 +13,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 
 	"sluice/agent"
+	"sluice/livetest/livelab"
 	"sluice/virt"
 )
 
@@ -63,10 +64,7 @@ func TestHookAndAgent(t *testing.T) {
 	}
 	before := tcOut(t, "-j", "qdisc", "show", "dev", up)
 
-	sluice := filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", sluice, "sluice/cmd/sluice").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v: %s", err, out)
-	}
+	sluice := livelab.MustSluiceBinary(t)
 	pol := filepath.Join(dir, "policy.yaml")
 	if err := os.WriteFile(pol, []byte(fmt.Sprintf(`cluster: vl%s
 reservationCap: 0.75

@@ -92,10 +92,7 @@ func TestDomainsStartedAfterAgent(t *testing.T) {
 	run(t, "ip", "-n", ns, "link", "set", "lo", "up")
 	before := tcOut(t, "-j", "qdisc", "show", "dev", up)
 
-	sluice := filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", sluice, "sluice/cmd/sluice").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v: %s", err, out)
-	}
+	sluice := livelab.MustSluiceBinary(t)
 	// The limits are payload rates: the uplink's usable rate is what full
 	// TCP segments carry at its line rate, so that the agent adds the
 	// headers to the HTB ceils.
