@@ -3,6 +3,7 @@ package netlive
 import (
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"testing"
 
@@ -23,8 +24,10 @@ vms:
 `
 
 // TestFig2StepA: with the usable rate measured first, each VM gets alloc's
-// entitlement within ±5% under dynamic enforcement; static HTB is measured
-// the same way and its error reported side by side (not asserted).
+// entitlement within ±5% under dynamic enforcement. With
+// SLUICE_FIG2_STATIC=1 static HTB is measured the same way and its error
+// reported side by side, not asserted (docs/perf/network.md's table; it
+// costs 12 s, so make test leaves it out).
 func TestFig2StepA(t *testing.T) {
 	l := upLab(t, fig2Policy)
 	usable := l.measureUsable("h1", "vm1/nic0", "vm2/nic0", "vm3/nic0")
@@ -52,14 +55,24 @@ func TestFig2StepA(t *testing.T) {
 		return got
 	}
 	dyn := measure(true)
-	stat := measure(false)
+	var stat map[string]float64
+	if os.Getenv("SLUICE_FIG2_STATIC") == "1" {
+		stat = measure(false)
+	}
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "Fig. 2 step a, usable %s Mbps (median of 1-s rates after %d s warm-up, Mbps; error vs alloc's entitlement)\n", mbps(usable), warmupS)
-	fmt.Fprintf(&b, "%-9s %9s %9s %8s %9s %8s\n", "port", "entitled", "dynamic", "err", "static", "err")
+	fmt.Fprintf(&b, "%-9s %9s %9s %8s", "port", "entitled", "dynamic", "err")
+	if stat != nil {
+		fmt.Fprintf(&b, " %9s %8s", "static", "err")
+	}
+	b.WriteString("\n")
 	for _, port := range ports {
-		fmt.Fprintf(&b, "%-9s %9s %9s %+7.1f%% %9s %+7.1f%%\n", port, mbps(want[port]), mbps(dyn[port]),
-			100*relErr(dyn[port], want[port]), mbps(stat[port]), 100*relErr(stat[port], want[port]))
+		fmt.Fprintf(&b, "%-9s %9s %9s %+7.1f%%", port, mbps(want[port]), mbps(dyn[port]), 100*relErr(dyn[port], want[port]))
+		if stat != nil {
+			fmt.Fprintf(&b, " %9s %+7.1f%%", mbps(stat[port]), 100*relErr(stat[port], want[port]))
+		}
+		b.WriteString("\n")
 	}
 	t.Log("\n" + b.String())
 	for _, port := range ports {
