@@ -32,9 +32,9 @@ const GuestRootTag = "hostroot"
 // GuestAgentPort is the name of the guest agent's virtio-serial port.
 const GuestAgentPort = "org.qemu.guest_agent.0"
 
-// GuestKernel finds the newest /boot/vmlinuz-* whose modules directory
+// HostKernel finds the newest /boot/vmlinuz-* whose modules directory
 // (/lib/modules/VERSION with modules.dep) exists.
-func GuestKernel() (vmlinuz, modDir string, err error) {
+func HostKernel() (vmlinuz, modDir string, err error) {
 	ks, _ := filepath.Glob("/boot/vmlinuz-*")
 	sort.Strings(ks)
 	for i := len(ks) - 1; i >= 0; i-- {
@@ -44,6 +44,20 @@ func GuestKernel() (vmlinuz, modDir string, err error) {
 		}
 	}
 	return "", "", fmt.Errorf("no /boot/vmlinuz-* with its /lib/modules/VERSION/modules.dep: install linux-image-amd64 (scripts/deps.sh)")
+}
+
+// GuestKernel returns the kernel a guest boots: the uncompressed PVH copy
+// (pvhKernel, in KernelCacheDir) of HostKernel's vmlinuz where one can
+// be made, else the vmlinuz itself.
+func GuestKernel() (kernel, modDir string, err error) {
+	kernel, modDir, err = HostKernel()
+	if err != nil {
+		return "", "", err
+	}
+	if pvh, err := pvhKernel(kernel, KernelCacheDir); err == nil {
+		kernel = pvh
+	}
+	return kernel, modDir, nil
 }
 
 // moduleOrder returns the .ko paths (relative to modDir) to load for want,

@@ -94,6 +94,11 @@ type Options struct {
 	// Migratable names VMs whose guests can migrate live (lab/migrate.go):
 	// they boot from their initramfs alone, without the host's root.
 	Migratable map[string]bool
+	// FirmwareBoot boots the guests' compressed vmlinuz through the
+	// firmware's Linux loader instead of its uncompressed PVH copy
+	// (GuestKernel): about 4 s more per TCG guest. livetest/cpulive's
+	// CPU-limit sweep uses it (docs/lab.md says why).
+	FirmwareBoot bool
 }
 
 // StatePath is the state file of a cluster's lab.
@@ -190,7 +195,7 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 		return nil, err
 	}
 	if pl.HasGuests() {
-		if _, _, err := checkGuestTools(); err != nil {
+		if _, _, err := checkGuestTools(o); err != nil {
 			return nil, err
 		}
 	}

@@ -190,9 +190,12 @@ func domainXML(v VMPlan, kernel, initrd, console string, disks []virt.NBDDisk, p
 }
 
 // checkGuestTools says what a lab with guests is missing.
-func checkGuestTools() (kernel, modDir string, err error) {
+func checkGuestTools(o Options) (kernel, modDir string, err error) {
 	if err := libvirtdRuns(); err != nil {
 		return "", "", fmt.Errorf("lab: a VM of kind qemu needs libvirtd running (%v; scripts/deps.sh installs and starts it)", err)
+	}
+	if o.FirmwareBoot {
+		return HostKernel()
 	}
 	return GuestKernel()
 }
@@ -211,7 +214,7 @@ func libvirtdRuns() error {
 // in the state before it is defined, and moves their taps onto their
 // hosts' bridges. It does not wait for them to boot (waitGuests).
 func startGuests(pl *Plan, st *State, o Options, logw io.Writer) error {
-	kernel, modDir, err := checkGuestTools()
+	kernel, modDir, err := checkGuestTools(o)
 	if err != nil {
 		return err
 	}

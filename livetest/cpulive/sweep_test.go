@@ -128,7 +128,7 @@ func TestSeed003Live(t *testing.T) {
 		}
 	})
 	t0 := time.Now()
-	if _, err := lab.Up(p, lab.Options{StateDir: dir, GuestTTL: 5 * time.Minute}); err != nil {
+	if _, err := lab.Up(p, lab.Options{StateDir: dir, GuestTTL: 5 * time.Minute, FirmwareBoot: true}); err != nil {
 		t.Fatalf("lab up: %v", err)
 	}
 	t.Logf("lab up in %v; a core of this machine: %d MHz", time.Since(t0).Round(100*time.Millisecond), coreMHz)
