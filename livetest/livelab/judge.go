@@ -29,7 +29,7 @@ type Judgement struct {
 	Short []bool
 	// Late marks, per flow and interval, the judged seconds whose count is
 	// displaced: the flow's receiver got more in it than its class sent
-	// around it (as payload, plus MaxLate and MaxInFlight), bytes held
+	// in it (ClassWatch.SentIn, as payload, plus MaxLate and MaxInFlight), bytes held
 	// back from the second before (TCP repairing a loss faster than
 	// MinStall), so both are marked. A test that judges single seconds
 	// of a flow skips these; sums and medians over seconds barely move.
@@ -178,7 +178,7 @@ func Judge(cw *ClassWatch, rw *Receivers, flows []Flow, ports []string, usable f
 					continue
 				}
 				got := j.Rates[f.Name][i-f.StartS] / 8 * tw.To.Sub(tw.From).Seconds()
-				if sent, ok := cw.SentAround(f.Name, tw.From, tw.To); ok && got > payloadOf(sent)*(1+MaxLate)+MaxInFlight {
+				if sent, ok := cw.SentIn(f.Name, tw.From, tw.To); ok && got > payloadOf(sent)*(1+MaxLate)+MaxInFlight {
 					for _, k := range []int{i - 1 - f.StartS, i - f.StartS} {
 						if k >= 0 {
 							j.Late[f.Name][k] = true

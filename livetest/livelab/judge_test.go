@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sluice/agent"
 )
 
 // fakeReceivers is a Receivers with made-up samples: one every 50 ms from
@@ -153,7 +155,7 @@ func TestWindowFastestRead(t *testing.T) {
 	}
 }
 
-// A receiver that gets more in a second than its class sent around it got
+// A receiver that gets more in a second than its class sent in it got
 // bytes held from the second before (a repair shorter than MinStall): both
 // seconds of that flow are marked late (judged still); the same dip
 // without the catch-up is not.
@@ -189,6 +191,32 @@ func TestJudgeLateBytes(t *testing.T) {
 	}
 	if j = Judge(cw, rw, flows, []string{"a"}, 0, quietMachine(t0, 5)); fmt.Sprint(j.Late["a"]) != "[false false false false]" {
 		t.Errorf("a dip alone: late %v, want none", j.Late["a"])
+	}
+}
+
+// The class's counters are interpolated at the window's ends, not taken
+// from the samples around them: a make test run of 2026-11-27 had a flow
+// at 80 Mbps read as 73 then 88 with its class steady, which the samples
+// around each second (here 10 ms beyond each end) let pass. 7 Mb of second
+// 1 arrive in second 2 (73 and 87 Mbps): both seconds are marked late.
+func TestJudgeLateBytesBetweenSamples(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	full := int(time.Second / SampleEvery)
+	secs := []Second{fullSecond(full), fullSecond(full), fullSecond(full), fullSecond(full), fullSecond(full)}
+	flows := []Flow{{Name: "a", Port: 5201, N: 4}}
+	wire := 80e6 * 1e9 / agent.MaxPayloadBps(1e9) // the class's rate on the wire for 80 Mbps of payload
+	cw := fakeClassWatch(t, t0.Add(-10*time.Millisecond), secs, wire, 0, 0)
+	cw.start = t0
+	rw := fakeReceivers(t0, 5, 80e6, time.Millisecond, nil)
+	for k := 20; k < 40; k++ {
+		rw.bytes[k][5201] -= 7e6 / 8 * float64(k-20) / 20
+	}
+	for k := 40; k < 45; k++ {
+		rw.bytes[k][5201] -= 7e6 / 8 * float64(45-k) / 5
+	}
+	j := Judge(cw, rw, flows, []string{"a"}, 0, quietMachine(t0, 5))
+	if got, want := fmt.Sprint(j.Late["a"]), "[false true true false]"; got != want {
+		t.Errorf("late %s (%q), rates %.1f; want %s", got, j.Lates, j.Rates["a"], want)
 	}
 }
 

@@ -176,6 +176,7 @@ const tcpEstablished = 1
 type ClassWatch struct {
 	t       testing.TB
 	start   time.Time
+	speed   agent.WireBps // the line rate of the watched tree's root
 	mu      sync.Mutex
 	secs    []Second
 	sent    []classSample // what each port's class had sent, per sample
@@ -218,7 +219,7 @@ func watchTree(t testing.TB, plan *lab.Plan, host string, trees []*agent.Tree, p
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &ClassWatch{t: t, start: time.Now(), quit: make(chan struct{}), done: make(chan struct{})}
+	w := &ClassWatch{t: t, start: time.Now(), speed: trees[0].SpeedBps, quit: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		defer k.Close()
@@ -228,8 +229,11 @@ func watchTree(t testing.TB, plan *lab.Plan, host string, trees []*agent.Tree, p
 			select {
 			case <-w.quit:
 				return
-			case now := <-tick.C:
+			case <-tick.C:
 				cs, err := k.Classes(trees[0].Dev)
+				// The counters' time is when the kernel answered, not when
+				// the tick was due: a late tick would shift them.
+				now := time.Now()
 				w.mu.Lock()
 				if err != nil {
 					w.readErr = err
@@ -310,14 +314,35 @@ func (w *ClassWatch) Sent(port string, a, b time.Time) (float64, bool) {
 	return w.sentBetween(port, i, j)
 }
 
-// SentAround is Sent between the class's last sample at or before a and
-// its first at or after b: at least what it sent from a to b.
-func (w *ClassWatch) SentAround(port string, a, b time.Time) (float64, bool) {
+// SentIn is what port's class sent from a to b: its counter interpolated
+// linearly at a and at b between the samples around each (20 ms apart,
+// in which a backlogged class sends at a steady rate). False when the
+// watch has no samples around a or b, or the class was made again in
+// between.
+func (w *ClassWatch) SentIn(port string, a, b time.Time) (float64, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	i := sort.Search(len(w.sent), func(i int) bool { return w.sent[i].at.After(a) }) - 1
-	j := sort.Search(len(w.sent), func(i int) bool { return !w.sent[i].at.Before(b) })
-	return w.sentBetween(port, i, j)
+	at := func(t time.Time) (float64, int, bool) {
+		j := sort.Search(len(w.sent), func(i int) bool { return !w.sent[i].at.Before(t) })
+		if j == 0 || j >= len(w.sent) {
+			return 0, 0, false
+		}
+		p, q := w.sent[j-1], w.sent[j]
+		if q.bytes[port] < p.bytes[port] {
+			return 0, 0, false
+		}
+		f := float64(t.Sub(p.at)) / float64(q.at.Sub(p.at))
+		return float64(p.bytes[port]) + f*(float64(q.bytes[port])-float64(p.bytes[port])), j, true
+	}
+	x, i, ok1 := at(a)
+	y, j, ok2 := at(b)
+	if !ok1 || !ok2 || b.Before(a) {
+		return 0, false
+	}
+	if _, ok := w.sentBetween(port, i-1, j); !ok {
+		return 0, false
+	}
+	return y - x, true
 }
 
 // sentBetween is what port's class sent from sample i to sample j.
