@@ -11,6 +11,7 @@ import (
 	"sluice/agent"
 	"sluice/cpuctl"
 	"sluice/entitle"
+	"sluice/internal/proptest"
 	"sluice/policy"
 	"sluice/storage"
 )
@@ -26,10 +27,7 @@ import (
 // classes, network pools, datastores, VMs with vNICs, disks and CPU
 // settings placed anywhere or nowhere.
 func TestHostSideFromSpec(t *testing.T) {
-	n := 5000
-	if testing.Short() {
-		n = 500
-	}
+	n := proptest.Runs(t, 2000)
 	rng := rand.New(rand.NewPCG(23, 2026))
 	checked, hosts, vms, tries := 0, 0, 0, 0
 	for ; checked < n; tries++ {

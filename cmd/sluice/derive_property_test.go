@@ -16,6 +16,7 @@ import (
 	"sluice/agent"
 	"sluice/alloc"
 	"sluice/entitle"
+	"sluice/internal/proptest"
 	"sluice/placement"
 	"sluice/policy"
 	"sluice/sim"
@@ -33,10 +34,7 @@ import (
 // agent and `sluice alloc --unnamed` also agree with running VMs that the
 // policy does not name (the simulator and placement have none).
 func TestOneDerivation(t *testing.T) {
-	n := 5000
-	if testing.Short() {
-		n = 500
-	}
+	n := proptest.Runs(t, 2000)
 	rng := rand.New(rand.NewPCG(13, 2026))
 	dir := t.TempDir()
 	checked, vnics, notFirst, passthrough, unnamedNICs := 0, 0, 0, 0, 0
