@@ -203,13 +203,15 @@ func runHostile(ctx context.Context, t *testing.T, sock, export string, a attack
 }
 
 // victimIOPS runs fio (4 KiB random reads, queue depth 16) on vm2's disk
-// through its socket for secs seconds after a 1 s ramp.
+// through its socket for secs seconds after a 500 ms ramp (an attack has
+// begun before it: an attacker's connections pipeline within
+// milliseconds).
 func victimIOPS(t *testing.T, socks string, secs int) float64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs+30)*time.Second)
 	defer cancel()
 	uri := "nbd+unix:///vm2/d0?socket=" + VMSocket(socks, "vm2")
-	res, err := runFio(ctx, t, []string{"time_based", "ramp_time=1", fmt.Sprintf("runtime=%d", secs), "size=64M"},
+	res, err := runFio(ctx, t, []string{"time_based", "ramp_time=500ms", fmt.Sprintf("runtime=%d", secs), "size=64M"},
 		[]fioJob{{name: "vm2", uri: uri, rw: "randread", bs: "4k", iodepth: 16}})
 	if err != nil {
 		t.Fatal(err)
