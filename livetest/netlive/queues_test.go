@@ -128,9 +128,9 @@ func (l *liveLab) judged(host string, ports []string, usable float64, need func(
 		for _, r := range res {
 			fmt.Fprintf(&b, "\n  %s per second: %s", r.Name, r.series())
 		}
-		msg := fmt.Sprintf("too few seconds judged, the machine was short of CPU (%s); in parentheses the seconds not judged:%s", why, b.String())
+		msg := fmt.Sprintf("too few seconds judged (%s); in parentheses the seconds not judged:%s", why, b.String())
 		if try == maxTries {
-			t.Fatalf("%d runs in a row, the machine could not drive the lab: %s", maxTries, msg)
+			t.Fatalf("%d runs in a row with too few seconds judged: %s", maxTries, msg)
 		}
 		t.Logf("run %d: %s; measuring again", try, msg)
 	}
