@@ -532,7 +532,8 @@ func (s *drsRun) judge(name string, ws []*hostWatch, want map[string]float64, fr
 func startAgent(t *testing.T, dir, labDir, host, server, token, ca string) {
 	t.Helper()
 	startSluice(t, dir, "agent-"+host, syscall.SIGKILL, "agent", "--host", host, "--controller", server, "--token-file", token, "--ca", ca,
-		"--state-dir", filepath.Join(dir, "agent-"+host), "--lab-state-dir", labDir)
+		"--state-dir", filepath.Join(dir, "agent-"+host), "--lab-state-dir", labDir,
+		"--metrics-listen", "") // two agents on one machine: the default address is one
 }
 
 // startSluice runs the sluice binary with args until the test ends, when

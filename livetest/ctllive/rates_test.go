@@ -106,11 +106,12 @@ const minCarried = livelab.MinCarried
 // hostWatch is a class watch of one host's ports (livelab.Watch) with
 // its start, so that its seconds line up with the receiver samples.
 type hostWatch struct {
-	p     *policy.Policy
-	host  string
-	ports []string
-	start time.Time
-	stop  func() []livelab.Second
+	p       *policy.Policy
+	host    string
+	ports   []string
+	start   time.Time
+	stop    func() []livelab.Second
+	machine *livelab.MachineWatch // the machine's load, per second
 }
 
 func watchHost(t *testing.T, p *policy.Policy, host string, ports []string) *hostWatch {
@@ -120,7 +121,7 @@ func watchHost(t *testing.T, p *policy.Policy, host string, ports []string) *hos
 		t.Fatal(err)
 	}
 	w := livelab.Watch(t, plan, p, host, ports)
-	return &hostWatch{p: p, host: host, ports: ports, start: w.Start(), stop: w.Stop}
+	return &hostWatch{p: p, host: host, ports: ports, start: w.Start(), stop: w.Stop, machine: livelab.WatchMachine(t)}
 }
 
 // judgedSecond is one judged second of a host watch with each port's rate.
@@ -132,7 +133,11 @@ type judgedSecond struct {
 // judge returns the seconds of the watch from `from` on (up to now) with
 // their rates, whether each counts (judged), and the work conservation of
 // those seconds (livelab.Conserved: every class backlogged and the ends
-// timed, against what the flows carried).
+// timed, against what the flows carried). A thin second in which some
+// task waited for a CPU more than livelab.MaxMachineWait of the time, or
+// the hypervisor stole more than livelab.MaxMachineSteal, is the
+// machine's, as livelab.Judge rules: it does not count against the
+// scheduler, and its mark says what the machine did.
 func (hw *hostWatch) judge(secs []livelab.Second, rw *receiverWatch, from time.Time, usable float64) (judged []judgedSecond, all []string, c livelab.Conservation) {
 	var backlogged []bool
 	var sums []float64
@@ -161,13 +166,20 @@ func (hw *hostWatch) judge(secs []livelab.Second, rw *receiverWatch, from time.T
 			rates[p] = r
 			sum += r
 		}
+		busy := ""
+		if ok && sum < minCarried*usable {
+			if l := hw.machine.Between(tw.From, tw.To); l.WaitShare > livelab.MaxMachineWait || l.StealCores > livelab.MaxMachineSteal {
+				ok = false
+				busy = fmt.Sprintf(" busy: CPU wait %.0f%%, steal %.2f", 100*max(l.WaitShare, 0), l.StealCores)
+			}
+		}
 		backlogged, sums = append(backlogged, ok), append(sums, sum)
 		ok = ok && sum >= minCarried*usable
 		var parts []string
 		for _, p := range hw.ports {
 			parts = append(parts, fmt.Sprintf("%.0f", rates[p]/1e6))
 		}
-		mark := strings.Join(parts, "/")
+		mark := strings.Join(parts, "/") + busy
 		if !timed {
 			mark = "untimed" // the receiver samples at its ends were late or slow
 		}
