@@ -100,12 +100,16 @@ func decompressKernel(img []byte) ([]byte, error) {
 	return nil, fmt.Errorf("no compressed ELF with a PVH entry point found (xz, zstd, gzip, lz4)")
 }
 
+// checkPVH tells whether the file at path is an ELF with a PVH entry; it
+// reads the headers and notes only, not the whole kernel (every lab up
+// checks its cached copy).
 func checkPVH(path string) error {
-	b, err := os.ReadFile(path)
+	f, err := elf.Open(path)
 	if err != nil {
-		return err
+		return fmt.Errorf("not an ELF: %w", err)
 	}
-	return hasPVHEntry(b)
+	defer f.Close()
+	return pvhEntry(f)
 }
 
 // xenElfNotePhys32Entry is the type of the Xen ELF note that holds a
@@ -119,6 +123,11 @@ func hasPVHEntry(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("not an ELF: %w", err)
 	}
+	return pvhEntry(f)
+}
+
+// pvhEntry tells whether f is an x86-64 ELF with a Xen PHYS32_ENTRY note.
+func pvhEntry(f *elf.File) error {
 	if f.Machine != elf.EM_X86_64 {
 		return fmt.Errorf("ELF for %v, not x86-64", f.Machine)
 	}

@@ -136,7 +136,7 @@ func TestFig2DRSLive(t *testing.T) {
 	}
 
 	s := &drsRun{t: t, ctx: ctx, cl: cl, rw: rw, usable: usable, base: p, conn: conn, dir: dir,
-		hosts: map[string]string{"vm1": "h1", "vm2": "h1", "vm3": "h1"}}
+		hosts: map[string]string{"vm1": "h1", "vm2": "h1", "vm3": "h1"}, machine: livelab.WatchMachine(t)}
 	// Before step a the flows, which started on the new agents' trees,
 	// run at their entitlements (equal shares): the agents' start-up
 	// convergence (docs/perf/network.md, "Known limit") is not step a's.
@@ -226,6 +226,7 @@ type drsRun struct {
 	conn    []string
 	dir     string // the agents' state directories are dir/agent-HOST
 	htb     []htbSample
+	machine *livelab.MachineWatch // the machine's load over the whole run
 }
 
 // htbSample is the HTB rate (wire bits/s) the agents had set on each
@@ -450,7 +451,7 @@ func (s *drsRun) watch(p *policy.Policy) []*hostWatch {
 	var ws []*hostWatch
 	for _, h := range []string{"h1", "h2"} {
 		if ps := s.portsOn(h); len(ps) > 0 {
-			ws = append(ws, watchHost(s.t, p, h, ps))
+			ws = append(ws, watchHost(s.t, p, h, ps, s.machine))
 		}
 	}
 	return ws
@@ -493,7 +494,7 @@ func (s *drsRun) judge(name string, ws []*hostWatch, want map[string]float64, fr
 		t.Logf("%s: fewer than 3 judged seconds on a host; measuring another window", name)
 		var nws []*hostWatch
 		for _, w := range ws {
-			nws = append(nws, watchHost(t, w.p, w.host, w.ports))
+			nws = append(nws, watchHost(t, w.p, w.host, w.ports, w.machine))
 		}
 		ws, from = nws, time.Now()
 	}

@@ -114,14 +114,14 @@ type hostWatch struct {
 	machine *livelab.MachineWatch // the machine's load, per second
 }
 
-func watchHost(t *testing.T, p *policy.Policy, host string, ports []string) *hostWatch {
+func watchHost(t *testing.T, p *policy.Policy, host string, ports []string, machine *livelab.MachineWatch) *hostWatch {
 	t.Helper()
 	plan, err := lab.NewPlan(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := livelab.Watch(t, plan, p, host, ports)
-	return &hostWatch{p: p, host: host, ports: ports, start: w.Start(), stop: w.Stop, machine: livelab.WatchMachine(t)}
+	return &hostWatch{p: p, host: host, ports: ports, start: w.Start(), stop: w.Stop, machine: machine}
 }
 
 // judgedSecond is one judged second of a host watch with each port's rate.
@@ -134,10 +134,9 @@ type judgedSecond struct {
 // their rates, whether each counts (judged), and the work conservation of
 // those seconds (livelab.Conserved: every class backlogged and the ends
 // timed, against what the flows carried). A thin second in which some
-// task waited for a CPU more than livelab.MaxMachineWait of the time, or
-// the hypervisor stole more than livelab.MaxMachineSteal, is the
-// machine's, as livelab.Judge rules: it does not count against the
-// scheduler, and its mark says what the machine did.
+// the machine was busy (livelab.Load.Busy) is the machine's, as
+// livelab.Judge rules: it does not count against the scheduler, and its
+// mark says what the machine did.
 func (hw *hostWatch) judge(secs []livelab.Second, rw *receiverWatch, from time.Time, usable float64) (judged []judgedSecond, all []string, c livelab.Conservation) {
 	var backlogged []bool
 	var sums []float64
@@ -168,7 +167,7 @@ func (hw *hostWatch) judge(secs []livelab.Second, rw *receiverWatch, from time.T
 		}
 		busy := ""
 		if ok && sum < minCarried*usable {
-			if l := hw.machine.Between(tw.From, tw.To); l.WaitShare > livelab.MaxMachineWait || l.StealCores > livelab.MaxMachineSteal {
+			if l := hw.machine.Between(tw.From, tw.To); l.Busy() {
 				ok = false
 				busy = fmt.Sprintf(" busy: CPU wait %.0f%%, steal %.2f", 100*max(l.WaitShare, 0), l.StealCores)
 			}
@@ -228,9 +227,10 @@ func measureUsable(t *testing.T, p *policy.Policy, host string, ports []string) 
 	defer stopAgent()
 	maxBps := policyMaxPayload(p, host)
 	m0 := livelab.SampleMachine()
+	mw := livelab.WatchMachine(t)
 	for try := 1; try <= 3; try++ {
 		rw := watchReceivers(t, plan, ports)
-		hw := watchHost(t, p, host, ports)
+		hw := watchHost(t, p, host, ports, mw)
 		_, wait := startFlows(t, plan, ports, 10)
 		t0 := time.Now()
 		wait()

@@ -65,6 +65,11 @@ const MaxMachineWait = 0.10
 // stolen time is no run-queue wait).
 const MaxMachineSteal = 0.05
 
+// Busy tells whether the machine may have thinned a second of backlogged
+// classes: some task waited for a CPU more than MaxMachineWait of it, or
+// the hypervisor stole more than MaxMachineSteal.
+func (l Load) Busy() bool { return l.WaitShare > MaxMachineWait || l.StealCores > MaxMachineSteal }
+
 // MaxLate is the part of a second's payload that a receiver may get late
 // (held back by TCP's repair of a loss) and the second still be judged:
 // the receivers' per-second counts are this precise. No live test judges a
@@ -208,7 +213,7 @@ func Judge(cw *ClassWatch, rw *Receivers, flows []Flow, ports []string, usable f
 			j.Held++
 		case usable > 0 && sum < MinCarried*usable:
 			j.Short[i] = true
-			if l := machine.Between(tw.From, tw.To); l.WaitShare > MaxMachineWait || l.StealCores > MaxMachineSteal {
+			if l := machine.Between(tw.From, tw.To); l.Busy() {
 				// HTB's dequeue and the veths' softirqs wait for a CPU
 				// like any task, and stop while the hypervisor runs
 				// another guest on this one's CPUs: the machine's second,

@@ -168,12 +168,7 @@ func TestJudgeLateBytes(t *testing.T) {
 	// 4 Mb of second 1 (more than MaxInFlight) arrive in second 2: the
 	// receiver read 96 then 104 Mbps while the class sent 100 in each.
 	rw := fakeReceivers(t0, 5, 100e6, time.Millisecond, nil)
-	for k := 20; k < 40; k++ {
-		rw.bytes[k][5201] -= 4e6 / 8 * float64(k-20) / 20
-	}
-	for k := 40; k < 45; k++ {
-		rw.bytes[k][5201] -= 4e6 / 8 * float64(45-k) / 5
-	}
+	holdOver(rw, 4e6)
 	j := Judge(cw, rw, flows, []string{"a"}, 0, quietMachine(t0, 5))
 	if got, want := fmt.Sprint(j.Late["a"]), "[false true true false]"; got != want || len(j.Lates) == 0 || fmt.Sprint(j.Short) != "[false false false false]" {
 		t.Errorf("late bytes: late %s (%q), short %v; want late %s, every second judged", got, j.Lates, j.Short, want)
@@ -194,6 +189,18 @@ func TestJudgeLateBytes(t *testing.T) {
 	}
 }
 
+// holdOver moves bits of fakeReceivers' second 1 into second 2: the
+// receiver falls behind through second 1 and catches up in the first
+// quarter of second 2.
+func holdOver(rw *Receivers, bits float64) {
+	for k := 20; k < 40; k++ {
+		rw.bytes[k][5201] -= bits / 8 * float64(k-20) / 20
+	}
+	for k := 40; k < 45; k++ {
+		rw.bytes[k][5201] -= bits / 8 * float64(45-k) / 5
+	}
+}
+
 // The class's counters are interpolated at the window's ends, not taken
 // from the samples around them: a make test run of 2026-11-27 had a flow
 // at 80 Mbps read as 73 then 88 with its class steady, which the samples
@@ -208,12 +215,7 @@ func TestJudgeLateBytesBetweenSamples(t *testing.T) {
 	cw := fakeClassWatch(t, t0.Add(-10*time.Millisecond), secs, wire, 0, 0)
 	cw.start = t0
 	rw := fakeReceivers(t0, 5, 80e6, time.Millisecond, nil)
-	for k := 20; k < 40; k++ {
-		rw.bytes[k][5201] -= 7e6 / 8 * float64(k-20) / 20
-	}
-	for k := 40; k < 45; k++ {
-		rw.bytes[k][5201] -= 7e6 / 8 * float64(45-k) / 5
-	}
+	holdOver(rw, 7e6)
 	j := Judge(cw, rw, flows, []string{"a"}, 0, quietMachine(t0, 5))
 	if got, want := fmt.Sprint(j.Late["a"]), "[false true true false]"; got != want {
 		t.Errorf("late %s (%q), rates %.1f; want %s", got, j.Lates, j.Rates["a"], want)
