@@ -29,11 +29,18 @@ type Judgement struct {
 	Short []bool
 	// Late marks, per flow and interval, the judged seconds whose count is
 	// displaced: the flow's receiver got more in it than its class sent
-	// in it (ClassWatch.SentIn, as payload, plus MaxLate and MaxInFlight), bytes held
-	// back from the second before (TCP repairing a loss faster than
-	// MinStall), so both are marked. A test that judges single seconds
-	// of a flow skips these; sums and medians over seconds barely move.
+	// in it (ClassWatch.SentIn, as payload, plus MaxLate and MaxInFlight),
+	// bytes held back from the second before (TCP repairing a loss faster
+	// than MinStall), so both are marked; or less than its class sent by
+	// as much, bytes held into the second after, so both are marked too.
+	// A test that judges single seconds of a flow judges a marked pair by
+	// its mean, and a marked second whose partner lies outside the seconds
+	// it judges by Sent; sums and medians over seconds barely move.
 	Late map[string][]bool
+	// Sent holds each flow's payload rate (bits/s) per interval as its
+	// class's counters tell it (the most that full segments carry), over
+	// the same timed window as Rates; 0 where the second is not timed.
+	Sent map[string][]float64
 	// Lates describes each displaced count (evidence).
 	Lates []string
 	// Why a second was not judged: counts per reason.
@@ -119,9 +126,10 @@ func Judge(cw *ClassWatch, rw *Receivers, flows []Flow, ports []string, usable f
 	for _, f := range flows {
 		n = max(n, f.StartS+f.N)
 	}
-	j := Judgement{Rates: map[string][]float64{}, Late: map[string][]bool{}, Short: make([]bool, n)}
+	j := Judgement{Rates: map[string][]float64{}, Late: map[string][]bool{}, Sent: map[string][]float64{}, Short: make([]bool, n)}
 	for _, f := range flows {
 		j.Rates[f.Name] = make([]float64, f.N)
+		j.Sent[f.Name] = make([]float64, f.N)
 		j.Late[f.Name] = make([]bool, f.N)
 	}
 	backlogged, sums := make([]bool, n), make([]float64, n)
@@ -179,19 +187,33 @@ func Judge(cw *ClassWatch, rw *Receivers, flows []Flow, ports []string, usable f
 		}
 		if tw.OK() {
 			for _, f := range flows {
-				if !slices.Contains(ports, f.Name) || i < f.StartS || i-f.StartS >= f.N {
+				k := i - f.StartS
+				if !slices.Contains(ports, f.Name) || k < 0 || k >= f.N {
 					continue
 				}
-				got := j.Rates[f.Name][i-f.StartS] / 8 * tw.To.Sub(tw.From).Seconds()
-				if sent, ok := cw.SentIn(f.Name, tw.From, tw.To); ok && got > payloadOf(sent)*(1+MaxLate)+MaxInFlight {
-					for _, k := range []int{i - 1 - f.StartS, i - f.StartS} {
-						if k >= 0 {
-							j.Late[f.Name][k] = true
-						}
-					}
-					j.Lates = append(j.Lates, fmt.Sprintf("%s's receiver got %.0f kB in second %d of the run where its class sent %.0f kB of payload at most",
-						f.Name, got/1e3, i, payloadOf(sent)/1e3))
+				sent, ok := cw.SentIn(f.Name, tw.From, tw.To)
+				if !ok {
+					continue
 				}
+				secs := tw.To.Sub(tw.From).Seconds()
+				j.Sent[f.Name][k] = 8 * payloadOf(sent) / secs
+				got := j.Rates[f.Name][k] / 8 * secs
+				var pair [2]int
+				switch {
+				case got > payloadOf(sent)*(1+MaxLate)+MaxInFlight:
+					pair = [2]int{k - 1, k}
+				case got < payloadOf(sent)*(1-MaxLate)-MaxInFlight:
+					pair = [2]int{k, k + 1}
+				default:
+					continue
+				}
+				for _, m := range pair {
+					if m >= 0 && m < f.N {
+						j.Late[f.Name][m] = true
+					}
+				}
+				j.Lates = append(j.Lates, fmt.Sprintf("%s's receiver got %.0f kB in second %d of the run where its class sent %.0f kB of payload",
+					f.Name, got/1e3, i, payloadOf(sent)/1e3))
 			}
 		}
 		backlogged[i] = full && tw.OK() && !absent && !starting && !held
@@ -277,7 +299,7 @@ func (j Judgement) Summary() string {
 		s += "; " + strings.Join(slices.Compact(j.Holds), "; ")
 	}
 	if len(j.Lates) > 0 {
-		s += fmt.Sprintf("; %d flow-seconds got bytes held from the second before (marked late, skipped by single-second checks): %s", len(j.Lates), strings.Join(j.Lates, "; "))
+		s += fmt.Sprintf("; %d counts displaced between seconds by their receivers (marked late: single-second checks judge the pair by its mean): %s", len(j.Lates), strings.Join(j.Lates, "; "))
 	}
 	return s
 }

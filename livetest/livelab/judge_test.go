@@ -2,6 +2,7 @@ package livelab
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -168,7 +169,7 @@ func TestJudgeLateBytes(t *testing.T) {
 	// 4 Mb of second 1 (more than MaxInFlight) arrive in second 2: the
 	// receiver read 96 then 104 Mbps while the class sent 100 in each.
 	rw := fakeReceivers(t0, 5, 100e6, time.Millisecond, nil)
-	holdOver(rw, 4e6)
+	holdOver(rw, 1, 4e6)
 	j := Judge(cw, rw, flows, []string{"a"}, 0, quietMachine(t0, 5))
 	if got, want := fmt.Sprint(j.Late["a"]), "[false true true false]"; got != want || len(j.Lates) == 0 || fmt.Sprint(j.Short) != "[false false false false]" {
 		t.Errorf("late bytes: late %s (%q), short %v; want late %s, every second judged", got, j.Lates, j.Short, want)
@@ -189,15 +190,38 @@ func TestJudgeLateBytes(t *testing.T) {
 	}
 }
 
-// holdOver moves bits of fakeReceivers' second 1 into second 2: the
-// receiver falls behind through second 1 and catches up in the first
-// quarter of second 2.
-func holdOver(rw *Receivers, bits float64) {
-	for k := 20; k < 40; k++ {
-		rw.bytes[k][5201] -= bits / 8 * float64(k-20) / 20
+// holdOver moves bits of fakeReceivers' second s into second s+1: the
+// receiver falls behind through second s and catches up in the first
+// quarter of second s+1.
+func holdOver(rw *Receivers, s int, bits float64) {
+	per := int(time.Second / ReceiverEvery)
+	for k := s * per; k < (s+1)*per; k++ {
+		rw.bytes[k][5201] -= bits / 8 * float64(k-s*per) / float64(per)
 	}
-	for k := 40; k < 45; k++ {
-		rw.bytes[k][5201] -= bits / 8 * float64(45-k) / 5
+	for k := (s + 1) * per; k < (s+1)*per+per/4; k++ {
+		rw.bytes[k][5201] -= bits / 8 * float64((s+1)*per+per/4-k) / float64(per/4)
+	}
+}
+
+// A receiver that gets less in the run's last second than its class sent
+// in it (the rest arrives after the run): that second is marked late, and
+// Sent holds what the class sent (a make test run of 2026-11-27 read a
+// flow at 68.8 Mbps as 61.5 in its last second).
+func TestJudgeBytesHeldPastTheEnd(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	full := int(time.Second / SampleEvery)
+	secs := []Second{fullSecond(full), fullSecond(full), fullSecond(full), fullSecond(full), fullSecond(full)}
+	flows := []Flow{{Name: "a", Port: 5201, N: 4}}
+	wire := 68.8e6 * 1e9 / agent.MaxPayloadBps(1e9)
+	cw := fakeClassWatch(t, t0, secs, wire, 0, 0)
+	rw := fakeReceivers(t0, 5, 68.8e6, time.Millisecond, nil)
+	holdOver(rw, 3, 7.3e6)
+	j := Judge(cw, rw, flows, []string{"a"}, 0, quietMachine(t0, 5))
+	if got, want := fmt.Sprint(j.Late["a"]), "[false false false true]"; got != want || len(j.Lates) != 1 {
+		t.Errorf("late %s (%q), rates %.1f; want %s", got, j.Lates, j.Rates["a"], want)
+	}
+	if s := j.Sent["a"][3]; math.Abs(s-68.8e6) > 0.1e6 {
+		t.Errorf("sent in the last second: %.2f Mbps, want 68.80", s/1e6)
 	}
 }
 
@@ -215,7 +239,7 @@ func TestJudgeLateBytesBetweenSamples(t *testing.T) {
 	cw := fakeClassWatch(t, t0.Add(-10*time.Millisecond), secs, wire, 0, 0)
 	cw.start = t0
 	rw := fakeReceivers(t0, 5, 80e6, time.Millisecond, nil)
-	holdOver(rw, 7e6)
+	holdOver(rw, 1, 7e6)
 	j := Judge(cw, rw, flows, []string{"a"}, 0, quietMachine(t0, 5))
 	if got, want := fmt.Sprint(j.Late["a"]), "[false true true false]"; got != want {
 		t.Errorf("late %s (%q), rates %.1f; want %s", got, j.Lates, j.Rates["a"], want)

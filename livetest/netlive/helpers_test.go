@@ -267,8 +267,10 @@ type result struct {
 	// about the scheduler and the medians skip them.
 	Short []bool
 	// Late marks the seconds whose count TCP displaced (livelab.Judgement
-	// Late): a check of single seconds skips them.
+	// Late), and Sent is each second's payload rate by its class's counters
+	// (livelab.Judgement Sent): see secondRate.
 	Late []bool
+	Sent []float64
 }
 
 // judgedFrom returns the intervals from second `from` on that are not
@@ -654,19 +656,31 @@ func (l *liveLab) waitSteady(host string, ports []string, within time.Duration) 
 }
 
 // secondRate is the rate a check of single seconds judges at second i
-// (from on), and what it covers: the second's own, or, when TCP held
-// bytes of one second into the next (both marked Late), the pair's mean,
-// logged; ok is false for the second of a pair judged at the first.
+// (from on), and what it covers: the second's own; when TCP displaced
+// bytes between it and a neighbour (both marked Late) and both are
+// judged, the pair's mean, logged, with ok false for the pair's second;
+// when the neighbour lies outside the judged seconds (before from, or
+// after the run's end, where the receiver's count of what the class sent
+// is not measured), what its class sent (Sent, payload), logged.
 func (r result) secondRate(t *testing.T, i, from int) (got float64, what string, ok bool) {
-	late := func(k int) bool { return k >= from && k < len(r.Late) && r.Late[k] }
-	switch {
-	case late(i) && late(i-1):
-		return 0, "", false // judged with second i-1
-	case late(i) && late(i+1) && i+1 < len(r.Intervals):
-		got = (r.Intervals[i] + r.Intervals[i+1]) / 2
-		what = fmt.Sprintf("seconds %d–%d (%s and %s Mbps, bytes held across their boundary)", i, i+1, mbps(r.Intervals[i]), mbps(r.Intervals[i+1]))
+	late := func(k int) bool { return k >= 0 && k < len(r.Late) && r.Late[k] }
+	pair := func(a, b int) (float64, string, bool) {
+		what := fmt.Sprintf("seconds %d–%d (%s and %s Mbps, bytes held across their boundary)", a, b, mbps(r.Intervals[a]), mbps(r.Intervals[b]))
+		got := (r.Intervals[a] + r.Intervals[b]) / 2
 		t.Logf("%s %s: judged by their mean %s Mbps", r.Name, what, mbps(got))
 		return got, what, true
+	}
+	switch {
+	case !late(i):
+		return r.Intervals[i], fmt.Sprintf("second %d", i), true
+	case late(i-1) && i-1 >= from:
+		return 0, "", false // judged with second i-1
+	case late(i+1) && i+1 < len(r.Intervals):
+		return pair(i, i+1)
+	case i < len(r.Sent) && r.Sent[i] > 0:
+		what = fmt.Sprintf("second %d (its receiver counted %s Mbps, bytes held across the edge of the judged seconds)", i, mbps(r.Intervals[i]))
+		t.Logf("%s %s: judged by what its class sent, %s Mbps of payload", r.Name, what, mbps(r.Sent[i]))
+		return r.Sent[i], what, true
 	}
 	return r.Intervals[i], fmt.Sprintf("second %d", i), true
 }

@@ -99,7 +99,7 @@ func (l *liveLab) judged(host string, ports []string, usable float64, need func(
 		j := livelab.Judge(cw, rw, flows, ports, usable, mw)
 		mw.Stop()
 		for i := range res {
-			res[i].Intervals, res[i].Late = j.Rates[res[i].Name], j.Late[res[i].Name]
+			res[i].Intervals, res[i].Late, res[i].Sent = j.Rates[res[i].Name], j.Late[res[i].Name], j.Sent[res[i].Name]
 			if slices.Contains(ports, res[i].Name) {
 				res[i].Short = j.Short[res[i].StartS:]
 			}
