@@ -439,7 +439,7 @@ func waitQuota(t *testing.T, tree cpuctl.Tree, group string, mhz, coreMHz int) {
 	t.Helper()
 	want := int64(-1)
 	if mhz > 0 {
-		want = (int64(mhz)*100000 + int64(coreMHz) - 1) / int64(coreMHz)
+		want = (int64(mhz)*cpuctl.DefaultPeriodUs + int64(coreMHz) - 1) / int64(coreMHz)
 	}
 	file := filepath.Join(tree.Dir(group), "cpu.cfs_quota_us")
 	if _, ok := tree.(cpuctl.V2); ok {
