@@ -27,7 +27,7 @@ import (
 // classes, network pools, datastores, VMs with vNICs, disks and CPU
 // settings placed anywhere or nowhere.
 func TestHostSideFromSpec(t *testing.T) {
-	n := proptest.Runs(t, 2000)
+	n := proptest.Runs(t, 5000)
 	rng := rand.New(rand.NewPCG(23, 2026))
 	checked, hosts, vms, tries := 0, 0, 0, 0
 	for ; checked < n; tries++ {
