@@ -470,6 +470,7 @@ func (s *drsRun) judge(name string, ws []*hostWatch, want map[string]float64, fr
 		judged []judgedSecond
 		all    []string
 		cons   livelab.Conservation
+		why    []string // each window's livelab.Judgement Summary
 	}
 	res := map[string]got{}
 	for try := 1; ; try++ {
@@ -477,14 +478,16 @@ func (s *drsRun) judge(name string, ws []*hostWatch, want map[string]float64, fr
 		time.Sleep(time.Until(end)) // the measurement window
 		short := false
 		for _, w := range ws {
-			j, all, c := w.judge(w.stop(), s.rw, from, s.usable)
+			j, all, jm := w.judge(s.rw, from, s.usable)
 			if try > 1 {
 				all = append([]string{"|"}, all...) // a new window
 			}
 			r := res[w.host]
 			r.judged, r.all = append(r.judged, j...), append(r.all, all...)
+			c := jm.Conservation
 			r.cons.Backlogged, r.cons.Full = r.cons.Backlogged+c.Backlogged, r.cons.Full+c.Full
 			r.cons.Thin = append(r.cons.Thin, c.Thin...)
+			r.why = append(r.why, jm.Summary())
 			res[w.host] = r
 			short = short || len(r.judged) < 3
 		}
@@ -505,10 +508,10 @@ func (s *drsRun) judge(name string, ws []*hostWatch, want map[string]float64, fr
 		// Backlogged classes on a thin link are the scheduler's fault,
 		// whatever the machine did to the other seconds.
 		if v := r.cons.Verdict(s.usable); v != "" {
-			t.Errorf("%s on %s: %s (per second: %s)", name, w.host, v, strings.Join(r.all, " "))
+			t.Errorf("%s on %s: %s (per second: %s; %s)", name, w.host, v, strings.Join(r.all, " "), strings.Join(r.why, " | "))
 		}
 		if len(r.judged) < 3 {
-			t.Errorf("%s: only %d judged seconds on %s (the machine could not drive the lab: %s)", name, len(r.judged), w.host, strings.Join(r.all, " "))
+			t.Errorf("%s: only %d judged seconds on %s (per second: %s; %s)", name, len(r.judged), w.host, strings.Join(r.all, " "), strings.Join(r.why, " | "))
 			continue
 		}
 		for _, pt := range w.ports {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"sort"
@@ -95,22 +96,13 @@ func startFlows(t *testing.T, plan *lab.Plan, ports []string, durS int) (stop, w
 	return func() { end(true) }, func() { end(false) }
 }
 
-// minCarried: a second is judged when every class of the host watched had
-// packets waiting in ≥ 95% of the samples (livelab.Backlogged: the
-// scheduler, not a CPU-starved sender, set the rates) and the host's flows together
-// carried ≥ 97% of the usable rate (the machine let HTB fill the link):
-// livetest/netlive's rules (queues_test.go); and the receiver samples at
-// its ends were timed precisely (livelab.Receivers.Window).
-const minCarried = livelab.MinCarried
-
 // hostWatch is a class watch of one host's ports (livelab.Watch) with
-// its start, so that its seconds line up with the receiver samples.
+// the machine's watch, so that its seconds are judged by livelab.Judge.
 type hostWatch struct {
 	p       *policy.Policy
 	host    string
 	ports   []string
-	start   time.Time
-	stop    func() []livelab.Second
+	cw      *livelab.ClassWatch
 	machine *livelab.MachineWatch // the machine's load, per second
 }
 
@@ -120,8 +112,7 @@ func watchHost(t *testing.T, p *policy.Policy, host string, ports []string, mach
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := livelab.Watch(t, plan, p, host, ports)
-	return &hostWatch{p: p, host: host, ports: ports, start: w.Start(), stop: w.Stop, machine: machine}
+	return &hostWatch{p: p, host: host, ports: ports, cw: livelab.Watch(t, plan, p, host, ports), machine: machine}
 }
 
 // judgedSecond is one judged second of a host watch with each port's rate.
@@ -130,66 +121,39 @@ type judgedSecond struct {
 	Rates map[string]float64
 }
 
-// judge returns the seconds of the watch from `from` on (up to now) with
-// their rates, whether each counts (judged), and the work conservation of
-// those seconds (livelab.Conserved: every class backlogged and the ends
-// timed, against what the flows carried). A thin second in which some
-// the machine was busy (livelab.Load.Busy) is the machine's, as
-// livelab.Judge rules: it does not count against the scheduler, and its
-// mark says what the machine did.
-func (hw *hostWatch) judge(secs []livelab.Second, rw *receiverWatch, from time.Time, usable float64) (judged []judgedSecond, all []string, c livelab.Conservation) {
-	var backlogged []bool
-	var sums []float64
-	for i := range secs {
-		a := hw.start.Add(time.Duration(i) * time.Second)
-		if a.Before(from) || i == len(secs)-1 { // the last second may be partial
-			continue
-		}
-		rates := map[string]float64{}
-		tw := rw.Window(a, a.Add(time.Second))
-		timed, sum := tw.OK(), 0.0
-		ok := livelab.Backlogged(secs, i, hw.ports) && timed
-		if timed && tw.From.Before(a) {
-			ok = ok && livelab.Backlogged(secs, i-1, hw.ports)
-		}
-		if timed && tw.To.After(a.Add(time.Second)) {
-			ok = ok && livelab.Backlogged(secs, i+1, hw.ports)
-		}
+// judge stops the watch and judges its whole seconds from `from` on with
+// livelab.Judge, the flows (running before the watch began) counted from
+// there: the judged seconds with their rates, a mark per second (the
+// ports' Mbps, in parentheses when not judged), and the Judgement (its
+// work conservation and, in Summary, why seconds were set aside).
+func (hw *hostWatch) judge(rw *receiverWatch, from time.Time, usable float64) (judged []judgedSecond, all []string, j livelab.Judgement) {
+	secs, start := hw.cw.Stop(), hw.cw.Start()
+	first := max(int(math.Ceil(from.Sub(start).Seconds())), 0)
+	n := len(secs) - 1 - first // the watch's last second may be partial
+	if n <= 0 {
+		return nil, nil, livelab.Judgement{}
+	}
+	var flows []livelab.Flow
+	for _, p := range hw.ports {
+		flows = append(flows, livelab.Flow{Name: p, Port: rw.port[p], StartS: first, N: n, Running: true})
+	}
+	j = livelab.Judge(hw.cw, rw.Receivers, flows, hw.ports, usable, hw.machine)
+	for k := range n {
+		i := first + k
+		rates, parts := map[string]float64{}, []string{}
 		for _, p := range hw.ports {
-			r := 0.0
-			if timed {
-				r = rw.Between(rw.port[p], tw)
-			} else {
-				r, _ = rw.rate(p, a, a.Add(time.Second))
-			}
-			rates[p] = r
-			sum += r
-		}
-		busy := ""
-		if ok && sum < minCarried*usable {
-			if l := hw.machine.Between(tw.From, tw.To); l.Busy() {
-				ok = false
-				busy = fmt.Sprintf(" busy: CPU wait %.0f%%, steal %.2f", 100*max(l.WaitShare, 0), l.StealCores)
-			}
-		}
-		backlogged, sums = append(backlogged, ok), append(sums, sum)
-		ok = ok && sum >= minCarried*usable
-		var parts []string
-		for _, p := range hw.ports {
+			rates[p] = j.Rates[p][k]
 			parts = append(parts, fmt.Sprintf("%.0f", rates[p]/1e6))
 		}
-		mark := strings.Join(parts, "/") + busy
-		if !timed {
-			mark = "untimed" // the receiver samples at its ends were late or slow
-		}
-		if !ok {
+		mark := strings.Join(parts, "/")
+		if j.Short[i] {
 			mark = "(" + mark + ")"
 		} else {
-			judged = append(judged, judgedSecond{At: a, Rates: rates})
+			judged = append(judged, judgedSecond{At: start.Add(time.Duration(i) * time.Second), Rates: rates})
 		}
 		all = append(all, mark)
 	}
-	return judged, all, livelab.Conserved(backlogged, sums, usable)
+	return judged, all, j
 }
 
 func median(v []float64) float64 {
@@ -234,12 +198,12 @@ func measureUsable(t *testing.T, p *policy.Policy, host string, ports []string) 
 		_, wait := startFlows(t, plan, ports, 10)
 		t0 := time.Now()
 		wait()
-		secs := hw.stop()
+		hw.cw.Stop()
 		rw.stop()
 		if err := rw.err(); err != nil {
 			t.Fatalf("receiver watch: %v", err)
 		}
-		judged, all, _ := hw.judge(secs, rw, t0.Add(3*time.Second), maxBps)
+		judged, all, jm := hw.judge(rw, t0.Add(3*time.Second), maxBps)
 		var sums []float64
 		for _, s := range judged {
 			sum := 0.0
@@ -255,7 +219,7 @@ func measureUsable(t *testing.T, p *policy.Policy, host string, ports []string) 
 				host, strings.Join(ports, ", "), u/1e6, strings.Join(all, " "))
 			return u
 		}
-		t.Logf("usable-rate run %d: only %d judged seconds (%s); %s; measuring again", try, len(sums), strings.Join(all, " "), rw.Reads(t0, time.Now()))
+		t.Logf("usable-rate run %d: only %d judged seconds (%s); %s; measuring again", try, len(sums), strings.Join(all, " "), jm.Summary())
 	}
 	t.Fatalf("three usable-rate runs in a row without 3 judged seconds: the machine could not drive the lab (%s)", livelab.SampleMachine().Since(m0))
 	return 0

@@ -11,12 +11,15 @@ import (
 
 // Flow is one flow of a judged run, as Judge reads it: its receiver's
 // iperf3 port, the second of the run in which it starts, and how many
-// one-second intervals it has.
+// one-second intervals it has. Running says it was sending before that
+// second (a flow judged from a later second of the watch on): its first
+// interval is no start.
 type Flow struct {
-	Name   string
-	Port   int
-	StartS int
-	N      int
+	Name    string
+	Port    int
+	StartS  int
+	N       int
+	Running bool
 }
 
 // Judgement is what Judge makes of a run.
@@ -159,7 +162,7 @@ func Judge(cw *ClassWatch, rw *Receivers, flows []Flow, ports []string, usable f
 		starting, absent := false, false
 		for _, f := range flows {
 			end := f.StartS + f.N
-			starting = starting || (f.StartS > 0 && (i == f.StartS-1 || i == f.StartS)) ||
+			starting = starting || (f.StartS > 0 && !f.Running && (i == f.StartS-1 || i == f.StartS)) ||
 				(end < n && (i == end-1 || i == end))
 			absent = absent || slices.Contains(ports, f.Name) && (i < f.StartS || i >= end)
 		}
