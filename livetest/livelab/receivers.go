@@ -71,26 +71,30 @@ func watchReceivers(t testing.TB, hs []*netlink.Handle, recv Receiver) *Receiver
 				return
 			case <-tick.C:
 				before := time.Now()
+				// One goroutine per namespace: the dumps of several
+				// namespaces (the inbound VMs') overlap, so that a sample's
+				// span is about one namespace's, not their sum.
+				parts := make([]map[int]float64, len(hs))
+				errs := make([]error, len(hs))
+				var wg sync.WaitGroup
+				for k, h := range hs {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						parts[k], errs[k] = receivedPerPort(h, recv)
+					}()
+				}
+				wg.Wait()
+				if err := errors.Join(errs...); err != nil {
+					w.mu.Lock()
+					w.readErr = err
+					w.mu.Unlock()
+					return
+				}
 				m := map[int]float64{}
-				for _, h := range hs {
-					for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
-						socks, err := h.SocketDiagTCPInfo(fam)
-						if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-							w.mu.Lock()
-							w.readErr = err
-							w.mu.Unlock()
-							return
-						}
-						for _, s := range socks {
-							if s.InetDiagMsg == nil || s.TCPInfo == nil || s.InetDiagMsg.State != tcpEstablished {
-								continue
-							}
-							key := s.InetDiagMsg.ID.SourcePort
-							if recv == ClientSide {
-								key = s.InetDiagMsg.ID.DestinationPort
-							}
-							m[int(key)] += float64(s.TCPInfo.Bytes_received)
-						}
+				for _, part := range parts {
+					for port, b := range part {
+						m[port] += b
 					}
 				}
 				span := time.Since(before)
@@ -104,6 +108,30 @@ func watchReceivers(t testing.TB, hs []*netlink.Handle, recv Receiver) *Receiver
 	}()
 	t.Cleanup(func() { w.Stop() })
 	return w
+}
+
+// receivedPerPort sums the bytes received by the established TCP
+// sockets that h sees, per iperf3 port (recv says which port is the
+// flow's).
+func receivedPerPort(h *netlink.Handle, recv Receiver) (map[int]float64, error) {
+	m := map[int]float64{}
+	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		socks, err := h.SocketDiagTCPInfo(fam)
+		if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return nil, err
+		}
+		for _, s := range socks {
+			if s.InetDiagMsg == nil || s.TCPInfo == nil || s.InetDiagMsg.State != tcpEstablished {
+				continue
+			}
+			key := s.InetDiagMsg.ID.SourcePort
+			if recv == ClientSide {
+				key = s.InetDiagMsg.ID.DestinationPort
+			}
+			m[int(key)] += float64(s.TCPInfo.Bytes_received)
+		}
+	}
+	return m, nil
 }
 
 // Stop ends the sampling (idempotent) and returns a read error, if any.
