@@ -34,8 +34,8 @@ type Judgement struct {
 	// displaced: the flow's receiver got more in it than its class sent
 	// in it (ClassWatch.SentIn, as payload, plus MaxLate and MaxInFlight),
 	// bytes held back from the second before (TCP repairing a loss faster
-	// than MinStall), so both are marked; or less than its class sent by
-	// as much, bytes held into the second after, so both are marked too.
+	// than MinStall), so both are marked; or, in the flow's last second,
+	// less than its class sent by as much (bytes held past the run's end).
 	// A test that judges single seconds of a flow judges a marked pair by
 	// its mean, and a marked second whose partner lies outside the seconds
 	// it judges by Sent; sums and medians over seconds barely move.
@@ -205,7 +205,11 @@ func Judge(cw *ClassWatch, rw *Receivers, flows []Flow, ports []string, usable f
 				switch {
 				case got > payloadOf(sent)*(1+MaxLate)+MaxInFlight:
 					pair = [2]int{k - 1, k}
-				case got < payloadOf(sent)*(1-MaxLate)-MaxInFlight:
+				case k == f.N-1 && got < payloadOf(sent)*(1-MaxLate)-MaxInFlight:
+					// The flow's last second: what it held back arrives
+					// after the run, where no count shows it. Earlier, the
+					// next second's surplus shows it (the case above); a
+					// shortfall never made up is a loss, and is judged.
 					pair = [2]int{k, k + 1}
 				default:
 					continue
