@@ -21,6 +21,7 @@ type metrics struct {
 	latency    *prometheus.HistogramVec // route
 	events     *prometheus.CounterVec   // kind
 	migrations *prometheus.CounterVec   // status
+	decodes    prometheus.Counter       // the stored policy decoded and rebuilt
 
 	mu        sync.Mutex
 	etcdErr   error // of the last check
@@ -43,6 +44,8 @@ func newMetrics() *metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"route"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_controller_events_total",
 			Help: "Events this controller recorded, by kind (apply, set, power-on, migrate, migrated, fault, recommend, register, observed, off, ...)."}, []string{"kind"}),
+		decodes: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_controller_policy_decodes_total",
+			Help: "Times the controller decoded the stored policy and replayed its changes: at start and after another controller's change; one per change of its own means its cache misses."}),
 		migrations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_controller_migrations_total",
 			Help: "Migration decisions this controller recorded or moved to a status, by that status (recommended, moving, done, failed, superseded)."}, []string{"status"}),
 
@@ -123,6 +126,7 @@ func (k collector) Describe(ch chan<- *prometheus.Desc) {
 	m.latency.Describe(ch)
 	m.events.Describe(ch)
 	m.migrations.Describe(ch)
+	m.decodes.Describe(ch)
 	for _, d := range []*prometheus.Desc{m.etcdUp, m.etcdLast, m.etcdDur, m.hosts, m.registered, m.vms} {
 		ch <- d
 	}
@@ -133,6 +137,7 @@ func (k collector) Collect(ch chan<- prometheus.Metric) {
 	m.requests.Collect(ch)
 	m.latency.Collect(ch)
 	m.events.Collect(ch)
+	m.decodes.Collect(ch)
 	m.migrations.Collect(ch)
 	g := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)

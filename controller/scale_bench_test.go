@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,6 +100,15 @@ func procCPU(pid int) time.Duration {
 // simAgent is a simulated agent's watch: it long-polls its host's
 // desired state through the API, as controller.Follower does, and notes
 // when each new revision arrived.
+// fromHost makes cl connect from a loopback address of agent i's own
+// (127.1.X.Y): the agents of a real cluster come from their hosts'
+// addresses, and the API holds at most MaxConnsPerIP connections from
+// one address.
+func fromHost(cl *Client, i int) {
+	ip := net.IPv4(127, 1, byte(i/250), byte(i%250+1))
+	cl.HTTP.Transport.(*http.Transport).DialContext = (&net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}).DialContext
+}
+
 type simAgent struct {
 	host string
 	vms  []string // the VMs its hypervisor runs (the scale policy places them there)
@@ -249,6 +260,7 @@ func BenchmarkScale(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		fromHost(cl, i)
 		agents[i] = &simAgent{host: fmt.Sprintf("h%04d", i), vms: scaleVMsOn(i, nh, nv), cl: cl}
 	}
 	// register registers every agent at once; like controller.Follower, an
@@ -334,10 +346,11 @@ func BenchmarkScale(b *testing.B) {
 			watched = a
 		}
 	}
-	var tCtl, tWatch, tAgent []time.Duration
+	var tCtl, tWatch, tAgent, cpuSet []time.Duration
 	var rate float64
 	cpu0 = procCPU(pid)
 	for s := 0; s < sets; s++ {
+		cpuS := procCPU(pid)
 		want := float64(200+100*(s%2)) * 1e6
 		start := time.Now()
 		out, took := ctl("set", portName, fmt.Sprintf("reservation=%gMbps", want/1e6), "--reason", "bench")
@@ -356,8 +369,8 @@ func BenchmarkScale(b *testing.B) {
 		ra.mu.Lock()
 		tAgent, rate = append(tAgent, ra.at.Sub(start)), ra.rate
 		ra.mu.Unlock()
-		tCtl = append(tCtl, took)
-		progress("set %d: ctl %v, watch %v, agent %v", s, took, tWatch[s], tAgent[s])
+		tCtl, cpuSet = append(tCtl, took), append(cpuSet, procCPU(pid)-cpuS)
+		progress("set %d: ctl %v, watch %v, agent %v, controller CPU %v", s, took, tWatch[s], tAgent[s], cpuSet[s])
 	}
 
 	// 4. Every agent registers again (as after an outage longer than the TTL).
@@ -381,6 +394,7 @@ func BenchmarkScale(b *testing.B) {
 	b.ReportMetric(ms(median(tCtl)), "set-ctl-ms")
 	b.ReportMetric(ms(median(tWatch)), "set-watch-ms")
 	b.ReportMetric(ms(median(tAgent)), "set-agent-ms")
+	b.ReportMetric(ms(median(cpuSet)), "set-cpu-ms")
 	b.ReportMetric(ms(regFull), "register-all-ms")
 	b.ReportMetric(hwm, "peak-rss-MiB")
 	var t strings.Builder
@@ -392,7 +406,7 @@ func BenchmarkScale(b *testing.B) {
 	fmt.Fprintf(&t, "| `sluice ctl apply -f` of the whole policy (process wall time) | %v | |\n", applyTook.Round(time.Millisecond))
 	fmt.Fprintf(&t, "| from the apply's start to the last of %d agents' watches having its host's desired state (median agent: %v) | %v | %s (apply and all watches) |\n", nh, halfDesired.Round(time.Millisecond), allDesired.Round(time.Millisecond), c(cpuApply))
 	fmt.Fprintf(&t, "| a Follower's first desired state (registers, watches, fetches and rebuilds the policy) | %v | |\n", folFirst.Round(time.Millisecond))
-	fmt.Fprintf(&t, "| `sluice ctl set %s reservation=…` (wall time; median of %d, max %v) | %v | %s per set (with the agents' reads) |\n", portName, sets, slicesMax(tCtl).Round(time.Millisecond), median(tCtl).Round(time.Millisecond), c(cpuSets))
+	fmt.Fprintf(&t, "| `sluice ctl set %s reservation=…` (wall time; median of %d, max %v) | %v | %s per set (median; mean %s, with the agents' reports and reads) |\n", portName, sets, slicesMax(tCtl).Round(time.Millisecond), median(tCtl).Round(time.Millisecond), c(median(cpuSet)), c(cpuSets))
 	fmt.Fprintf(&t, "| from the set's start to %s's watch returning the new state (median, max %v) | %v | |\n", host, slicesMax(tWatch).Round(time.Millisecond), median(tWatch).Round(time.Millisecond))
 	fmt.Fprintf(&t, "| from the set's start to %s's agent (Follower) having computed the new rates (median, max %v; %s gets %s) | %v | |\n", host, slicesMax(tAgent).Round(time.Millisecond), portName, entitle.FormatBps(rate), median(tAgent).Round(time.Millisecond))
 	fmt.Fprintf(&t, "| %d agents register again with the policy in force (all at once; %d requests failed and were retried) | %v | %s |\n", nh, regFailed, regFull.Round(time.Millisecond), c(cpuReg2))

@@ -147,6 +147,9 @@ type state struct {
 	starting map[string]Start
 	// The mod revisions of the keys read, for the commit's comparison.
 	policyRev, placeRev, seqRev, startRev int64
+	// readRev is the store's revision the state was read at (or written
+	// at, after a commit): remember keeps the newest.
+	readRev int64
 	// extra are further writes of the commit (a decision's new status).
 	extra []clientv3.Op
 	// scope names the hosts whose part of the policy can differ from the
@@ -166,7 +169,7 @@ func (c *Controller) load(ctx context.Context) (*state, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd get: %w", err)
 	}
-	st := &state{place: placement.Placement{}}
+	st := &state{place: placement.Placement{}, readRev: keys.Header.Revision}
 	var histRev int64
 	for _, kv := range keys.Kvs {
 		switch strings.TrimPrefix(string(kv.Key), c.cfg.Prefix) {
@@ -230,17 +233,24 @@ func (c *Controller) load(ctx context.Context) (*state, error) {
 		if st.p, err = rebuild(st.doc, st.place); err != nil {
 			return nil, err
 		}
+		c.met.decodes.Inc()
 	}
 	c.remember(st)
 	return st, nil
 }
 
 // remember makes st the state later loads reuse (its document, policy
-// and placement, by their mod revisions).
+// and placement, by their mod revisions), unless the state remembered is
+// newer: a load that read before a commit and ends after it would
+// otherwise put back what the commit replaced, and every load after it
+// would decode the policy again.
 func (c *Controller) remember(st *state) {
 	c.cacheMu.Lock()
 	defer c.cacheMu.Unlock()
-	c.cache = &state{doc: st.doc, p: st.p, place: st.place, starting: st.starting, policyRev: st.policyRev, placeRev: st.placeRev, startRev: st.startRev}
+	if c.cache != nil && c.cache.readRev > st.readRev {
+		return
+	}
+	c.cache = &state{doc: st.doc, p: st.p, place: st.place, starting: st.starting, policyRev: st.policyRev, placeRev: st.placeRev, startRev: st.startRev, readRev: st.readRev}
 }
 
 // rebuild decodes the stored document and makes its changes again.
@@ -340,6 +350,10 @@ func (c *Controller) commit(ctx context.Context, old, st *state, evs []Event, de
 	if !resp.Succeeded {
 		return nil, errConflict
 	}
+	// The keys not written keep the revisions read: a state made by a
+	// decision (chain) starts with none, and a cache without the policy's
+	// revision would make the next load decode the policy again.
+	st.policyRev, st.placeRev, st.startRev = old.policyRev, old.placeRev, old.startRev
 	if wrotePolicy {
 		st.policyRev = resp.Header.Revision
 	}
@@ -349,6 +363,7 @@ func (c *Controller) commit(ctx context.Context, old, st *state, evs []Event, de
 	if !sameStarting {
 		st.startRev = resp.Header.Revision
 	}
+	st.readRev = resp.Header.Revision
 	if (wrotePolicy || !samePlace || !sameStarting) && st.p != nil {
 		c.remember(st) // the next read reuses them without decoding
 	}
