@@ -222,8 +222,10 @@ func TestApplySetGetEvents(t *testing.T) {
 	if err != nil || len(tail) != 1 || tail[0].Seq != es[len(es)-1].Seq {
 		t.Fatalf("events after: %+v %v", tail, err)
 	}
+	// Explain is package explain's: the network part, then vm1's CPU on h1.
 	ex, err := f.cl.Explain(f.ctx, "vm1/nic0")
-	if err != nil || len(ex.Lines) == 0 {
+	if err != nil || len(ex.Lines) == 0 || !strings.HasPrefix(ex.Lines[0], "vm1/nic0 on host h1") ||
+		!strings.HasPrefix(ex.Lines[len(ex.Lines)-1], "cpu: vm1 is entitled to 5200 MHz (vCPUs: 2 × 2600 MHz) of host h1's 16 × 2600 MHz") {
 		t.Fatalf("explain: %+v %v", ex, err)
 	}
 	if _, err := f.cl.Explain(f.ctx, "vm1/nic9"); StatusOf(err) != http.StatusNotFound {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"sluice/entitle"
+	"sluice/explain"
 	"sluice/placement"
 	"sluice/policy"
 )
@@ -415,8 +416,10 @@ func (c *Controller) chain(old, cur *state, n *next) *state {
 }
 
 // Explain says why a port (VM/NIC, HOST/CLASS) or a disk (VM/DISK) gets
-// what it gets, level by level, with the VMs where they run and every
-// demand unbounded.
+// what it gets, level by level, with the VMs where they hold their
+// reservations and every demand unbounded: explain.Lines, the lines
+// `sluice explain` prints for the same placement (the network, inbound,
+// driver and cpu lines), less those only a host can say.
 func (c *Controller) Explain(ctx context.Context, port string) (Explanation, error) {
 	st, err := c.loadPolicy(ctx)
 	if err != nil {
@@ -426,22 +429,12 @@ func (c *Controller) Explain(ctx context.Context, port string) (Explanation, err
 	if err != nil {
 		return Explanation{}, err
 	}
-	n := entitle.NewNet(entitle.Derive(st.p, entitle.Live{Hosts: c.viewOf(st, reports).holding()}))
-	n.Compute()
-	lines, err := n.Explain(port)
-	if err != nil {
-		for _, ds := range st.p.Datastores {
-			s, serr := entitle.Storage(st.p, ds.Name, 0, nil)
-			if serr != nil || s.Disk(port) == nil {
-				continue
-			}
-			if lines, err = s.Explain(port); err == nil {
-				break
-			}
-		}
+	lines, err := explain.Lines(st.p, entitle.Live{Hosts: c.viewOf(st, reports).holding()}, port, explain.Options{})
+	if errors.Is(err, explain.ErrNoSuchPort) {
+		return Explanation{}, apiErr(http.StatusNotFound, "%s: no such port or disk (VM/NIC of a running VM, HOST/CLASS, VM/DISK)", port)
 	}
 	if err != nil {
-		return Explanation{}, apiErr(http.StatusNotFound, "%s: no such port or disk (VM/NIC of a running VM, HOST/CLASS, VM/DISK)", port)
+		return Explanation{}, err
 	}
 	return Explanation{Port: port, Lines: lines}, nil
 }

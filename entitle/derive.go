@@ -167,7 +167,7 @@ func Derive(p *policy.Policy, live Live) *Desired {
 	for _, ds := range p.Datastores {
 		spec := DatastoreSpec{Name: ds.Name}
 		for _, vm := range p.VMs {
-			host := hostOf(&vm, live)
+			host := live.HostOf(&vm)
 			if host == "" {
 				continue
 			}
@@ -307,7 +307,7 @@ func deriveUplink(p *policy.Policy, h *policy.Host, u *policy.Uplink, vms []*pol
 func runningVMs(p *policy.Policy, live Live, only map[string]bool) map[string][]*policy.VM {
 	m := map[string][]*policy.VM{}
 	for i := range p.VMs {
-		if h := hostOf(&p.VMs[i], live); h != "" && (only == nil || only[h]) {
+		if h := live.HostOf(&p.VMs[i]); h != "" && (only == nil || only[h]) {
 			m[h] = append(m[h], &p.VMs[i])
 		}
 	}
@@ -343,11 +343,13 @@ func unnamedVMs(p *policy.Policy, live Live) map[string][]*policy.VM {
 	return m
 }
 
-func hostOf(vm *policy.VM, live Live) string {
-	if live.Hosts == nil {
+// HostOf is the host vm of the policy runs on in l: its policy host when
+// l.Hosts is nil, else l.Hosts' entry; "" when it runs nowhere.
+func (l Live) HostOf(vm *policy.VM) string {
+	if l.Hosts == nil {
 		return vm.Host
 	}
-	return live.Hosts[vm.Name]
+	return l.Hosts[vm.Name]
 }
 
 // HostUplinks returns the uplink trees of host, in file order.

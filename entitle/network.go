@@ -108,7 +108,7 @@ func NetworkWith(p *policy.Policy, unnamed []UnnamedVM, demandBps map[string]flo
 
 // computed is n with the demands set and every entitlement computed.
 func computed(n *Net, p *policy.Policy, demandBps map[string]float64) (*Net, error) {
-	if err := n.applyDemands(p, demandBps); err != nil {
+	if err := n.SetDemands(p, demandBps); err != nil {
 		return nil, err
 	}
 	n.Compute()
@@ -174,6 +174,32 @@ func (n *Net) addUplink(u *UplinkSpec) {
 	}
 }
 
+// Listed returns the ports of n that belong in a listing (Port.Listed),
+// in tree order.
+func (n *Net) Listed() []*Port {
+	var ports []*Port
+	for _, pt := range n.Ports {
+		if pt.Listed() {
+			ports = append(ports, pt)
+		}
+	}
+	return ports
+}
+
+// Controlled returns the listed ports of an inbound net (NewInboundNet)
+// that carry something: those of a tree with a vNIC with an ingress
+// setting, and the classes that have one. None: what the uplinks receive
+// is not controlled.
+func (n *Net) Controlled() []*Port {
+	var ports []*Port
+	for _, pt := range n.Listed() {
+		if pt.Tree.Spec.HasVNICs() || pt.Declared {
+			ports = append(ports, pt)
+		}
+	}
+	return ports
+}
+
 func (n *Net) add(pt *Port) {
 	n.Ports = append(n.Ports, pt)
 	n.byName[pt.Name] = append(n.byName[pt.Name], pt)
@@ -183,7 +209,11 @@ func (n *Net) add(pt *Port) {
 	}
 }
 
-func (n *Net) applyDemands(p *policy.Policy, demandBps map[string]float64) error {
+// SetDemands sets the demands of demandBps (bits/s by port name, as
+// Network takes them) on n, derived from p: a vNIC of a VM of p without a
+// host is accepted and ignored; any other name that is no port of n is an
+// error that names it. Call Compute afterwards.
+func (n *Net) SetDemands(p *policy.Policy, demandBps map[string]float64) error {
 	for name, d := range demandBps {
 		if err := n.SetDemand(name, d); err != nil {
 			if isUnplacedPort(p, name) {

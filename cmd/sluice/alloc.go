@@ -186,7 +186,7 @@ func runAlloc(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return exitBad
 	}
-	ports, inPorts := listedPorts(n), inboundPorts(in)
+	ports, inPorts := n.Listed(), in.Controlled()
 	if a.output == "json" {
 		return writeAllocJSON(append(ports, inPorts...), stdout, stderr)
 	}
@@ -207,29 +207,6 @@ func writeAllocTable(ports []*entitle.Port, stdout io.Writer) {
 			entitle.FormatBps(pt.DemandBps()), entitle.FormatBps(pt.AllocBps()), pt.Node.Reason)
 	}
 	tw.Flush()
-}
-
-// listedPorts are the ports of n that belong in a listing (Port.Listed).
-func listedPorts(n *entitle.Net) []*entitle.Port {
-	var ports []*entitle.Port
-	for _, pt := range n.Ports {
-		if pt.Listed() {
-			ports = append(ports, pt)
-		}
-	}
-	return ports
-}
-
-// inboundPorts are the listed ports of the inbound trees that carry
-// something: those with a vNIC with ingress or a class that has one.
-func inboundPorts(in *entitle.Net) []*entitle.Port {
-	var ports []*entitle.Port
-	for _, pt := range listedPorts(in) {
-		if pt.Tree.Spec.HasVNICs() || pt.Declared {
-			ports = append(ports, pt)
-		}
-	}
-	return ports
 }
 
 // allocRow is one object of `sluice alloc -o json`. Rates are integer

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"sluice/agent"
+	"sluice/explain"
 	"sluice/policy"
 )
 
@@ -30,7 +31,7 @@ vms:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := driverLine(&p.Datastores[0]); got != "driver: throttle (datastore ds1 says so)" {
+	if got := explain.DriverLine(&p.Datastores[0]); got != "driver: throttle (datastore ds1 says so)" {
 		t.Errorf("driver line %q", got)
 	}
 	dir := t.TempDir()
