@@ -2,9 +2,6 @@ package agent
 
 import (
 	"context"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -195,69 +192,6 @@ func TestRunTakesPolicies(t *testing.T) {
 	}
 	if !k.Devs["sl-up0"].HTB {
 		t.Error("up0 lost its HTB")
-	}
-}
-
-// TestWatchPolicy: a changed file is loaded and sent at the next poll, an
-// unchanged one is not, a bad one is logged once and not sent, SIGHUP
-// forces a load.
-func TestWatchPolicy(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "p.yaml")
-	write := func(s string) {
-		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(followPolicy)
-	clock := fakeClock{ch: make(chan time.Time)}
-	hup := make(chan struct{})
-	out := make(chan *policy.Policy, 1)
-	logs := make(chan string, 10)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		WatchPolicy(ctx, path, clock, 1, hup, policy.Load, out, func(_ slog.Level, s string) { logs <- s })
-		close(done)
-	}()
-	defer func() { cancel(); <-done }()
-	// A change is loaded at the second poll that sees it; the third send
-	// returns once the second poll is done.
-	tick := func() { clock.ch <- time.Unix(0, 0); clock.ch <- time.Unix(0, 0); clock.ch <- time.Unix(0, 0) }
-	tick()
-	if len(out) != 0 {
-		t.Fatal("an unchanged file was sent")
-	}
-	write(strings.Replace(followPolicy, "200Mbps", "300Mbps", 1) + "\n")
-	tick()
-	select {
-	case p := <-out:
-		if p.VMs[1].NICs[0].Limit != 300e6 {
-			t.Errorf("reloaded limit %v", p.VMs[1].NICs[0].Limit)
-		}
-	default:
-		t.Fatal("a changed file was not sent")
-	}
-	write("cluster: t\nhosts: [{name: h1, uplinks: [{name: up0, speed: lots}]}]\n")
-	tick()
-	if len(out) != 0 {
-		t.Error("a bad file was sent")
-	}
-	if len(logs) != 2 { // "reloaded", then one line for the bad file
-		t.Errorf("%d log lines, want 2", len(logs))
-		for len(logs) > 0 {
-			t.Log(<-logs)
-		}
-		return
-	}
-	<-logs
-	if l := <-logs; !strings.Contains(l, "keeping the last good one") || strings.Contains(l, "\n") {
-		t.Errorf("log line %q", l)
-	}
-	write(followPolicy)
-	hup <- struct{}{}
-	clock.ch <- time.Unix(0, 0)
-	if len(out) != 1 {
-		t.Error("SIGHUP with a good file did not send it")
 	}
 }
 

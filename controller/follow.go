@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"slices"
 	"time"
-
-	"sluice/internal/clock"
 )
 
 // AgentSide is what Follow drives on an agent's host.
@@ -125,52 +123,24 @@ func (f *Follower) lease(ctx context.Context) {
 	}
 }
 
-// watch hands every new desired state to the agent.
+// watch hands every new desired state to the agent (Watch) and signals
+// applied when its VMs differ from the last ones applied.
 func (f *Follower) watch(ctx context.Context) {
-	var rev int64
 	var vms []string
-	lastErr := ""
-	fail := func(err error) bool {
-		if ctx.Err() != nil {
-			return false
-		}
-		if err.Error() != lastErr {
-			f.logAt(slog.LevelWarn, "%v", err)
-			lastErr = err.Error()
-		}
-		return clock.SleepCtx(ctx, f.RetryEvery)
-	}
-	for ctx.Err() == nil {
-		d, err := f.Client.WatchDesired(ctx, f.Host, rev, f.Wait)
-		if err != nil {
-			if !fail(fmt.Errorf("watching the desired state of %s: %w", f.Host, err)) {
-				return
+	w := &Watch{Client: f.Client, Host: f.Host, RetryEvery: f.RetryEvery, Wait: f.Wait,
+		Log: func(level slog.Level, msg string) { f.logAt(level, "%s", msg) },
+		Apply: func(d DesiredHost) error {
+			if err := f.Agent.Apply(d); err != nil {
+				return err
 			}
-			continue
-		}
-		if d.Revision == 0 || d.Revision == rev {
-			continue // nothing published yet, or the wait ended
-		}
-		if d.Policy == nil {
-			// Written by a controller that publishes no part of the
-			// policy: the agent keeps what it enforces.
-			fail(fmt.Errorf("desired state %d of %s has no policy: enforcing the last one (upgrade the controller)", d.Revision, f.Host))
-			rev = d.Revision
-			continue
-		}
-		if err := f.Agent.Apply(d); err != nil {
-			if !fail(fmt.Errorf("desired state %d: %w", d.Revision, err)) {
-				return
+			if !slices.Equal(vms, d.VMs) {
+				vms = slices.Clone(d.VMs)
+				select {
+				case f.applied <- struct{}{}:
+				default:
+				}
 			}
-			continue // rev unchanged: the watch returns at once and Apply is tried again
-		}
-		rev, lastErr = d.Revision, ""
-		if !slices.Equal(vms, d.VMs) {
-			vms = slices.Clone(d.VMs)
-			select {
-			case f.applied <- struct{}{}:
-			default:
-			}
-		}
-	}
+			return nil
+		}}
+	w.Run(ctx)
 }

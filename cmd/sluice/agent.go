@@ -25,6 +25,7 @@ import (
 	"sluice/internal/ops"
 	"sluice/lab"
 	"sluice/policy"
+	"sluice/policyfile"
 	"sluice/storage"
 	"sluice/throttle/dirstats"
 	"sluice/virt"
@@ -147,6 +148,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	var p *policy.Policy
 	var cl *controller.Client
 	var desired controller.DesiredHost
+	var stamp string // of the policy file loaded
 	if ctlf.server != "" {
 		var err error
 		if cl, err = ctlf.client(); err != nil {
@@ -163,6 +165,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		*file = ctlf.server
 	} else {
 		var code int
+		stamp = policyfile.Stamp(*file) // before loading: a change in between is loaded
 		if p, code = loadPolicy(*file, stderr); p == nil {
 			return code
 		}
@@ -252,52 +255,32 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}()
 	lastErr := ""
 	nsGone := false
-	// The policy file is followed (its mtime and size polled, SIGHUP) and
-	// a good new policy taken without a restart.
-	hupSig := make(chan os.Signal, 1)
-	signal.Notify(hupSig, syscall.SIGHUP)
-	defer signal.Stop(hupSig)
-	hup := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-hupSig:
-				select {
-				case hup <- struct{}{}:
-				case <-ctx.Done():
-					return
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	// The policy file is followed (its content polled, SIGHUP) and a good
+	// new policy taken without a restart; with a controller SIGHUP does
+	// nothing.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if side != nil {
 		side.Attach(ctx, adm)
 		adm.Ask = askController(cl, *host)
 		fol := &controller.Follower{Client: cl, Host: *host, Agent: side, Log: log}
 		go fol.Run(ctx)
 	} else {
-		// A new policy file goes to the agent and to the admitter.
-		loaded := make(chan *policy.Policy)
-		go func() {
-			for {
+		// A new policy file goes to the admitter and to the agent.
+		w := &policyfile.Watch{Path: *file, From: stamp, Every: time.Duration(policyPollNs), Reload: hup,
+			Log: func(level slog.Level, msg string) { log.Log(context.Background(), level, msg) },
+			Apply: func(np *policy.Policy) error {
+				adm.Set(np, nil)
 				select {
-				case np := <-loaded:
-					adm.Set(np, nil)
-					select {
-					case policies <- np:
-					case <-ctx.Done():
-						return
-					}
+				case policies <- np:
 				case <-ctx.Done():
-					return
+					return ctx.Err()
 				}
-			}
-		}()
-		go agent.WatchPolicy(ctx, *file, nil, policyPollNs, hup, policy.Load, loaded, func(level slog.Level, line string) {
-			log.Log(context.Background(), level, line)
-		})
+				log.Info(fmt.Sprintf("policy %s reloaded", *file))
+				return nil
+			}}
+		go w.Run(ctx)
 	}
 	var th *agent.Throttler
 	if len(o.datastores) > 0 {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -14,18 +13,16 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"sluice/controller"
-	"sluice/internal/inputfile"
 	"sluice/internal/ops"
 	"sluice/policy"
+	"sluice/policyfile"
 	"sluice/storage"
 	"sluice/storage/nbd"
 )
@@ -185,7 +182,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		p = desired.Policy
 	} else {
 		var code int
-		stamp = fileStamp(*pol) // before loading: a change in between is applied
+		stamp = policyfile.Stamp(*pol) // before loading: a change in between is applied
 		if p, code = loadPolicy(*pol, stderr); p == nil {
 			return code
 		}
@@ -226,14 +223,15 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	}
 	// The VMs' sockets follow the VMs the gateway serves (they come and
 	// go with the policy or the controller's placement).
-	vs := &vmSockets{g: g, dir: *socketDir, perm: perm, ls: map[string]net.Listener{}, log: log}
+	var vs *storage.VMSockets
 	if *socketDir != "none" {
-		if err := vs.sync(); err != nil {
+		vs = storage.NewVMSockets(g, *socketDir, perm)
+		if err := vs.Sync(); err != nil {
 			return fail(err)
 		}
 		where = append(where, fmt.Sprintf("%s (one socket per VM, mode %#o)", storage.VMSocket(*socketDir, "VM"), perm.Mode))
 	}
-	defer vs.closeAll()
+	defer vs.Close()
 	for _, a := range listens {
 		l, err := storage.Listen(a)
 		if err != nil {
@@ -253,6 +251,11 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	if len(serves) == 0 && *socketDir == "none" {
 		return fail(errors.New("nothing to serve on: --socket-dir none and no --listen given"))
 	}
+	// The gateway follows the controller's desired state of the host, or
+	// its policy file, until it stops (before its VMs' sockets close).
+	follow, stopFollowing := context.WithCancel(context.Background())
+	following := make(chan struct{})
+	defer func() { stopFollowing(); <-following }()
 	// SIGINT/SIGTERM stop the gateway from the moment it says it serves.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -264,6 +267,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		select {
 		case <-sig:
 			close(closed)
+			stopFollowing()
 			g.Close()
 		case <-stopped:
 		}
@@ -271,11 +275,19 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	if cl != nil {
-		go followController(g, cl, *host, desired.Revision, vs, closed, log)
-	} else {
-		go followPolicy(g, *pol, stamp, *reload, hup, vs, closed, log)
-	}
+	logAt := func(level slog.Level, msg string) { log.Log(context.Background(), level, msg) }
+	go func() {
+		defer close(following)
+		if cl != nil {
+			w := &controller.Watch{Client: cl, Host: *host, From: desired.Revision, Log: logAt,
+				Apply: func(d controller.DesiredHost) error { return applyDesired(g, vs, d, log) }}
+			w.Run(follow)
+			return
+		}
+		w := &policyfile.Watch{Path: *pol, From: stamp, Every: *reload, Reload: hup, Log: logAt,
+			Apply: func(p *policy.Policy) error { return applyPolicy(g, vs, p, log) }}
+		w.Run(follow)
+	}()
 	log.Info(fmt.Sprintf("host %s serving %s on %s", *host, strings.Join(g.Exports(), " "), strings.Join(where, ", ")))
 	// Ready while every datastore answers (storage.Gateway.Ready).
 	defer opsf.serve(log, g.Ready, storage.NewMetrics(g)).Close()
@@ -302,164 +314,30 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// followController applies the controller's desired state for host to g
-// whenever its revision changes (a long poll; errors are retried every
-// second, reported once): VMs that migrate in get their disks served,
-// VMs that left have theirs drained and closed. The gateway does not
-// register the host (the agent does).
-func followController(g *storage.Gateway, cl *controller.Client, host string, rev int64, vs *vmSockets, stop <-chan struct{}, log *slog.Logger) {
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-stop; cancel() }()
-	lastErr := ""
-	fail := func(err error) {
-		if ctx.Err() == nil && err.Error() != lastErr {
-			log.Warn(fmt.Sprintf("controller: %v", err))
-			lastErr = err.Error()
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second): // retry back-off
-		}
-	}
-	for ctx.Err() == nil {
-		d, err := cl.WatchDesired(ctx, host, rev, 30*time.Second)
-		if err != nil {
-			fail(err)
-			continue
-		}
-		if d.Revision == 0 || d.Revision == rev {
-			continue
-		}
-		if d.Policy == nil {
-			fail(fmt.Errorf("desired state %d of %s has no policy: serving the last one (upgrade the controller)", d.Revision, host))
-			rev = d.Revision
-			continue
-		}
-		if err := g.SetPolicy(d.Policy); err != nil {
-			fail(err)
-			continue
-		}
-		if err := vs.sync(); err != nil {
-			fail(err)
-			continue
-		}
-		rev, lastErr = d.Revision, ""
-		log.Info(fmt.Sprintf("desired state %d; serving %s", rev, strings.Join(g.Exports(), " ")))
-	}
-}
-
-// fileStamp identifies the content of file ("" when it cannot be read): the
-// content, not the modification time, since two writes within one tick of
-// the file system's clock keep the time.
-func fileStamp(file string) string {
-	b, err := inputfile.Read(file, inputfile.MaxPolicyBytes) // bounded: not a device or a huge file
-	if err != nil {
-		return ""
-	}
-	sum := sha256.Sum256(b)
-	return string(sum[:])
-}
-
-// followPolicy applies the policy file to g whenever its content differs
-// from last, the stamp of the file g was built from (looked at every
-// interval, and on SIGHUP): VMs that arrived on the host get their disks
-// served, VMs that left have theirs drained and closed. A file that does
-// not load is reported in one line and the last good policy stays.
-func followPolicy(g *storage.Gateway, file, last string, interval time.Duration, hup <-chan os.Signal, vs *vmSockets, stop <-chan struct{}, log *slog.Logger) {
-	stamp := func() string { return fileStamp(file) }
-	var tick <-chan time.Time
-	if interval > 0 {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		tick = t.C
-	}
-	for {
-		select {
-		case <-stop:
-			return
-		case <-hup:
-		case <-tick:
-			if s := stamp(); s == last || s == "" {
-				continue
-			}
-		}
-		last = stamp()
-		p, err := policy.Load(file)
-		if err != nil {
-			log.Warn(fmt.Sprintf("policy not reloaded: %v", err))
-			continue
-		}
-		err = g.SetPolicy(p)
-		if serr := vs.sync(); serr != nil {
-			err = errors.Join(err, serr)
-		}
-		if err != nil {
-			log.Error(fmt.Sprintf("policy reloaded with errors: %v", err))
-			continue
-		}
-		log.Info(fmt.Sprintf("policy reloaded; serving %s", strings.Join(g.Exports(), " ")))
-	}
-}
-
-// vmSockets are the per-VM sockets of a gateway (none when dir is
-// "none"), opened and closed as the VMs it serves come and go.
-type vmSockets struct {
-	g    *storage.Gateway
-	dir  string
-	perm storage.SocketPerm
-	log  *slog.Logger
-
-	mu sync.Mutex
-	ls map[string]net.Listener // by VM
-}
-
-// sync opens a socket for every VM the gateway serves that has none and
-// closes the sockets of VMs it no longer serves (their connections get
-// ESHUTDOWN from the gateway: the disks left).
-func (v *vmSockets) sync() error {
-	if v == nil || v.dir == "none" {
-		return nil
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	want := v.g.VMs()
-	for vm, l := range v.ls {
-		if !slices.Contains(want, vm) {
-			l.Close()
-			delete(v.ls, vm)
-		}
-	}
-	var add []string
-	for _, vm := range want {
-		if _, ok := v.ls[vm]; !ok {
-			add = append(add, vm)
-		}
-	}
-	if len(add) == 0 {
-		return nil
-	}
-	ls, err := storage.ListenVMs(v.dir, add, v.perm)
-	if err != nil {
+// applyDesired has g serve the host's part of the policy in the
+// controller's desired state d and vs follow its VMs: VMs that migrate in
+// get their disks served, VMs that left have theirs drained and closed.
+// The gateway does not register the host (the agent does).
+func applyDesired(g *storage.Gateway, vs *storage.VMSockets, d controller.DesiredHost, log *slog.Logger) error {
+	if err := g.SetPolicy(d.Policy); err != nil {
 		return err
 	}
-	for vm, l := range ls {
-		v.ls[vm] = l
-		go func() {
-			if err := v.g.ServeVM(l, vm); err != nil && !errors.Is(err, net.ErrClosed) {
-				v.log.Error(fmt.Sprintf("socket of %s: %v", vm, err))
-			}
-		}()
+	if err := vs.Sync(); err != nil {
+		return err
 	}
+	log.Info(fmt.Sprintf("desired state %d; serving %s", d.Revision, strings.Join(g.Exports(), " ")))
 	return nil
 }
 
-func (v *vmSockets) closeAll() {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for vm, l := range v.ls {
-		l.Close()
-		delete(v.ls, vm)
+// applyPolicy has g serve p, a policy file reloaded, and vs follow its
+// VMs: VMs that arrived on the host get their disks served, VMs that left
+// have theirs drained and closed.
+func applyPolicy(g *storage.Gateway, vs *storage.VMSockets, p *policy.Policy, log *slog.Logger) error {
+	if err := errors.Join(g.SetPolicy(p), vs.Sync()); err != nil {
+		return err
 	}
+	log.Info(fmt.Sprintf("policy reloaded; serving %s", strings.Join(g.Exports(), " ")))
+	return nil
 }
 
 func runGatewayStatus(args []string, stdout, stderr io.Writer) int {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"sluice/controller"
 	"sluice/entitle"
 	"sluice/policy"
+	"sluice/policyfile"
 	"sluice/storage"
 	"sluice/storage/nbd"
 )
@@ -44,7 +44,7 @@ func TestGatewayFollowsPolicyFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte(followPolicyYAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	stamp := fileStamp(file)
+	stamp := policyfile.Stamp(file)
 	p, err := policy.Load(file)
 	if err != nil {
 		t.Fatal(err)
@@ -59,15 +59,15 @@ func TestGatewayFollowsPolicyFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	stop := make(chan struct{})
-	defer close(stop)
 	socks := filepath.Join(dir, "socks")
-	vs := &vmSockets{g: g, dir: socks, perm: storage.DefaultSocketPerm, ls: map[string]net.Listener{}, log: discardLog}
-	if err := vs.sync(); err != nil {
+	vs := storage.NewVMSockets(g, socks, storage.DefaultSocketPerm)
+	if err := vs.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	defer vs.closeAll()
-	go followPolicy(g, file, stamp, 10*time.Millisecond, nil, vs, stop, discardLog)
+	defer vs.Close()
+	w := &policyfile.Watch{Path: file, From: stamp, Every: 10 * time.Millisecond,
+		Apply: func(p *policy.Policy) error { return applyPolicy(g, vs, p, discardLog) }}
+	defer follow(w.Run)()
 	vm2Sock := func() bool { _, err := os.Stat(storage.VMSocket(socks, "vm2")); return err == nil }
 	waitExports := func(want string) {
 		t.Helper()
@@ -236,9 +236,9 @@ func TestGatewayFollowsController(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	stop := make(chan struct{})
-	defer close(stop)
-	go followController(g, cl, "h2", 0, nil, stop, discardLog)
+	w := &controller.Watch{Client: cl, Host: "h2",
+		Apply: func(d controller.DesiredHost) error { return applyDesired(g, nil, d, discardLog) }}
+	defer follow(w.Run)()
 	waitExports := func(want string) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -254,6 +254,14 @@ func TestGatewayFollowsController(t *testing.T) {
 	desired = on(2, map[string]string{"vm1": "h2", "vm2": "h1"})
 	mu.Unlock()
 	waitExports("vm1/d0")
+}
+
+// follow starts a follower's Run and returns the function that stops it.
+func follow(run func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { run(ctx); close(done) }()
+	return func() { cancel(); <-done }
 }
 
 // discardLog is a daemon's logger that writes nowhere.

@@ -12,9 +12,8 @@ import (
 	"sluice/virt"
 )
 
-// policyPollNs is how often the agent looks at its policy file's
-// modification time and size; a change is taken after two polls (within
-// 1 s).
+// policyPollNs is how often the agent looks at its policy file's content
+// (policyfile.Watch); a change is taken after two polls (within 1 s).
 const policyPollNs = int64(250e6)
 
 // inventoryFlags choose where the agent learns what runs on its host:

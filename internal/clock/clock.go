@@ -64,3 +64,17 @@ func SleepCtx(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// SleepCtxOn waits d on c (nil: real time), or until ctx ends (then
+// false).
+func SleepCtxOn(ctx context.Context, c Clock, d time.Duration) bool {
+	done := make(chan struct{})
+	stop := Or(c).AfterFunc(d, func() { close(done) })
+	select {
+	case <-ctx.Done():
+		stop()
+		return false
+	case <-done:
+		return true
+	}
+}
