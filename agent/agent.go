@@ -43,6 +43,10 @@ type Config struct {
 	// group the inventory names for it (CgroupInventory). Nil: the agent
 	// leaves CPU alone.
 	Cgroups cpuctl.Cgroups
+	// NIC reads each uplink's NIC (nicinfo.Reader) at the first step and
+	// again after each Resync or SetPolicy, never every step; the
+	// statistics show it (UplinkStat.NIC). Nil: not read.
+	NIC NICReader
 }
 
 // rateSmoothing is the weight of the newest interval in a port's measured
@@ -66,6 +70,11 @@ type Agent struct {
 	cpuGone  map[string]string // group → VM of VMs that stopped: reset at the next Apply
 	// vnicMissing holds when each vNIC device was first found missing.
 	vnicMissing map[string]int64
+	// nics are the uplinks' NICs as last read (Config.NIC), by device, at
+	// nicReadNs; nicStale asks the next Measure to read them again.
+	nics      map[string]*UplinkNIC
+	nicStale  bool
+	nicReadNs int64
 }
 
 type portState struct {
@@ -106,6 +115,9 @@ type UplinkStat struct {
 	// Direction is "inbound" for the tree on the uplink's IFB (what it
 	// receives towards the vNICs), "" for the uplink's own.
 	Direction string `json:"direction,omitempty"`
+	// NIC is the uplink device's NIC (Config.NIC); nil when not read,
+	// and for an inbound tree.
+	NIC *UplinkNIC `json:"nic,omitempty"`
 }
 
 // Label names the tree in metrics: the uplink, and for its inbound tree
@@ -165,7 +177,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	return &Agent{cfg: cfg, trees: trees, ports: map[string]*portState{}, rec: rec, taken: map[string]bool{},
-		cpuVMs: cpu, cpuGone: map[string]string{}, vnicMissing: map[string]int64{}}, nil
+		cpuVMs: cpu, cpuGone: map[string]string{}, vnicMissing: map[string]int64{}, nicStale: true}, nil
 }
 
 // Trees returns the derived trees.
@@ -179,6 +191,9 @@ type Measurement struct {
 	NowNs   int64
 	Uplinks []UplinkReading // one per tree, in Trees order
 	CPU     []CPUReading    // one per running VM of the policy (Config.Cgroups)
+	// NICs are the uplinks' NICs by device, when this step read them
+	// (Config.NIC: the first step, and after a change); nil otherwise.
+	NICs map[string]UplinkNIC
 }
 
 // UplinkReading is one uplink's classes as read, with their counters.
@@ -236,6 +251,9 @@ func (a *Agent) Measure(nowNs int64) Measurement {
 		m.Uplinks = append(m.Uplinks, UplinkReading{Dev: t.Dev, Classes: have, Err: err})
 	}
 	m.CPU = a.measureCPU()
+	if a.nicDue(nowNs) {
+		m.NICs = a.readNICs(nowNs)
+	}
 	return m
 }
 
@@ -286,7 +304,7 @@ func (a *Agent) Apply(d Decision) (Changes, error) {
 	n, err := a.applyCPU(d)
 	total.CPUFiles += n
 	errs = append(errs, err)
-	a.stats = d.Stats
+	a.stats = a.withRoots(d.Stats)
 	return total, errors.Join(errs...)
 }
 
@@ -308,6 +326,7 @@ func (a *Agent) Decide(m Measurement) Decision {
 	// it never acts on less than a window of history.
 	warming := nowNs-a.startNs < DemandWindowNs
 	d := Decision{NowNs: nowNs, Stats: Stats{Cluster: a.cfg.Policy.Cluster, Host: a.cfg.Host, Dynamic: a.cfg.Dynamic, NowNs: nowNs, Unnamed: a.unnamed()}}
+	a.takeNICs(m.NICs)
 	for i, t := range a.trees {
 		r := m.Uplinks[i]
 		if r.Err != nil {
@@ -369,6 +388,8 @@ func (a *Agent) Decide(m Measurement) Decision {
 		us := UplinkStat{Uplink: t.Uplink, Dev: t.Dev, SpeedBps: int64(t.SpeedBps), UsableBps: int64(t.UsableBps)}
 		if t.Inbound {
 			ud.UplinkDev, us.Direction = t.UplinkDev, "inbound"
+		} else {
+			us.NIC = a.uplinkNIC(t)
 		}
 		d.Uplinks = append(d.Uplinks, ud)
 		wantBy := map[Handle]HTBClass{}

@@ -38,11 +38,14 @@ type Metrics struct {
 	portCeil, portBytes, portPackets, portDrops, portBacklog      *prometheus.Desc
 	unnamed, lastStep, cpuCap                                     *prometheus.Desc
 	cpuEnt, cpuRes, cpuLim, cpuShares, cpuUsed, cpuThrot, cpuRead *prometheus.Desc
+	nicInfo, nicSpeed, nicQueues, nicChannels, nicChannelsMax     *prometheus.Desc
+	nicOffload, nicWarnings                                       *prometheus.Desc
 }
 
 // NewMetrics returns the agent's metrics, empty until the first Observe.
 func NewMetrics() *Metrics {
 	port := []string{"uplink", "port", "class"}
+	up := []string{"uplink", "dev"}
 	vm := []string{"vm"}
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("sluice_agent_"+name, help, labels, nil)
@@ -81,6 +84,14 @@ func NewMetrics() *Metrics {
 		cpuUsed:   d("vm_cpu_used_ratio", "CPU the VM used over the last interval, in cores (1 = one core busy).", vm...),
 		cpuThrot:  d("vm_cpu_throttled_ratio", "Time the VM's group was throttled per wall time over the last interval.", vm...),
 		cpuRead:   d("vm_cpu_ready_ratio", "Run-queue wait of the VM's threads per wall time over the last interval (esxtop %RDY / 100).", vm...),
+
+		nicInfo:        d("uplink_nic_info", "The uplink's NIC: its driver and the root qdisc sluice replaced (value 1).", "uplink", "dev", "driver", "root_before"),
+		nicSpeed:       d("uplink_nic_speed_bits_per_second", "Link speed the uplink's driver reports (absent: unknown); the policy's speed is the HTB root's.", up...),
+		nicQueues:      d("uplink_nic_queues", "Transmit (direction tx) and receive (rx) queues of the uplink's device.", "uplink", "dev", "direction"),
+		nicChannels:    d("uplink_nic_channels", "Channels of the uplink's NIC in use, by kind (rx, tx, other, combined; ethtool -l; absent: unknown).", "uplink", "dev", "kind"),
+		nicChannelsMax: d("uplink_nic_channels_max", "Most channels of the kind the uplink's NIC can have (ethtool -l's pre-set maximum).", "uplink", "dev", "kind"),
+		nicOffload:     d("uplink_nic_offload_enabled", "1 when the offload (tso, gso, gro, lro, rx and tx checksums; ethtool -k) is on on the uplink's NIC, else 0.", "uplink", "dev", "offload"),
+		nicWarnings:    d("uplink_nic_warnings", "Warnings about the uplink's NIC (an offload off that costs CPU per Gbps, a link slower than the policy's speed, an mq root replaced by one HTB); agent status lists them.", up...),
 	}
 }
 
@@ -132,7 +143,8 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.errors.Desc()
 	for _, d := range []*prometheus.Desc{m.info, m.upSpeed, m.upUsable, m.portEnt, m.portRes, m.portLim, m.portShares,
 		m.portRate, m.portHTB, m.portCeil, m.portBytes, m.portPackets, m.portDrops, m.portBacklog, m.unnamed, m.lastStep,
-		m.cpuCap, m.cpuEnt, m.cpuRes, m.cpuLim, m.cpuShares, m.cpuUsed, m.cpuThrot, m.cpuRead} {
+		m.cpuCap, m.cpuEnt, m.cpuRes, m.cpuLim, m.cpuShares, m.cpuUsed, m.cpuThrot, m.cpuRead,
+		m.nicInfo, m.nicSpeed, m.nicQueues, m.nicChannels, m.nicChannelsMax, m.nicOffload, m.nicWarnings} {
 		ch <- d
 	}
 }
@@ -160,6 +172,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		up := u.Label()
 		g(m.upSpeed, float64(u.SpeedBps), up, u.Dev)
 		g(m.upUsable, float64(u.UsableBps), up, u.Dev)
+		if u.NIC != nil {
+			m.collectNIC(ch, up, u.Dev, u.NIC)
+		}
 		for _, p := range u.Ports {
 			l := []string{up, p.Port, p.Class}
 			g(m.portEnt, p.EntitlementBps, l...)
@@ -191,4 +206,37 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		g(m.cpuThrot, v.ThrottledPct/100, v.VM)
 		g(m.cpuRead, v.ReadyPct/100, v.VM)
 	}
+}
+
+// collectNIC exports what the agent read of an uplink's NIC; what is
+// unknown is absent.
+func (m *Metrics) collectNIC(ch chan<- prometheus.Metric, uplink, dev string, n *UplinkNIC) {
+	g := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	g(m.nicInfo, 1, uplink, dev, n.Driver, n.RootBefore)
+	if n.SpeedBps > 0 {
+		g(m.nicSpeed, float64(n.SpeedBps), uplink, dev)
+	}
+	g(m.nicQueues, float64(n.TxQueues), uplink, dev, "tx")
+	g(m.nicQueues, float64(n.RxQueues), uplink, dev, "rx")
+	if c := n.Channels; c != nil {
+		for _, k := range []struct {
+			kind     string
+			cur, max uint32
+		}{{"rx", c.RX, c.MaxRX}, {"tx", c.TX, c.MaxTX}, {"other", c.Other, c.MaxOther}, {"combined", c.Combined, c.MaxCombined}} {
+			if k.max > 0 {
+				g(m.nicChannels, float64(k.cur), uplink, dev, k.kind)
+				g(m.nicChannelsMax, float64(k.max), uplink, dev, k.kind)
+			}
+		}
+	}
+	for _, o := range n.Offloads {
+		v := 0.0
+		if o.On {
+			v = 1
+		}
+		g(m.nicOffload, v, uplink, dev, o.Name)
+	}
+	g(m.nicWarnings, float64(len(n.Warnings)), uplink, dev)
 }

@@ -158,7 +158,7 @@ func (a *Agent) SetPolicy(p *policy.Policy) error {
 func (a *Agent) Policy() *policy.Policy { return a.cfg.Policy }
 
 // setTrees installs new trees and forgets the history of ports that are
-// on none of them.
+// on none of them; the next Measure reads the uplinks' NICs again.
 func (a *Agent) setTrees(trees []*Tree) {
 	keep := map[string]bool{}
 	for _, t := range trees {
@@ -181,6 +181,7 @@ func (a *Agent) setTrees(trees []*Tree) {
 		}
 	}
 	a.trees = trees
+	a.nicStale = true // an uplink may be new, or changed with the host
 }
 
 // unnamed lists the running VMs the policy does not name, when the

@@ -2,7 +2,7 @@
 # Installs what sluice's tests and demo need, when it is missing: the Debian
 # packages of the live lab (iproute2, iperf3, sockperf, fio, nbdkit, etcd;
 # tmux for sluice top's test, dpkg-deb for the package's, chromium for the web
-# console's test),
+# console's test, ethtool as the oracle of package nicinfo's test),
 # libvirt and QEMU for real guests (shared/lab-vms.md: the packages, the
 # users, groups and directories libvirtd needs, its qemu.conf, and the
 # daemons started when none runs: there is no systemd here), and the Go
@@ -12,7 +12,7 @@ export DEBIAN_FRONTEND=noninteractive
 need=()
 for pair in ip:iproute2 iperf3:iperf3 sockperf:sockperf fio:fio nbdkit:nbdkit \
             etcd:etcd-server etcdctl:etcd-client nbdinfo:libnbd-bin tc:iproute2 \
-            tmux:tmux curl:curl dpkg-deb:dpkg chromium:chromium; do
+            tmux:tmux curl:curl dpkg-deb:dpkg chromium:chromium ethtool:ethtool; do
 	bin=${pair%%:*} pkg=${pair#*:}
 	command -v "$bin" >/dev/null 2>&1 || need+=("$pkg")
 done

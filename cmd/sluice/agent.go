@@ -24,6 +24,7 @@ import (
 	"sluice/hostside"
 	"sluice/internal/ops"
 	"sluice/lab"
+	"sluice/nicinfo"
 	"sluice/policy"
 	"sluice/policyfile"
 	"sluice/storage"
@@ -54,7 +55,12 @@ policy file (re-read on change or SIGHUP), or the controller (--controller:
 its policy, the host's desired state, the moves to carry out; it reports
 what runs here), without a restart; a move it cannot make is reported,
 never a reason to stop. It answers the libvirt hook's admission questions
-on STATE-DIR/agent-HOST.sock (sluice hook --help).
+on STATE-DIR/agent-HOST.sock (sluice hook --help). It reads each uplink's
+NIC (driver, speed, queues, offloads; ethtool netlink) at start and after
+each change of the inventory or policy, shows it in agent status and the
+metrics, and logs once when TSO, GSO or GRO is off, the link is slower
+than the policy's speed, or it replaced an mq root (docs/agent.md, "The
+uplink's NIC").
 `
 
 const agentExample = `
@@ -217,14 +223,28 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 		cgroups = tree
 	}
+	// The uplinks' NICs (driver, speed, queues, offloads), read in the
+	// agent's namespace; without them the agent still enforces.
+	var nics agent.NICReader
+	if r, err := nicinfo.Open(ns); err != nil {
+		logf("uplink NICs not read: %s", labOneLine(err))
+	} else {
+		defer r.Close()
+		nics = r
+	}
 	a, err := agent.New(agent.Config{Policy: p, Host: *host, Kernel: k, Inventory: inv, Dynamic: *dynamic,
-		RecordPath: agent.RecordPath(*stateDir, p.Cluster, *host), RootsDir: agent.DefaultRootsDir, Policies: policies, Cgroups: cgroups})
+		RecordPath: agent.RecordPath(*stateDir, p.Cluster, *host), RootsDir: agent.DefaultRootsDir, Policies: policies, Cgroups: cgroups,
+		NIC: nics})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 		return exitBad
 	}
 	if *once {
 		ch, err := a.Step(agent.NowNs())
+		var nicLog agent.NICLog
+		for _, w := range nicLog.Fresh(a.Stats()) {
+			logf("%s", w)
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 			return exitBad
@@ -308,9 +328,13 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	met := agent.NewMetrics()
 	met.StaleAfter = max(5*time.Second, 10**interval)
 	defer o.ops.serve(log, met.Ready, met).Close()
+	var nicLog agent.NICLog
 	err = agent.Run(ctx, a, nil, agent.NowNs(), interval.Nanoseconds(), func(s agent.Stats, ch agent.Changes, err error) {
 		// The step's time: from its tick (s.NowNs) to now.
 		met.Observe(s, time.Since(time.Unix(0, s.NowNs)), err)
+		for _, w := range nicLog.Fresh(s) {
+			log.Warn(w) // offloads off, an mq root replaced: once each
+		}
 		if th != nil && a.Policy() != thPolicy {
 			// The agent took a new policy (this runs on its goroutine).
 			thPolicy = a.Policy()
@@ -478,6 +502,7 @@ func runAgentStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, u := range s.Uplinks {
 		fmt.Fprintf(stdout, "uplink %s (%s) speed %s usable %s\n", u.Uplink, u.Dev, policy.FormatRate(policy.Bps(u.SpeedBps)), policy.FormatRate(policy.Bps(u.UsableBps)))
+		writeNICStatus(stdout, u.NIC, "  ")
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "PORT\tCLASSID\tBYTES\tPACKETS\tDROPS\tQUEUED\tRATE Mbps\tENTITLED Mbps\tHTB RATE Mbps\tCEIL Mbps\t")
 		for _, pt := range u.Ports {
@@ -488,6 +513,28 @@ func runAgentStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	writeCPUStatus(stdout, s)
 	return exitOK
+}
+
+// writeNICStatus prints an uplink's NIC as the agent last read it, each
+// line after indent: what it is, the root qdisc sluice replaced, what is
+// unknown, a read's error, the warnings.
+func writeNICStatus(w io.Writer, n *agent.UplinkNIC, indent string) {
+	if n == nil {
+		return
+	}
+	fmt.Fprintf(w, "%snic: %s\n", indent, n.Summary())
+	if n.RootBefore != "" {
+		fmt.Fprintf(w, "%snic: root qdisc before sluice: %s\n", indent, n.RootBefore)
+	}
+	if len(n.Unknown) > 0 {
+		fmt.Fprintf(w, "%snic: unknown: %s\n", indent, strings.Join(n.Unknown, "; "))
+	}
+	if n.Error != "" {
+		fmt.Fprintf(w, "%snic: error: %s\n", indent, n.Error)
+	}
+	for _, x := range n.Warnings {
+		fmt.Fprintf(w, "%swarning: %s\n", indent, x)
+	}
 }
 
 // writeCPUStatus prints the VMs' CPU (agent --cpu): what the agent set and

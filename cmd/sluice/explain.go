@@ -45,7 +45,8 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	if p == nil {
 		return code
 	}
-	lines, err := explain.Lines(p, entitle.Live{Unnamed: a.unnamed}, port, explain.Options{
+	live := entitle.Live{Unnamed: a.unnamed}
+	lines, err := explain.Lines(p, live, port, explain.Options{
 		DemandBps: a.demands, CPUMHzPerGbps: mhzPerGbps, CPUCostSource: "--cpu-mhz-per-gbps",
 		HostLocal: func(host, disk string) []string { return throttleLines(p, host, disk, lab.DefaultStateDir) },
 	})
@@ -61,6 +62,8 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return exitBad
 	}
+	// A port's uplink NICs, as their host's agent read them (host-local).
+	lines = append(lines, nicLines(p, live, port, lab.DefaultStateDir)...)
 	for _, l := range lines {
 		fmt.Fprintln(stdout, l)
 	}
