@@ -447,6 +447,14 @@ func buildLinks(pl *Plan) error {
 	if err := batch(l); err != nil {
 		return err
 	}
+	// Before any link: a namespace the lab owns routes nothing between
+	// the VMs' network and the storage network (a new namespace inherits
+	// the machine's IPv4 forwarding).
+	for _, ns := range nss {
+		if err := noForwarding(ns.Name); err != nil {
+			return err
+		}
+	}
 	cidr := func(a fmt.Stringer) string { return fmt.Sprintf("%s/%d", a, PrefixLen) }
 	f := pl.Fabric.Name
 	l = []string{
@@ -460,13 +468,7 @@ func buildLinks(pl *Plan) error {
 			fmt.Sprintf("-n %s link add %s type veth peer name %s netns %s", ns, dev, peer, peerNS),
 		}
 	}
-	for _, d := range pl.Datastores {
-		l = append(l, veth(f, d.FabricDev, d.Name, d.Dev)...)
-		l = append(l,
-			fmt.Sprintf("-n %s link set %s master %s up", f, d.FabricDev, FabricBridge),
-			fmt.Sprintf("-n %s addr add %s dev %s", d.Name, cidr(d.IP), d.Dev),
-			fmt.Sprintf("-n %s link set %s up", d.Name, d.Dev))
-	}
+	l = append(l, pl.storageLines()...)
 	for _, h := range pl.Hosts {
 		for k, u := range h.Uplinks {
 			l = append(l, fmt.Sprintf("-n %s link add %s type bridge", h.Name, u.Bridge))

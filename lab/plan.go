@@ -4,6 +4,10 @@
 // and sockperf servers), one namespace per host with a bridge per uplink and
 // the uplink veths to the fabric, one namespace per VM whose vNIC is a veth on
 // its host's bridge, and one namespace per datastore running nbdkit.
+// The datastores are on a storage network of their own (a bridge in the
+// storage namespace, a veth to it from each host namespace) that the VMs'
+// network does not reach: a VM reaches its disks only through its host's
+// gateway (issue 26).
 //
 // A VM with `lab: {kind: qemu}` is a real QEMU guest under libvirt instead
 // (qemu.go): the domain sl-<cluster>-<vm>, whose taps the lab moves onto its
@@ -37,6 +41,9 @@ const (
 	RoleHost      = "host"
 	RoleVM        = "vm"
 	RoleDatastore = "datastore"
+	// RoleStorage is the storage network's namespace: the bridge the
+	// hosts and the datastores are on, no address.
+	RoleStorage = "storage"
 )
 
 // Ports of the servers the lab runs.
@@ -53,6 +60,13 @@ const (
 // FabricBridge is the bridge of the fabric namespace.
 const FabricBridge = "sl-fabric"
 
+// StorageBridge is the bridge of the storage namespace, the storage
+// network's switch; HostStorageDev is each host namespace's veth to it.
+const (
+	StorageBridge  = "sl-storage"
+	HostStorageDev = "sl-st0"
+)
+
 // Plan is the deterministic layout of a lab for a policy: names and
 // addresses of every namespace and link. The agent uses it to find uplink
 // devices and vNIC addresses.
@@ -60,6 +74,7 @@ type Plan struct {
 	Cluster    string
 	Prefix     string // "sl-<cluster>-"
 	Fabric     Namespace
+	Storage    Namespace // the storage network's bridge (StorageBridge)
 	Hosts      []HostPlan
 	VMs        []VMPlan
 	Datastores []DatastorePlan
@@ -82,7 +97,7 @@ type Namespace struct {
 // Addr is an address of a device of a namespace.
 type Addr struct {
 	Dev string `json:"dev"`
-	IP  string `json:"ip"` // without prefix length; the lab is one /15
+	IP  string `json:"ip"` // without prefix length (PrefixLen, or StoragePrefixLen on the storage network)
 }
 
 // DiskPlan is a VM disk and the URI its host's gateway exports it at.
@@ -129,6 +144,11 @@ type HostPlan struct {
 	Host    string
 	IP      netip.Addr // on the bridge of the first uplink
 	Uplinks []UplinkPlan
+	// StorageIP is the host's address on the storage network, on its
+	// veth HostStorageDev whose peer StoragePeer is a port of
+	// StorageBridge: the gateway reaches the datastores from it.
+	StorageIP   netip.Addr
+	StoragePeer string
 }
 
 // UplinkPlan is one uplink of a host: a bridge in the host namespace and a
@@ -169,13 +189,16 @@ type NICPlan struct {
 	MAC       string // the VM's MAC address on Dev (a guest's, or the namespace VM's end of the veth)
 }
 
-// DatastorePlan is a datastore namespace running nbdkit.
+// DatastorePlan is a datastore namespace running nbdkit, on the storage
+// network only.
 type DatastorePlan struct {
 	Namespace
 	Datastore string
-	IP        netip.Addr
+	IP        netip.Addr // on the storage network, where nbdkit listens
 	Dev       string
-	FabricDev string
+	// StorageDev is Dev's peer, a port of StorageBridge in the storage
+	// namespace.
+	StorageDev string
 	// Array is the emulated device (storage.ArrayOf the policy's array):
 	// its slots shared by every host's connections.
 	Array storage.Array
@@ -200,9 +223,16 @@ func ThrottleVolume(vm, disk string) string {
 // FabricIP is the address of the fabric bridge, where the clients listen.
 var FabricIP = netip.AddrFrom4([4]byte{198, 18, 0, 1})
 
-// PrefixLen is the prefix length of every lab address (198.18.0.0/15: one
-// L2 segment through the bridges).
-const PrefixLen = 15
+// PrefixLen is the prefix length of the addresses of the VMs' network
+// (198.18.0.0/16: the fabric, the hosts' uplink bridges and the vNICs, one
+// L2 segment through the bridges). It leaves out the storage network
+// (198.19.0.0/16), so that a VM has no route to it.
+const PrefixLen = 16
+
+// StoragePrefixLen is the prefix length of the storage network's
+// addresses, 198.19.0.0/16: host i has 198.19.1.(i+1), datastore j
+// 198.19.2.(j+1). Only the host namespaces and the datastores are on it.
+const StoragePrefixLen = 16
 
 // FabricIP6 is the fabric bridge's IPv6 address. The lab's IPv6 addresses
 // are unique local ones in fd00:198:18::/64 (PrefixLen6), on the fabric
@@ -232,9 +262,11 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 	pl := &Plan{Cluster: p.Cluster, Prefix: pre}
 	pl.Fabric = Namespace{Name: pre + "fabric", Role: RoleFabric, Entity: "fabric",
 		Addrs: []Addr{{Dev: FabricBridge, IP: FabricIP.String()}}}
+	pl.Storage = Namespace{Name: pre + "storage", Role: RoleStorage, Entity: "storage"}
 	hostIdx := map[string]int{}
 	for i, h := range p.Hosts {
-		hp := HostPlan{Host: h.Name, IP: netip.AddrFrom4([4]byte{198, 18, 1, byte(i + 1)})}
+		hp := HostPlan{Host: h.Name, IP: netip.AddrFrom4([4]byte{198, 18, 1, byte(i + 1)}),
+			StorageIP: netip.AddrFrom4([4]byte{198, 19, 1, byte(i + 1)}), StoragePeer: fmt.Sprintf("sl-h%ds", i)}
 		hp.Namespace = Namespace{Name: pre + h.Name, Role: RoleHost, Entity: h.Name}
 		for k, u := range h.Uplinks {
 			hp.Uplinks = append(hp.Uplinks, UplinkPlan{
@@ -245,14 +277,15 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 		if len(hp.Uplinks) > 0 {
 			hp.Addrs = []Addr{{Dev: hp.Uplinks[0].Bridge, IP: hp.IP.String()}}
 		}
+		hp.Addrs = append(hp.Addrs, Addr{Dev: HostStorageDev, IP: hp.StorageIP.String()})
 		hostIdx[h.Name] = i
 		pl.Hosts = append(pl.Hosts, hp)
 	}
 	for j, d := range p.Datastores {
 		// One volume file per disk in the datastore's directory
 		// (useStateDir), served by nbdkit's file plugin.
-		dp := DatastorePlan{Datastore: d.Name, IP: netip.AddrFrom4([4]byte{198, 18, 2, byte(j + 1)}),
-			Dev: "sl-eth0", FabricDev: fmt.Sprintf("sl-d%d", j), Array: storage.ArrayOf(d.Array, ""),
+		dp := DatastorePlan{Datastore: d.Name, IP: netip.AddrFrom4([4]byte{198, 19, 2, byte(j + 1)}),
+			Dev: "sl-eth0", StorageDev: fmt.Sprintf("sl-d%d", j), Array: storage.ArrayOf(d.Array, ""),
 			Driver: p.Datastores[j].DriverAt(true)} // the lab prepares it: the gateway's unless the file says throttle
 		dp.Namespace = Namespace{Name: pre + d.Name, Role: RoleDatastore, Entity: d.Name,
 			Addrs: []Addr{{Dev: dp.Dev, IP: dp.IP.String()}}}
@@ -285,7 +318,8 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 					up = u
 				}
 			}
-			ip := netip.AddrFrom4([4]byte{198, byte(18 + (16+k/250)/256), byte((16 + k/250) % 256), byte(k%250 + 1)})
+			// 198.18.16.1 onwards: k < 250×200 keeps it in 198.18.0.0/16.
+			ip := netip.AddrFrom4([4]byte{198, 18, byte(16 + k/250), byte(k%250 + 1)})
 			np := NICPlan{Name: n.Name, Port: policy.PortName(vm.Name, n.Name),
 				Dev: fmt.Sprintf("sl-eth%d", ni), HostDev: fmt.Sprintf("sl-v%dn%d", vi, ni),
 				Bridge: up.Bridge, Uplink: up.Name, IP: ip, IP6: nicIP6(k), IperfPort: IperfBasePort + k, GlobalIdx: k}
@@ -307,6 +341,19 @@ func NewPlan(p *policy.Policy) (*Plan, error) {
 		pl.VMs = append(pl.VMs, vp)
 	}
 	pl.useStateDir("")
+	// A policy name may be the lab's own ("fabric", "storage") or
+	// another entity's: each namespace must be one thing.
+	seen := map[string]string{}
+	for _, ns := range pl.Namespaces() {
+		what := ns.Role + " " + ns.Entity
+		if ns.Role == RoleFabric || ns.Role == RoleStorage {
+			what = "the lab's " + ns.Role + " network"
+		}
+		if prev, ok := seen[ns.Name]; ok {
+			return nil, fmt.Errorf("lab: namespace %s would be both %s and %s: rename the %s", ns.Name, prev, what, ns.Role)
+		}
+		seen[ns.Name] = what
+	}
 	return pl, nil
 }
 
@@ -342,10 +389,10 @@ func (pl *Plan) NIC(port string) *NICPlan {
 	return nil
 }
 
-// Namespaces lists every namespace of the plan: fabric, datastores, hosts,
-// VMs, in that order (the order they are created in).
+// Namespaces lists every namespace of the plan: fabric, storage,
+// datastores, hosts, VMs, in that order (the order they are created in).
 func (pl *Plan) Namespaces() []Namespace {
-	out := []Namespace{pl.Fabric}
+	out := []Namespace{pl.Fabric, pl.Storage}
 	for _, d := range pl.Datastores {
 		out = append(out, d.Namespace)
 	}

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -50,7 +51,7 @@ func TestPlan(t *testing.T) {
 		}
 		got = append(got, ns.Role+":"+ns.Name)
 	}
-	want := "fabric:sl-c1-fabric datastore:sl-c1-ds1 host:sl-c1-h1 host:sl-c1-h2 vm:sl-c1-vm1 vm:sl-c1-vm2"
+	want := "fabric:sl-c1-fabric storage:sl-c1-storage datastore:sl-c1-ds1 host:sl-c1-h1 host:sl-c1-h2 vm:sl-c1-vm1 vm:sl-c1-vm2"
 	if strings.Join(got, " ") != want {
 		t.Errorf("namespaces\n got %s\nwant %s", strings.Join(got, " "), want)
 	}
@@ -64,6 +65,72 @@ func TestPlan(t *testing.T) {
 	args := strings.Join(pl.Datastores[0].Array.NbdkitArgs(), " ")
 	if want := "-t 64 --filter=rate --filter=delay file dir=/run/sluice/lab-c1.volumes/ds1 rate=65536000 burstiness=0.1 rdelay=2ms wdelay=2ms"; args != want {
 		t.Errorf("datastore nbdkit args\n got %s\nwant %s", args, want)
+	}
+}
+
+// TestStorageNetwork (issue 26): the datastores are on the storage
+// network only, with the hosts' storage veths; no address of it is inside
+// the VMs' network, so a VM has no route to a datastore; a policy name
+// that is one of the lab's own namespaces is refused.
+func TestStorageNetwork(t *testing.T) {
+	p, err := policy.Parse("c1.yaml", []byte(twoHosts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := NewPlan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmNet := netip.PrefixFrom(FabricIP, PrefixLen).Masked()
+	storageNet := netip.MustParsePrefix("198.19.0.0/16")
+	var storageIPs []netip.Addr
+	for _, h := range pl.Hosts {
+		storageIPs = append(storageIPs, h.StorageIP)
+		if !vmNet.Contains(h.IP) {
+			t.Errorf("host %s's uplink address %s outside the VMs' network %s", h.Host, h.IP, vmNet)
+		}
+	}
+	for _, d := range pl.Datastores {
+		storageIPs = append(storageIPs, d.IP)
+	}
+	for _, a := range storageIPs {
+		if !storageNet.Contains(a) || netip.PrefixFrom(a, StoragePrefixLen).Masked() != storageNet {
+			t.Errorf("storage address %s/%d: want it in %s", a, StoragePrefixLen, storageNet)
+		}
+		for _, v := range pl.VMs {
+			for _, n := range v.NICs {
+				if !vmNet.Contains(n.IP) || netip.PrefixFrom(n.IP, PrefixLen).Contains(a) {
+					t.Errorf("%s's vNIC %s/%d: want it in %s, without the storage address %s", n.Port, n.IP, PrefixLen, vmNet, a)
+				}
+			}
+		}
+	}
+	want := `-n sl-c1-storage link add sl-storage type bridge
+-n sl-c1-storage link set sl-storage up
+-n sl-c1-storage link add sl-d0 type veth peer name sl-eth0 netns sl-c1-ds1
+-n sl-c1-storage link set sl-d0 master sl-storage up
+-n sl-c1-ds1 addr add 198.19.2.1/16 dev sl-eth0
+-n sl-c1-ds1 link set sl-eth0 up
+-n sl-c1-storage link add sl-h0s type veth peer name sl-st0 netns sl-c1-h1
+-n sl-c1-storage link set sl-h0s master sl-storage up
+-n sl-c1-h1 addr add 198.19.1.1/16 dev sl-st0
+-n sl-c1-h1 link set sl-st0 up
+-n sl-c1-storage link add sl-h1s type veth peer name sl-st0 netns sl-c1-h2
+-n sl-c1-storage link set sl-h1s master sl-storage up
+-n sl-c1-h2 addr add 198.19.1.2/16 dev sl-st0
+-n sl-c1-h2 link set sl-st0 up`
+	if got := strings.Join(pl.storageLines(), "\n"); got != want {
+		t.Errorf("storage network:\n%s\nwant:\n%s", got, want)
+	}
+	for _, name := range []string{"storage", "fabric", "h1"} {
+		clash := strings.Replace(twoHosts, "name: vm2,", "name: "+name+",", 1)
+		p, err := policy.Parse("c1.yaml", []byte(clash))
+		if err != nil {
+			t.Fatalf("VM %s: %v", name, err)
+		}
+		if _, err := NewPlan(p); err == nil || !strings.Contains(err.Error(), "sl-c1-"+name) {
+			t.Errorf("VM named %s: NewPlan error %v, want the namespace named", name, err)
+		}
 	}
 }
 

@@ -127,7 +127,7 @@ follows the controller's policy and its desired state for the host
 (migrations included) instead of a file.
 
 example:
-  sluice gateway --host h1 --policy examples/lab-1g.yaml --datastore ds1=nbd://198.18.0.2:10809
+  sluice gateway --host h1 --policy examples/lab-1g.yaml --datastore ds1=nbd://198.19.2.1:10809
   sluice gateway --host h1 --policy /etc/sluice/policy.yaml --datastore ds1=dir:/mnt/ds1`,
 
 	"datastore": `usage: sluice datastore create --policy FILE DS=DIR [DS=DIR ...]

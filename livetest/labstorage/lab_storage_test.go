@@ -19,7 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"sluice/lab"
 	"sluice/livetest/livelab"
+	"sluice/policy"
 )
 
 // Two hosts, one VM each, sharing a datastore of 4 slots × 4 ms (1000 IOPS
@@ -54,49 +56,11 @@ vms:
 // periods of 1 s (2026-11-27; 19 before that rule, from windows of 256).
 func TestLabStorageSharesAcrossHosts(t *testing.T) {
 	requireLive(t)
-	dir := t.TempDir()
-	bin := livelab.MustSluiceBinary(t)
-	file := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(file, []byte(policyYAML), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	state := filepath.Join(dir, "state")
-	sluice := func(args ...string) []byte {
-		t.Helper()
-		out, err := exec.Command(bin, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("sluice %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return out
-	}
-	exec.Command(bin, "lab", "down", file, "--state-dir", state).Run() // a leftover of a crashed run
-	t.Cleanup(func() {
-		if out, err := exec.Command(bin, "lab", "down", file, "--state-dir", state).CombinedOutput(); err != nil {
-			t.Errorf("lab down: %v\n%s", err, out)
-		}
-		out, _ := exec.Command("ip", "netns", "list").Output()
-		if strings.Contains(string(out), "sl-lst-") {
-			t.Errorf("lab down left namespaces behind:\n%s", out)
-		}
-	})
-	sluice("lab", "up", file, "--state-dir", state)
-
-	var status struct {
-		Namespaces []struct {
-			Name   string `json:"name"`
-			Role   string `json:"role"`
-			Entity string `json:"entity"`
-			Disks  []struct {
-				URI string `json:"uri"`
-			} `json:"disks"`
-		} `json:"namespaces"`
-	}
-	if err := json.Unmarshal(sluice("lab", "status", file, "--state-dir", state, "-o", "json"), &status); err != nil {
-		t.Fatalf("lab status -o json: %v", err)
-	}
+	l := upLab(t, policyYAML)
+	dir, bin := l.dir, l.bin
 	uris := map[string]string{} // VM namespace → its disk's URI
 	var vm3URI string
-	for _, ns := range status.Namespaces {
+	for _, ns := range l.status.Namespaces {
 		if ns.Role == "vm" && len(ns.Disks) == 1 {
 			if ns.Entity == "vm3" {
 				vm3URI = ns.Disks[0].URI
@@ -106,7 +70,7 @@ func TestLabStorageSharesAcrossHosts(t *testing.T) {
 		}
 	}
 	if len(uris) != 2 || vm3URI == "" {
-		t.Fatalf("lab status lists disks for %d VMs, want 3: %+v", len(uris), status.Namespaces)
+		t.Fatalf("lab status lists disks for %d VMs, want 3: %+v", len(uris), l.status.Namespaces)
 	}
 	// A VM without a vNIC writes and verifies its disk (before the
 	// measurement: its disk is idle during it).
@@ -158,6 +122,73 @@ func TestLabStorageSharesAcrossHosts(t *testing.T) {
 	if v1+v2 < 850 {
 		t.Errorf("datastore delivered %.0f IOPS, want ≥ 850 of its 1000 (congested)", v1+v2)
 	}
+}
+
+// labStatus is what the tests read of `sluice lab status -o json`.
+type labStatus struct {
+	Namespaces []struct {
+		Name      string `json:"name"`
+		Role      string `json:"role"`
+		Entity    string `json:"entity"`
+		Addresses []struct {
+			Dev string `json:"dev"`
+			IP  string `json:"ip"`
+		} `json:"addresses"`
+		Disks []struct {
+			URI string `json:"uri"`
+		} `json:"disks"`
+	} `json:"namespaces"`
+}
+
+// upRun is a lab brought up by the sluice binary (`sluice lab up`), its
+// state in dir/state, and its status.
+type upRun struct {
+	dir, bin, file, state string
+	status                labStatus
+}
+
+// upLab writes policyText to a file, brings its lab up with `sluice lab
+// up` (after removing a leftover of a crashed run) and reads its status;
+// at cleanup `sluice lab down` removes it and the test fails if a
+// namespace of the cluster is left.
+func upLab(t *testing.T, policyText string) *upRun {
+	t.Helper()
+	l := &upRun{dir: t.TempDir(), bin: livelab.MustSluiceBinary(t)}
+	l.file = filepath.Join(l.dir, "policy.yaml")
+	if err := os.WriteFile(l.file, []byte(policyText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Parse(l.file, []byte(policyText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.state = filepath.Join(l.dir, "state")
+	exec.Command(l.bin, "lab", "down", l.file, "--state-dir", l.state).Run() // a leftover of a crashed run
+	t.Cleanup(func() {
+		if out, err := exec.Command(l.bin, "lab", "down", l.file, "--state-dir", l.state).CombinedOutput(); err != nil {
+			t.Errorf("lab down: %v\n%s", err, out)
+		}
+		out, _ := exec.Command("ip", "netns", "list").Output()
+		if strings.Contains(string(out), lab.NamespacePrefix(p.Cluster)) {
+			t.Errorf("lab down left namespaces behind:\n%s", out)
+		}
+	})
+	l.sluice(t, "lab", "up", l.file, "--state-dir", l.state)
+	if err := json.Unmarshal(l.sluice(t, "lab", "status", l.file, "--state-dir", l.state, "-o", "json"), &l.status); err != nil {
+		t.Fatalf("lab status -o json: %v", err)
+	}
+	return l
+}
+
+// sluice runs the sluice binary and returns its output; it fails the test
+// when the command fails.
+func (l *upRun) sluice(t *testing.T, args ...string) []byte {
+	t.Helper()
+	out, err := exec.Command(l.bin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sluice %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
 }
 
 // fioSeries runs fio (4 KiB random reads, iodepth 16) in namespace ns
