@@ -194,11 +194,12 @@ func Judge(cw *ClassWatch, rw *Receivers, flows []Flow, ports []string, usable f
 				if !slices.Contains(ports, f.Name) || k < 0 || k >= f.N {
 					continue
 				}
-				sent, ok := cw.SentIn(f.Name, tw.From, tw.To)
+				from, to := rw.Ends(f.Port, tw) // its own namespace's samples
+				sent, ok := cw.SentIn(f.Name, from, to)
 				if !ok {
 					continue
 				}
-				secs := tw.To.Sub(tw.From).Seconds()
+				secs := to.Sub(from).Seconds()
 				j.Sent[f.Name][k] = 8 * payloadOf(sent) / secs
 				got := j.Rates[f.Name][k] / 8 * secs
 				var pair [2]int
