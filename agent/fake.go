@@ -400,8 +400,12 @@ func (k *FakeKernel) String() string {
 		fmt.Fprintf(&b, "%s: htb 1: default %x\n", n, d.Default)
 		cs, _ := k.Classes(n)
 		for _, c := range cs {
-			fmt.Fprintf(&b, "  class %s parent %s rate %s ceil %s burst %d cburst %d quantum %d\n",
-				c.ID, c.Parent, mbit(float64(c.RateBps)), mbit(float64(c.CeilBps)), c.BurstBytes, c.CburstBytes, c.QuantumBytes)
+			prio := ""
+			if c.Prio != 0 {
+				prio = fmt.Sprintf(" prio %d", c.Prio)
+			}
+			fmt.Fprintf(&b, "  class %s parent %s rate %s ceil %s burst %d cburst %d quantum %d%s\n",
+				c.ID, c.Parent, mbit(float64(c.RateBps)), mbit(float64(c.CeilBps)), c.BurstBytes, c.CburstBytes, c.QuantumBytes, prio)
 		}
 		fs, _ := k.Filters(n)
 		for _, f := range fs {

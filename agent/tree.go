@@ -47,6 +47,10 @@ type Node struct {
 	R        PayloadBps // reservation
 	L        PayloadBps // limit, +Inf when unlimited
 	Shares   float64
+	// Prio is the HTB priority among its siblings: 0 for the vNICs of a
+	// latency-sensitive VM, 1 for their siblings (served after them), 0
+	// everywhere else.
+	Prio     uint32
 	Children []*Node
 }
 
@@ -124,6 +128,9 @@ func build(specs []entitle.UplinkSpec, inv Inventory, ports map[string][]PortRan
 				}
 				vn := &Node{Name: v.Port, Class: c.Class, ID: MakeHandle(rootQdiscMajor, uint16(nicMinorBase+m.Index)),
 					Parent: n.ID, IsNIC: true, HostDev: m.HostDev, Leaf: true, R: PayloadBps(v.ReservationBps), L: PayloadBps(v.LimitBps), Shares: v.Shares}
+				if v.LatencySensitive {
+					vn.Prio = latencyPrio
+				}
 				n.Leaf = false
 				n.Children = append(n.Children, vn)
 				t.Nodes = append(t.Nodes, vn)
@@ -140,6 +147,9 @@ func build(specs []entitle.UplinkSpec, inv Inventory, ports map[string][]PortRan
 					t.VNICs = append(t.VNICs, VNICClassifier{Dev: m.HostDev, Class: vn.ID})
 				}
 			}
+		}
+		for _, c := range t.Classes {
+			prioritize(c.Children)
 		}
 		if t.Default == 0 && len(t.Classes) > 0 {
 			t.Default = t.Classes[0].ID.Minor()
@@ -295,10 +305,35 @@ func (t *Tree) HTBClasses(ent map[string]float64) []HTBClass {
 			nc := ceil(n, cc)
 			nr := min(rate(n), nc)
 			out = append(out, HTBClass{ID: n.ID, Parent: n.Parent, RateBps: nr, CeilBps: nc,
-				BurstBytes: BurstFor(nr), CburstBytes: BurstFor(nc), QuantumBytes: qn[n.ID]})
+				BurstBytes: BurstFor(nr), CburstBytes: BurstFor(nc), QuantumBytes: qn[n.ID], Prio: n.Prio})
 		}
 	}
 	return out
+}
+
+// latencyPrio marks a latency-sensitive vNIC until prioritize numbers
+// its siblings.
+const latencyPrio = 1 << 31
+
+// prioritize gives the vNICs of latency-sensitive VMs among sibs HTB
+// priority 0 and the others 1: HTB serves a class of lower priority first
+// while it can send, within its rate or borrowing. Siblings without a
+// latency-sensitive vNIC keep priority 0, as HTB's default.
+func prioritize(sibs []*Node) {
+	has := false
+	for _, n := range sibs {
+		has = has || n.Prio == latencyPrio
+	}
+	for _, n := range sibs {
+		switch {
+		case !has:
+			n.Prio = 0
+		case n.Prio == latencyPrio:
+			n.Prio = 0
+		default:
+			n.Prio = 1
+		}
+	}
 }
 
 // leafRates turns payload entitlements into the leaves' guaranteed wire

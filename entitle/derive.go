@@ -102,6 +102,9 @@ type VNICSpec struct {
 	// Unnamed says the VM runs but the policy does not name it: the
 	// settings are the policy's unnamedVMs.
 	Unnamed bool
+	// LatencySensitive says the VM is latency: sensitive: the vNIC is
+	// served before its siblings while within its rate.
+	LatencySensitive bool `json:",omitempty"`
 }
 
 // DatastoreSpec is the set of disks of running VMs on one datastore.
@@ -285,7 +288,7 @@ func deriveUplink(p *policy.Policy, h *policy.Host, u *policy.Uplink, vms []*pol
 						continue
 					}
 					cs.VNICs = append(cs.VNICs, VNICSpec{Port: port, VM: vm.Name, NIC: nic.Name, ReservationBps: float64(ns.r),
-						Shares: float64(ns.shares), LimitBps: RateLimit(ns.l), Unnamed: vi >= named})
+						Shares: float64(ns.shares), LimitBps: RateLimit(ns.l), Unnamed: vi >= named, LatencySensitive: vm.LatencySensitive})
 					sum += float64(ns.r)
 				}
 			}

@@ -77,6 +77,11 @@ func Lines(p *policy.Policy, live entitle.Live, name string, opt Options) ([]str
 		}
 		return nil, fmt.Errorf("%s: %w", name, ErrNoSuchPort)
 	}
+	if vmName, _, ok := strings.Cut(name, "/"); ok {
+		if vm := p.VM(vmName); vm != nil && vm.LatencySensitive {
+			lines = append(lines, fmt.Sprintf("latency: %s is latency-sensitive: its vNICs are served before their siblings (HTB priority 0, the others 1) while within their rates", vm.Name))
+		}
+	}
 	in := entitle.NewInboundNet(d)
 	in.Compute()
 	lines = withInbound(in, name, lines)

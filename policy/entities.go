@@ -20,7 +20,7 @@ var (
 	dsFields        = []string{"name", "driver", "sioc", "array"}
 	siocFields      = []string{"enabled", "congestionThreshold", "controlPeriod", "gamma", "shareTerm", "minWindow", "maxWindow"}
 	arrayFields     = []string{"slots", "serviceTime"}
-	vmFields        = []string{"name", "host", "cpu", "memory", "nics", "disks", "migratable", "lab"}
+	vmFields        = []string{"name", "host", "cpu", "memory", "nics", "disks", "migratable", "latency", "lab"}
 	vmLabFields     = []string{"kind"}
 	vmCPUFields     = []string{"vcpus", "shares", "reservationMHz", "limitMHz"}
 	nicFields       = []string{"name", "portGroup", "shares", "reservation", "limit", "uplink", "passthrough", "ingress"}
@@ -362,6 +362,15 @@ func (d *decoder) vm(n *yaml.Node, path string) VM {
 	}
 	d.size(m, "memory", &vm.Memory)
 	d.boolean(m, "migratable", &vm.Migratable)
+	if s, line, ok := d.scalar(m, "latency"); ok {
+		switch s {
+		case LatencyNormal:
+		case LatencySensitive:
+			vm.LatencySensitive = true
+		default:
+			d.add(line, path+".latency", "unknown latency %q (want %s or %s)%s", clip(s), LatencyNormal, LatencySensitive, suggest(s, []string{LatencyNormal, LatencySensitive}))
+		}
+	}
 	if v, ok := m.vals["lab"]; ok {
 		if c := d.mapping(v, path+".lab", &vm.Pos, "lab.", vmLabFields...); c != nil {
 			if s, line, ok := d.scalar(c, "kind"); ok {
@@ -379,6 +388,13 @@ func (d *decoder) vm(n *yaml.Node, path string) VM {
 	}
 	for i, c := range d.list(m, "disks") {
 		vm.Disks = append(vm.Disks, d.disk(c, itemPath(path+".disks", i, c)))
+	}
+	if vm.LatencySensitive {
+		for _, nic := range vm.NICs {
+			if !nic.Passthrough && nic.Reservation == 0 {
+				d.add(vm.Pos.FieldLine("latency"), path+".latency", "a latency-sensitive VM's vNICs need a reservation (%s has none): its priority holds within the reservation", nic.Name)
+			}
+		}
 	}
 	for _, nic := range vm.NICs {
 		if !nic.Passthrough {

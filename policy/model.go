@@ -272,9 +272,18 @@ type VM struct {
 	NICs       []NIC
 	Disks      []Disk
 	Migratable bool // false for VMs pinned by passthrough devices; default true
-	Lab        VMLab
-	Pos        Pos
+	// LatencySensitive (latency: sensitive) gives the VM's vNICs strict
+	// priority over their siblings' within their reservation.
+	LatencySensitive bool
+	Lab              VMLab
+	Pos              Pos
 }
+
+// Values of a VM's latency setting.
+const (
+	LatencyNormal    = "normal"
+	LatencySensitive = "sensitive"
+)
 
 // VMLab says how `sluice lab` builds a VM; the agent and the simulator
 // ignore it.

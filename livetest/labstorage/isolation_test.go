@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,20 +89,6 @@ func TestVMsCannotReachDatastores(t *testing.T) {
 		if out, err := exec.Command("ip", "-n", ns, "route", "get", dsAddr).CombinedOutput(); err == nil {
 			t.Errorf("%s has a route to the datastore %s: %s", vm, dsAddr, strings.TrimSpace(string(out)))
 		}
-		// A guest may add routes: through its host, or the fabric.
-		for _, via := range []string{hostAddr[vmHost[vm]], fabricAddr} {
-			if out, err := exec.Command("ip", "-n", ns, "route", "replace", dsAddr+"/32", "via", via).CombinedOutput(); err != nil {
-				t.Fatalf("%s: ip route replace %s via %s: %v: %s", vm, dsAddr, via, err, out)
-			}
-			if out, err := nbdinfoList(ns, dsURI); err == nil {
-				t.Errorf("%s lists the datastore's volumes through %s (a namespace forwards to the storage network): %s", vm, via, exports(out))
-			} else {
-				t.Logf("%s with a route through %s: nbdinfo --list: %v", vm, via, err)
-			}
-			if out, err := exec.Command("ip", "-n", ns, "route", "del", dsAddr+"/32").CombinedOutput(); err != nil {
-				t.Fatalf("%s: ip route del %s: %v: %s", vm, dsAddr, err, out)
-			}
-		}
 		// Its own disk, through its host's gateway (which reaches the
 		// datastore on the storage network).
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -113,6 +100,37 @@ func TestVMsCannotReachDatastores(t *testing.T) {
 		if err != nil {
 			t.Errorf("fio in %s on its disk %s: %v\n%s", vm, vmURI[vm], err, out)
 		}
+	}
+
+	// A guest may add routes: through its host, or the fabric. Each probe
+	// waits nbdinfoWithin for a connection that must not come, so the two
+	// VMs probe at once, one through each, then the other way round.
+	vias := map[string][]string{}
+	for _, vm := range []string{"vm1", "vm2"} {
+		vias[vm] = []string{hostAddr[vmHost[vm]], fabricAddr}
+	}
+	for round := range 2 {
+		var wg sync.WaitGroup
+		for i, vm := range []string{"vm1", "vm2"} {
+			ns, via := vmNS[vm], vias[vm][(i+round)%2]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if out, err := exec.Command("ip", "-n", ns, "route", "replace", dsAddr+"/32", "via", via).CombinedOutput(); err != nil {
+					t.Errorf("%s: ip route replace %s via %s: %v: %s", vm, dsAddr, via, err, out)
+					return
+				}
+				if out, err := nbdinfoList(ns, dsURI); err == nil {
+					t.Errorf("%s lists the datastore's volumes through %s (a namespace forwards to the storage network): %s", vm, via, exports(out))
+				} else {
+					t.Logf("%s with a route through %s: nbdinfo --list: %v", vm, via, err)
+				}
+				if out, err := exec.Command("ip", "-n", ns, "route", "del", dsAddr+"/32").CombinedOutput(); err != nil {
+					t.Errorf("%s: ip route del %s: %v: %s", vm, dsAddr, err, out)
+				}
+			}()
+		}
+		wg.Wait()
 	}
 
 	for _, h := range []string{"h1", "h2"} {
