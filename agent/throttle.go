@@ -55,13 +55,17 @@ type Throttler struct {
 	drivers map[string]*throttle.Driver
 	probes  map[string]*probes
 	lastNs  int64
+	// kick asks Run for a period at once: a new policy's limits reach
+	// QEMU without waiting for the period to end.
+	kick chan struct{}
 }
 
 // NewThrottler returns the throttler of host's datastores dss in policy
 // p, setting throttles through hv. It takes over the originals an earlier
 // agent recorded in stateDir.
 func NewThrottler(p *policy.Policy, host string, hv throttle.Hypervisor, dss []ThrottleDatastore, stateDir string) (*Throttler, error) {
-	t := &Throttler{Cluster: p.Cluster, Host: host, StateDir: stateDir, hv: hv, dss: dss, drivers: map[string]*throttle.Driver{}, probes: map[string]*probes{}}
+	t := &Throttler{Cluster: p.Cluster, Host: host, StateDir: stateDir, hv: hv, dss: dss, drivers: map[string]*throttle.Driver{}, probes: map[string]*probes{},
+		kick: make(chan struct{}, 1)}
 	orig, err := readOriginals(ThrottleOriginalsPath(stateDir, p.Cluster, host))
 	if err != nil {
 		return nil, err
@@ -81,8 +85,9 @@ func NewThrottler(p *policy.Policy, host string, hv throttle.Hypervisor, dss []T
 	return t, nil
 }
 
-// SetPolicy takes a new policy from the next period on (reservations,
-// shares, limits, placement and SIOC settings).
+// SetPolicy takes a new policy (reservations, shares, limits, placement
+// and SIOC settings); Run ends the period at once, so that the new
+// throttles are set now rather than up to a period later.
 func (t *Throttler) SetPolicy(p *policy.Policy) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -93,6 +98,10 @@ func (t *Throttler) SetPolicy(p *policy.Policy) {
 		if pd := p.Datastore(ds.Name); pd != nil && pd.SIOC.Enabled {
 			d.Ctl = pd.SIOC.Controller()
 		}
+	}
+	select {
+	case t.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -202,6 +211,10 @@ func (t *Throttler) Run(ctx context.Context, clk clock.Clock, period time.Durati
 			}
 		}()
 	}
+	select {
+	case <-t.kick: // the policy NewThrottler took: the first step has it
+	default:
+	}
 	report(t.Step(c.Now().UnixNano()))
 	ticks, stop := c.NewTicker(period)
 	defer stop()
@@ -211,6 +224,10 @@ func (t *Throttler) Run(ctx context.Context, clk clock.Clock, period time.Durati
 			return
 		case now := <-ticks:
 			report(t.Step(now.UnixNano()))
+		case <-t.kick:
+			// A new policy: a period that ends now (Step measures over
+			// the time since the last one, however short).
+			report(t.Step(c.Now().UnixNano()))
 		}
 	}
 }

@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"sluice/policy"
 	"sluice/throttle"
@@ -89,5 +91,63 @@ func TestThrottlerUninstall(t *testing.T) {
 		if _, err := os.Stat(f); !os.IsNotExist(err) {
 			t.Errorf("%s left after uninstall (%v)", f, err)
 		}
+	}
+}
+
+// manualClock is a clock whose tickers never fire: only the test moves
+// a Throttler's Run on.
+type manualClock struct{ now time.Time }
+
+func (c *manualClock) Now() time.Time { return c.now }
+func (c *manualClock) NewTicker(time.Duration) (<-chan time.Time, func()) {
+	return make(chan time.Time), func() {}
+}
+func (c *manualClock) AfterFunc(time.Duration, func()) func() bool {
+	return func() bool { return true }
+}
+
+// A new policy's limit reaches QEMU at once: SetPolicy ends Run's period
+// without waiting for the period's tick (a ctl set is enforced within
+// the agent's step, not up to a period later).
+func TestThrottlerSetPolicyAtOnce(t *testing.T) {
+	p, err := policy.Parse("p.yaml", []byte(throttlePolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hv := &tuneHV{tune: map[string]throttle.Limits{}}
+	th, err := NewThrottler(p, "h1", hv, []ThrottleDatastore{{Name: "ds1", Dir: t.TempDir()}}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &manualClock{now: time.Unix(1000, 0)}
+	steps := make(chan ThrottleStatus, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		th.Run(ctx, clk, time.Hour, func(st ThrottleStatus, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			steps <- st
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	if st := <-steps; len(st.Disks) != 1 || st.Disks[0].ThrottleIOPS != 120 {
+		t.Fatalf("first step: %+v, want vm1/d0 at 120 IOPS", st.Disks)
+	}
+	p2, err := policy.Parse("p.yaml", []byte(strings.Replace(throttlePolicy, "limitIOPS: 120", "limitIOPS: 60", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.now = clk.now.Add(200 * time.Millisecond) // the tick is an hour away
+	th.SetPolicy(p2)
+	select {
+	case st := <-steps:
+		if len(st.Disks) != 1 || st.Disks[0].ThrottleIOPS != 60 || hv.tune["vda"].IOPS != 60 {
+			t.Fatalf("after SetPolicy: %+v, QEMU %+v, want 60 IOPS", st.Disks, hv.tune["vda"])
+		}
+	case <-time.After(10 * time.Second): // liveness only: the step is due at once
+		t.Fatal("no step within 10 s of SetPolicy: Run waits for its period's tick")
 	}
 }
