@@ -18,7 +18,6 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,7 +103,7 @@ func TestConsoleLive(t *testing.T) {
 	// The controller (reports every second: a lease of 3 s), step a, the
 	// agents.
 	data := filepath.Join(dir, "data")
-	port := freePort(t)
+	port := livelab.FreePort(t)
 	server := fmt.Sprintf("https://127.0.0.1:%d", port)
 	livelab.StartController(t, bin, data, []string{"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--host-ttl", "3", "--metrics-listen", ""})
 	conn := []string{"--server", server, "--data-dir", data}
@@ -444,15 +443,6 @@ func parseRate(s string) (float64, error) {
 		return 0, fmt.Errorf("%q is not a rate", s)
 	}
 	return v * mult, nil
-}
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // waitFor polls ok every 100 ms until it holds or within has passed.

@@ -11,7 +11,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,17 +36,6 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Exit(m.Run())
-}
-
-// freePort returns a port the kernel has free on 127.0.0.1 now: never the
-// embedded etcd's 23790/23800 nor a port another test holds.
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // member is one etcd process of the cluster.
@@ -115,7 +103,7 @@ func startCluster(t *testing.T) []*member {
 	var ic []string
 	for i := range ms {
 		m := &member{name: fmt.Sprintf("m%d", i), dir: filepath.Join(base, fmt.Sprintf("m%d", i)),
-			client: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), peer: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+			client: fmt.Sprintf("http://127.0.0.1:%d", livelab.FreePort(t)), peer: fmt.Sprintf("http://127.0.0.1:%d", livelab.FreePort(t)),
 			log: filepath.Join(base, fmt.Sprintf("m%d.log", i))}
 		ms[i] = m
 		ic = append(ic, m.name+"="+m.peer)
@@ -279,7 +267,7 @@ func TestThreeMembersOneKilled(t *testing.T) {
 		eps = append(eps, m.client)
 	}
 	dir := filepath.Join(t.TempDir(), "data")
-	port := freePort(t)
+	port := livelab.FreePort(t)
 	ctlArgs := []string{"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--etcd-endpoints", strings.Join(eps, ","),
 		"--prefix", "/ctlcluster/", "--host-ttl", "3", "--drs-interval", "0"}
 	ctrl := startController(t, dir, ctlArgs)

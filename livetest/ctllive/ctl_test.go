@@ -9,7 +9,6 @@ package ctllive
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,15 +21,6 @@ import (
 var bin string // the sluice binary built for the tests
 
 func TestMain(m *testing.M) { os.Exit(livelab.RunWithSluice(m, &bin)) }
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // startController starts the controller on dir and waits for its ready
 // line (livelab.StartController).
@@ -48,7 +38,7 @@ func ctl(t *testing.T, conn []string, wantCode int, args ...string) string {
 
 func TestControllerCtl(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	port := freePort(t)
+	port := livelab.FreePort(t)
 	args := []string{"--listen", fmt.Sprintf("127.0.0.1:%d", port)}
 	d := startController(t, dir, args)
 	conn := []string{"--server", fmt.Sprintf("https://127.0.0.1:%d", port), "--data-dir", dir}

@@ -60,7 +60,7 @@ func TestDiskFollowsMigration(t *testing.T) {
 	}
 
 	data := filepath.Join(dir, "data")
-	port := freePort(t)
+	port := livelab.FreePort(t)
 	server := fmt.Sprintf("https://127.0.0.1:%d", port)
 	startController(t, data, []string{"--listen", fmt.Sprintf("127.0.0.1:%d", port)})
 	conn := []string{"--server", server, "--data-dir", data}

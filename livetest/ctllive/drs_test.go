@@ -88,7 +88,7 @@ func TestFig2DRSLive(t *testing.T) {
 
 	// The controller, the policy with the usable rate, the agents.
 	data := filepath.Join(dir, "data")
-	port := freePort(t)
+	port := livelab.FreePort(t)
 	server := fmt.Sprintf("https://127.0.0.1:%d", port)
 	cargs := []string{"--listen", fmt.Sprintf("127.0.0.1:%d", port),
 		"--drs", "automatic", "--drs-interval", "1s", "--host-ttl", "6"}

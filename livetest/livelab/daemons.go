@@ -3,6 +3,7 @@ package livelab
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -198,4 +199,16 @@ func Ctl(t testing.TB, bin string, conn []string, want int, args ...string) stri
 		t.Fatalf("sluice ctl %s: exit %d, want %d\nstdout %s\nstderr %s", strings.Join(args, " "), code, want, stdout.String(), stderr.String())
 	}
 	return stdout.String() + stderr.String()
+}
+
+// FreePort is a TCP port on 127.0.0.1 that nothing listened on a moment
+// ago (for a daemon the test starts next).
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

@@ -20,10 +20,6 @@ import (
 	"sluice/virt"
 )
 
-// sluiceBin is the sluice binary built for this run: the lab's gateway.
-var sluiceBin string
-
-func TestMain(m *testing.M) { os.Exit(livelab.RunWithSluice(m, &sluiceBin)) }
 
 // TestThrottleOverhead is the throttle driver's overhead beside no sluice
 // and the gateway (bench/throttle-overhead.sh runs it; not part of `make

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,7 +130,7 @@ vms:
 
 	// The controller, the policy, the hook (asking the agent), the agent.
 	data := filepath.Join(dir, "data")
-	port := freePort(t)
+	port := livelab.FreePort(t)
 	server := fmt.Sprintf("https://127.0.0.1:%d", port)
 	startDaemon(t, dir, "controller", sluice, "controller", "--data-dir", data, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--host-ttl", "6")
 	ctl := func(args ...string) (string, error) {
@@ -452,14 +451,4 @@ func startDaemon(t *testing.T, dir, name string, args ...string) *daemon {
 		}
 	})
 	return d
-}
-
-// freePort is a TCP port free on 127.0.0.1 now.
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
