@@ -20,7 +20,6 @@ import (
 	"sluice/virt"
 )
 
-
 // TestThrottleOverhead is the throttle driver's overhead beside no sluice
 // and the gateway (bench/throttle-overhead.sh runs it; not part of `make
 // test`): one TCG guest with two disks, each on its own datastore of the
