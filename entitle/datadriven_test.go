@@ -51,14 +51,9 @@ func TestDataDriven(t *testing.T) {
 				var un []UnnamedVM
 				if arg, ok := d.Arg("unnamed"); ok {
 					for _, v := range arg.Vals {
-						f := strings.Split(v, "/")
-						if len(f) != 3 {
-							d.Fatalf(t, "unnamed %q: want HOST/VM/NIC", v)
-						}
-						if k := len(un) - 1; k >= 0 && un[k].Name == f[1] {
-							un[k].NICs = append(un[k].NICs, f[2])
-						} else {
-							un = append(un, UnnamedVM{Name: f[1], Host: f[0], NICs: []string{f[2]}})
+						var err error
+						if un, err = AddUnnamed(un, v); err != nil {
+							d.Fatalf(t, "unnamed %v", err)
 						}
 					}
 				}
@@ -120,16 +115,14 @@ func TestDataDriven(t *testing.T) {
 	})
 }
 
+// parseValue is a plain number or ParseDemand's.
 func parseValue(t *testing.T, d *datadriven.TestData, s string) float64 {
-	if s == "unlimited" {
-		return alloc.Inf
-	}
 	if v, err := strconv.ParseFloat(s, 64); err == nil {
 		return v
 	}
-	r, err := policy.ParseRate(s)
+	r, err := ParseDemand(s)
 	if err != nil {
 		d.Fatalf(t, "value %q: %v", s, err)
 	}
-	return float64(r)
+	return r
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
-	"sluice/alloc"
 	"sluice/entitle"
 	"sluice/policy"
 )
@@ -65,14 +64,9 @@ func scanLive(t *testing.T, d *datadriven.TestData) entitle.Live {
 	var live entitle.Live
 	if arg, ok := d.Arg("unnamed"); ok {
 		for _, v := range arg.Vals {
-			f := strings.Split(v, "/")
-			if len(f) != 3 {
-				d.Fatalf(t, "unnamed %q: want HOST/VM/NIC", v)
-			}
-			if k := len(live.Unnamed) - 1; k >= 0 && live.Unnamed[k].Name == f[1] {
-				live.Unnamed[k].NICs = append(live.Unnamed[k].NICs, f[2])
-			} else {
-				live.Unnamed = append(live.Unnamed, entitle.UnnamedVM{Name: f[1], Host: f[0], NICs: []string{f[2]}})
+			var err error
+			if live.Unnamed, err = entitle.AddUnnamed(live.Unnamed, v); err != nil {
+				d.Fatalf(t, "unnamed %v", err)
 			}
 		}
 	}
@@ -114,16 +108,14 @@ func scanOptions(t *testing.T, d *datadriven.TestData) Options {
 	return opt
 }
 
+// parseRate is a plain number of bits/s or entitle.ParseDemand's.
 func parseRate(t *testing.T, d *datadriven.TestData, s string) float64 {
-	if s == "unlimited" {
-		return alloc.Inf
-	}
 	if v, err := strconv.ParseFloat(s, 64); err == nil {
 		return v
 	}
-	r, err := policy.ParseRate(s)
+	r, err := entitle.ParseDemand(s)
 	if err != nil {
 		d.Fatalf(t, "rate %q: %v", s, err)
 	}
-	return float64(r)
+	return r
 }

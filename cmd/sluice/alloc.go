@@ -8,9 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"sluice/alloc"
 	"sluice/entitle"
-	"sluice/policy"
 )
 
 func init() {
@@ -96,7 +94,7 @@ func parseNetArgs(args []string) (netArgs, error) {
 		if !ok || port == "" {
 			return a, usageError{msg: fmt.Sprintf("--demand %s: want PORT=RATE, e.g. vm1/nic0=2Gbps", val)}
 		}
-		bps, err := parseDemand(r)
+		bps, err := entitle.ParseDemand(r)
 		if err != nil {
 			return a, fmt.Errorf("--demand %s: %v", val, err)
 		}
@@ -115,30 +113,12 @@ func parseNetArgs(args []string) (netArgs, error) {
 // addUnnamed adds a vNIC HOST/VM/NIC of a running VM that the policy does
 // not name.
 func (a *netArgs) addUnnamed(val string) error {
-	f := strings.Split(val, "/")
-	if len(f) != 3 || f[0] == "" || f[1] == "" || f[2] == "" {
-		return usageError{msg: fmt.Sprintf("--unnamed %s: want HOST/VM/NIC, e.g. pve1/web7/vnet3", val)}
-	}
-	for i := range a.unnamed {
-		if u := &a.unnamed[i]; u.Host == f[0] && u.Name == f[1] {
-			u.NICs = append(u.NICs, f[2])
-			return nil
-		}
-	}
-	a.unnamed = append(a.unnamed, entitle.UnnamedVM{Name: f[1], Host: f[0], NICs: []string{f[2]}})
-	return nil
-}
-
-// parseDemand parses a demand: a rate ("2Gbps") or "unlimited".
-func parseDemand(s string) (float64, error) {
-	if s == "unlimited" {
-		return alloc.Inf, nil
-	}
-	r, err := policy.ParseRate(s)
+	un, err := entitle.AddUnnamed(a.unnamed, val)
 	if err != nil {
-		return 0, err
+		return usageError{msg: "--unnamed " + err.Error()}
 	}
-	return float64(r), nil
+	a.unnamed = un
+	return nil
 }
 
 // parseOrExit parses the shared arguments, printing the problem and
