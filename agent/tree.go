@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"sluice/entitle"
 	"sluice/policy"
@@ -47,11 +48,10 @@ type Node struct {
 	R        PayloadBps // reservation
 	L        PayloadBps // limit, +Inf when unlimited
 	Shares   float64
-	// Prio is the HTB priority among its siblings: 0 for the vNICs of a
-	// latency-sensitive VM, 1 for their siblings (served after them), 0
-	// everywhere else.
-	Prio     uint32
-	Children []*Node
+	// LatencySensitive marks a vNIC of a latency-sensitive VM: HTB serves
+	// it before its siblings (HTBClasses).
+	LatencySensitive bool
+	Children         []*Node
 }
 
 // Tree is the HTB tree of one uplink of a host, built from the derived
@@ -127,10 +127,8 @@ func build(specs []entitle.UplinkSpec, inv Inventory, ports map[string][]PortRan
 					return nil, fmt.Errorf("vNIC %s: inventory index %d out of range 0..%d", v.Port, m.Index, MaxVNICIndex)
 				}
 				vn := &Node{Name: v.Port, Class: c.Class, ID: MakeHandle(rootQdiscMajor, uint16(nicMinorBase+m.Index)),
-					Parent: n.ID, IsNIC: true, HostDev: m.HostDev, Leaf: true, R: PayloadBps(v.ReservationBps), L: PayloadBps(v.LimitBps), Shares: v.Shares}
-				if v.LatencySensitive {
-					vn.Prio = latencyPrio
-				}
+					Parent: n.ID, IsNIC: true, HostDev: m.HostDev, Leaf: true, R: PayloadBps(v.ReservationBps), L: PayloadBps(v.LimitBps), Shares: v.Shares,
+					LatencySensitive: v.LatencySensitive}
 				n.Leaf = false
 				n.Children = append(n.Children, vn)
 				t.Nodes = append(t.Nodes, vn)
@@ -147,9 +145,6 @@ func build(specs []entitle.UplinkSpec, inv Inventory, ports map[string][]PortRan
 					t.VNICs = append(t.VNICs, VNICClassifier{Dev: m.HostDev, Class: vn.ID})
 				}
 			}
-		}
-		for _, c := range t.Classes {
-			prioritize(c.Children)
 		}
 		if t.Default == 0 && len(t.Classes) > 0 {
 			t.Default = t.Classes[0].ID.Minor()
@@ -300,40 +295,32 @@ func (t *Tree) HTBClasses(ent map[string]float64) []HTBClass {
 		r := min(rate(c), cc)
 		out = append(out, HTBClass{ID: c.ID, Parent: c.Parent, RateBps: r, CeilBps: cc,
 			BurstBytes: BurstFor(r), CburstBytes: BurstFor(cc), QuantumBytes: qc[c.ID]})
-		qn := quanta(c.Children)
+		qn, pn := quanta(c.Children), prios(c.Children)
 		for _, n := range c.Children {
 			nc := ceil(n, cc)
 			nr := min(rate(n), nc)
 			out = append(out, HTBClass{ID: n.ID, Parent: n.Parent, RateBps: nr, CeilBps: nc,
-				BurstBytes: BurstFor(nr), CburstBytes: BurstFor(nc), QuantumBytes: qn[n.ID], Prio: n.Prio})
+				BurstBytes: BurstFor(nr), CburstBytes: BurstFor(nc), QuantumBytes: qn[n.ID], Prio: pn[n.ID]})
 		}
 	}
 	return out
 }
 
-// latencyPrio marks a latency-sensitive vNIC until prioritize numbers
-// its siblings.
-const latencyPrio = 1 << 31
-
-// prioritize gives the vNICs of latency-sensitive VMs among sibs HTB
-// priority 0 and the others 1: HTB serves a class of lower priority first
-// while it can send, within its rate or borrowing. Siblings without a
-// latency-sensitive vNIC keep priority 0, as HTB's default.
-func prioritize(sibs []*Node) {
-	has := false
-	for _, n := range sibs {
-		has = has || n.Prio == latencyPrio
+// prios are the HTB priorities of sibs: 0 for the vNICs of
+// latency-sensitive VMs and 1 for the others, so that HTB serves the
+// former first while they can send (within their rate or borrowing);
+// all 0, HTB's default, when none is latency-sensitive.
+func prios(sibs []*Node) map[Handle]uint32 {
+	out := map[Handle]uint32{}
+	if !slices.ContainsFunc(sibs, func(n *Node) bool { return n.LatencySensitive }) {
+		return out
 	}
 	for _, n := range sibs {
-		switch {
-		case !has:
-			n.Prio = 0
-		case n.Prio == latencyPrio:
-			n.Prio = 0
-		default:
-			n.Prio = 1
+		if !n.LatencySensitive {
+			out[n.ID] = 1
 		}
 	}
+	return out
 }
 
 // leafRates turns payload entitlements into the leaves' guaranteed wire
