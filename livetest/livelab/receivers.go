@@ -58,13 +58,16 @@ type series struct {
 // all is every namespace's series, the first first.
 func (w *Receivers) all() []*series { return append([]*series{&w.series}, w.more...) }
 
-// seriesOf is the series port is counted in.
-func (w *Receivers) seriesOf(port int) *series {
-	if k := w.of[port]; k > 0 && k <= len(w.more) {
+// ns is namespace k's series (0: the first).
+func (w *Receivers) ns(k int) *series {
+	if k > 0 && k <= len(w.more) {
 		return w.more[k-1]
 	}
 	return &w.series
 }
+
+// seriesOf is the series port is counted in.
+func (w *Receivers) seriesOf(port int) *series { return w.ns(w.of[port]) }
 
 // WatchReceivers starts sampling the receivers in the fabric, their
 // iperf3 port found as recv says; cleanup stops it.
@@ -120,7 +123,7 @@ func (w *Receivers) sample(k int, h *netlink.Handle, recv Receiver, offset time.
 		}
 		span := time.Since(before)
 		w.mu.Lock()
-		sr := w.all()[k]
+		sr := w.ns(k)
 		sr.at = append(sr.at, before.Add(span/2))
 		sr.span = append(sr.span, span)
 		sr.bytes = append(sr.bytes, m)
@@ -261,7 +264,7 @@ func (w *Receivers) Ends(port int, tw Timed) (from, to time.Time) {
 	if !tw.ok || k >= len(tw.ends) {
 		return tw.From, tw.To
 	}
-	sr := w.all()[k]
+	sr := w.ns(k)
 	return sr.at[tw.ends[k][0]], sr.at[tw.ends[k][1]]
 }
 
@@ -274,7 +277,7 @@ func (w *Receivers) Between(port int, tw Timed) float64 {
 	if !tw.ok || k >= len(tw.ends) {
 		return 0
 	}
-	sr := w.all()[k]
+	sr := w.ns(k)
 	i, j := tw.ends[k][0], tw.ends[k][1]
 	if j <= i {
 		return 0
