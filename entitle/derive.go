@@ -65,6 +65,25 @@ type UplinkSpec struct {
 	// host's vNICs (their ingress settings), not what it sends.
 	Inbound bool
 	Classes []ClassSpec
+	// VFs are the SR-IOV virtual functions of running VMs whose PF is
+	// this uplink (passthrough: vf), outbound trees only, in file order.
+	// They bypass the tree: the NIC holds their rates in hardware. So
+	// that the tree does not promise what they reserve, UsableBps is the
+	// uplink's usable rate less their reservations (VFReservedBps), and a
+	// vm class reservation given in the file is reduced by them too.
+	VFs           []VFSpec `json:",omitempty"`
+	VFReservedBps float64  `json:",omitempty"`
+}
+
+// VFSpec is the SR-IOV virtual function of a running VM's passthrough
+// vNIC: the rates the agent sets on it through its PF, in whole Mbit/s
+// as the kernel takes them (IFLA_VF_RATE; policy.NIC.VFTxRates).
+type VFSpec struct {
+	Port    string // VM/NIC
+	VM, NIC string
+	// MinTxMbps is the reservation (min_tx_rate), MaxTxMbps the limit
+	// (max_tx_rate; 0: unlimited).
+	MinTxMbps, MaxTxMbps uint32
 }
 
 // HasVNICs says some vNIC is on the tree.
@@ -151,7 +170,12 @@ func IOPSLimit(l policy.IOPS) float64 {
 //     on the vm-class budget, a vNIC that fits nowhere last on the uplink
 //     with the most left, unreserved vNICs on the first uplink), over the
 //     uplinks that are up: the packing placement judges hosts by;
-//   - passthrough vNICs bypass the scheduler: they are on no tree;
+//   - passthrough vNICs bypass the scheduler: they are on no tree; an
+//     SR-IOV VF (passthrough: vf) is listed on its PF's outbound tree
+//     (UplinkSpec.VFs) with its rates, and its reservation is taken off
+//     that tree's usable rate and off a vm class reservation the file
+//     gives, so that the host's HTB never promises what the NIC reserves
+//     for its VFs;
 //   - each vNIC of a running VM that the policy does not name
 //     (Live.Unnamed) is a vNIC with the policy's unnamedVMs setting,
 //     after the policy's vNICs of its host;
@@ -272,6 +296,10 @@ func deriveUplink(p *policy.Policy, h *policy.Host, u *policy.Uplink, vms []*pol
 	}
 	us := UplinkSpec{Host: h.Name, Uplink: u.Name, SpeedBps: float64(u.Speed), UsableBps: float64(usable),
 		Down: live.DownUplinks[h.Name+"/"+u.Name], Inbound: inbound}
+	if !inbound {
+		us.VFs, us.VFReservedBps = vfsOn(u.Name, vms[:named])
+		us.UsableBps = max(0, us.UsableBps-us.VFReservedBps)
+	}
 	for ti := range p.TrafficClasses {
 		tc := &p.TrafficClasses[ti]
 		set, declared := classRSL(tc, inbound)
@@ -298,11 +326,34 @@ func deriveUplink(p *policy.Policy, h *policy.Host, u *policy.Uplink, vms []*pol
 					budget = p.VMClassInBudget(u)
 				}
 				cs.ReservationBps = min(sum, float64(budget))
+			} else if us.VFReservedBps > 0 {
+				// The file's vm reservation covers the VFs too; they
+				// hold theirs in the NIC, outside the tree.
+				cs.ReservationBps = max(0, cs.ReservationBps-us.VFReservedBps)
 			}
 		}
 		us.Classes = append(us.Classes, cs)
 	}
 	return us
+}
+
+// vfsOn lists the VFs of vms whose PF is uplink (in file order) and the
+// whole Mbit/s they reserve, bits/s.
+func vfsOn(uplink string, vms []*policy.VM) ([]VFSpec, float64) {
+	var out []VFSpec
+	var sum float64
+	for _, vm := range vms {
+		for k := range vm.NICs {
+			nic := &vm.NICs[k]
+			if !nic.VF || nic.Uplink != uplink {
+				continue
+			}
+			lo, hi := nic.VFTxRates()
+			out = append(out, VFSpec{Port: policy.PortName(vm.Name, nic.Name), VM: vm.Name, NIC: nic.Name, MinTxMbps: lo, MaxTxMbps: hi})
+			sum += float64(lo) * float64(policy.MbpsBps)
+		}
+	}
+	return out, sum
 }
 
 // runningVMs lists the running VMs of each host (of the hosts in only;

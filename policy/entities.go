@@ -418,9 +418,12 @@ func (d *decoder) nic(n *yaml.Node, path string) NIC {
 	nic.PortGroup = d.name(m, "portGroup", false)
 	d.netRSL(m, &nic.Shares, &nic.Reservation, &nic.Limit)
 	nic.Uplink = d.name(m, "uplink", false)
-	d.boolean(m, "passthrough", &nic.Passthrough)
+	d.passthrough(m, &nic)
 	nic.Ingress = d.ingress(m, &nic.Pos)
-	if nic.Passthrough {
+	switch {
+	case nic.VF:
+		d.vf(m, path, &nic)
+	case nic.Passthrough:
 		for _, k := range []string{"shares", "reservation", "limit", "ingress"} {
 			if _, ok := m.vals[k]; ok {
 				d.add(nic.Pos.FieldLine(k), path+"."+k, "a passthrough vNIC bypasses the scheduler and takes no %s", k)
@@ -428,6 +431,59 @@ func (d *decoder) nic(n *yaml.Node, path string) NIC {
 		}
 	}
 	return nic
+}
+
+// PassthroughVF is the value of a vNIC's passthrough field for an SR-IOV
+// virtual function (NIC.VF).
+const PassthroughVF = "vf"
+
+// passthrough reads the vNIC's passthrough field: true, false or vf.
+func (d *decoder) passthrough(m *mapping, nic *NIC) {
+	s, line, ok := d.scalar(m, "passthrough")
+	if !ok {
+		return
+	}
+	switch s {
+	case "true":
+		nic.Passthrough = true
+	case "false":
+	case PassthroughVF:
+		nic.Passthrough, nic.VF = true, true
+	default:
+		d.add(line, join(m.path, "passthrough"), "expected true, false or %s (an SR-IOV virtual function), got %q%s", PassthroughVF, clip(s), suggest(s, []string{"true", "false", PassthroughVF}))
+	}
+}
+
+// vf checks a VF vNIC (passthrough: vf): it names its PF (uplink), takes
+// no shares or ingress (the NIC's VF rates shape only what it sends), and
+// its rates become whole Mbit/s: the reservation rounded up, the limit
+// rounded down, at least 1 Mbit/s.
+func (d *decoder) vf(m *mapping, path string, nic *NIC) {
+	for _, k := range []string{"shares", "ingress"} {
+		if _, ok := m.vals[k]; ok {
+			d.add(nic.Pos.FieldLine(k), path+"."+k, "an SR-IOV VF (passthrough: vf) bypasses the host's scheduler and takes no %s: only its reservation and limit, which the NIC enforces on what it sends", k)
+		}
+	}
+	if _, ok := m.vals["uplink"]; !ok {
+		d.add(nic.Pos.Line, path+".uplink", "missing (required for passthrough: vf): the uplink whose NIC is the VF's PF, one of the host's uplinks")
+	}
+	nic.Shares = NetSharesNormal
+	if nic.Reservation > nic.Limit {
+		return // reported by netRSL
+	}
+	if nic.Limit != Unlimited {
+		if nic.Limit < MbpsBps {
+			d.add(nic.Pos.FieldLine("limit"), path+".limit", "a VF's limit is its max_tx_rate in whole Mbit/s: at least 1Mbps, got %s", FormatRate(nic.Limit))
+			return
+		}
+		nic.Limit = nic.Limit / MbpsBps * MbpsBps
+	}
+	r := (nic.Reservation + MbpsBps - 1) / MbpsBps * MbpsBps
+	if r > nic.Limit {
+		d.add(nic.Pos.FieldLine("reservation"), path+".reservation", "a VF's rates are whole Mbit/s: the reservation rounds up to %s, more than the limit rounded down, %s", FormatRate(r), FormatRate(nic.Limit))
+		return
+	}
+	nic.Reservation = r
 }
 
 func (d *decoder) disk(n *yaml.Node, path string) Disk {

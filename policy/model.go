@@ -317,6 +317,14 @@ type NIC struct {
 	Limit       Bps    // Unlimited when not set
 	Uplink      string // optional pinning to one uplink of the host
 	Passthrough bool   // bypasses the scheduler; the VM cannot migrate
+	// VF says the passthrough vNIC is an SR-IOV virtual function of the
+	// uplink Uplink, its PF (`passthrough: vf`). Its Reservation and Limit
+	// are the VF's min_tx_rate and max_tx_rate, which the kernel takes in
+	// whole Mbit/s: the decoder rounds the reservation up and the limit
+	// down (VFTxRates), so the model holds what the NIC is told. The
+	// reservation counts against the PF's vm budget like any pinned
+	// vNIC's; the vNIC is on no HTB tree.
+	VF bool
 	// Ingress is the vNIC's setting for what it receives; nil: its
 	// inbound traffic is not controlled.
 	Ingress *Ingress
@@ -355,3 +363,18 @@ func PortName(vm, nic string) string { return vm + "/" + nic }
 
 // ClassName is the name of a system traffic class on a host: "HOST/CLASS".
 func ClassName(host, class string) string { return host + "/" + class }
+
+// MbpsBps is one Mbit/s in bits/s: the unit of a VF's tx rates.
+const MbpsBps Bps = 1_000_000
+
+// VFTxRates returns the VF's min_tx_rate and max_tx_rate in Mbit/s, as
+// the kernel's IFLA_VF_RATE takes them: the reservation (rounded up to a
+// whole Mbit/s) and the limit (rounded down; 0: unlimited, the kernel's
+// "no limit"). A decoded file holds whole values already.
+func (n *NIC) VFTxRates() (minMbps, maxMbps uint32) {
+	r := (n.Reservation + MbpsBps - 1) / MbpsBps
+	if n.Limit != Unlimited {
+		maxMbps = uint32(min(n.Limit/MbpsBps, 1<<32-1))
+	}
+	return uint32(min(r, 1<<32-1)), maxMbps
+}

@@ -199,7 +199,15 @@ func derived(p *Policy) string {
 	for _, vm := range p.VMs {
 		fmt.Fprintf(&b, "vm %s host=%q vcpus=%d cpu-shares=%d memory=%s migratable=%v\n", vm.Name, vm.Host, vm.CPU.VCPUs, vm.CPU.Shares, formatSize(vm.Memory), vm.Migratable)
 		for _, n := range vm.NICs {
-			fmt.Fprintf(&b, "  nic %s pg=%s shares=%d r=%s l=%s\n", n.Name, n.PortGroup, n.Shares, FormatRate(n.Reservation), FormatRate(n.Limit))
+			fmt.Fprintf(&b, "  nic %s pg=%s shares=%d r=%s l=%s", n.Name, n.PortGroup, n.Shares, FormatRate(n.Reservation), FormatRate(n.Limit))
+			switch {
+			case n.VF:
+				lo, hi := n.VFTxRates()
+				fmt.Fprintf(&b, " vf pf=%s min_tx_rate=%d max_tx_rate=%d", n.Uplink, lo, hi)
+			case n.Passthrough:
+				b.WriteString(" passthrough")
+			}
+			b.WriteString("\n")
 		}
 		for _, d := range vm.Disks {
 			lim := "unlimited"
