@@ -32,6 +32,47 @@ func (vcpuCheck) Broken(h *Host, l *Load, vms []*VM) []string {
 // modelled).
 func wide(h *Host, v *VM) bool { return h.Cores > 0 && v.VCPUs > h.Cores }
 
+// coresCheck: the latency-sensitive VMs of a host have a core of their
+// own per vCPU among the cores it does not keep for itself.
+type coresCheck struct{}
+
+func (coresCheck) Name() string { return "cpu.cores" }
+
+// pinnable is how many of h's cores latency-sensitive VMs may pin.
+func pinnable(h *Host) int { return max(h.Cores-h.HostCores, 0) }
+
+func (coresCheck) Holds(h *Host, l *Load) bool {
+	return h.Cores == 0 || l.PinnedCores <= pinnable(h)
+}
+
+func (coresCheck) Fit(h *Host, l *Load, v *VM, _ *Scratch) (bool, Reason) {
+	free := max(pinnable(h)-l.PinnedCores, 0)
+	if !v.PinsOn(h) || v.VCPUs <= free {
+		return true, Reason{}
+	}
+	return false, Reason{Check: "cpu.cores", Text: fmt.Sprintf("cpu: latency-sensitive %s needs %s of its own (one per vCPU), free %d of %s (%d kept for the host, %d pinned to latency-sensitive VMs; short %d)",
+		v.Name, Cores(v.VCPUs), free, Cores(h.Cores), h.HostCores, l.PinnedCores, v.VCPUs-free)}
+}
+
+func (coresCheck) Broken(h *Host, l *Load, vms []*VM) []string {
+	var names []string
+	for _, v := range vms {
+		if v.PinsOn(h) {
+			names = append(names, fmt.Sprintf("%s %d", v.Name, v.VCPUs))
+		}
+	}
+	return []string{fmt.Sprintf("cpu: latency-sensitive VMs need %s of their own (%s), the host has %d to give (%s − %d kept for the host; short %d)",
+		Cores(l.PinnedCores), strings.Join(names, ", "), pinnable(h), Cores(h.Cores), h.HostCores, l.PinnedCores-pinnable(h))}
+}
+
+// Cores renders a number of cores: "1 core", "4 cores".
+func Cores(n int) string {
+	if n == 1 {
+		return "1 core"
+	}
+	return fmt.Sprintf("%d cores", n)
+}
+
 // cpuCheck: the CPU reservations of a host's VMs fit its cores × MHz.
 type cpuCheck struct{}
 
@@ -44,12 +85,17 @@ func (cpuCheck) Holds(h *Host, l *Load) bool {
 
 func (cpuCheck) Fit(h *Host, l *Load, v *VM, _ *Scratch) (bool, Reason) {
 	c := h.CPUMHz()
-	if c == 0 || v.CPUMHz == 0 || add(l.CPUMHz, v.CPUMHz) <= c {
+	need := v.ReservedMHz(h)
+	if c == 0 || need == 0 || add(l.CPUMHz, need) <= c {
 		return true, Reason{}
 	}
 	free := max(c-l.CPUMHz, 0)
-	return false, Reason{Check: "cpu.reservation", Text: fmt.Sprintf("cpu: needs %s reserved, free %s of %d cores × %s (short %s)",
-		MHz(v.CPUMHz), MHz(free), h.Cores, MHz(h.CoreMHz), MHz(v.CPUMHz-free))}
+	what := ""
+	if v.PinsOn(h) {
+		what = fmt.Sprintf(" (latency-sensitive: %s of its own)", Cores(v.VCPUs))
+	}
+	return false, Reason{Check: "cpu.reservation", Text: fmt.Sprintf("cpu: needs %s reserved%s, free %s of %d cores × %s (short %s)",
+		MHz(need), what, MHz(free), h.Cores, MHz(h.CoreMHz), MHz(need-free))}
 }
 
 func (cpuCheck) Broken(h *Host, l *Load, _ []*VM) []string {

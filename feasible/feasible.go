@@ -37,6 +37,10 @@ type Host struct {
 	// CoreMHz is the clock rate of one core; 0: CPU reservations not
 	// modelled.
 	CoreMHz int64
+	// HostCores are the cores kept for the host itself, never pinned to
+	// a latency-sensitive VM (policy cpu.hostCores); the others, Cores −
+	// HostCores, are what such VMs may pin.
+	HostCores int
 	// MemoryBytes is the host's memory; 0: memory not modelled.
 	MemoryBytes int64
 	// Uplinks are the host's uplinks in file order, with the budget
@@ -74,10 +78,29 @@ type VM struct {
 	VCPUs       int
 	CPUMHz      int64 // CPU reservation
 	MemoryBytes int64
+	// Pinned marks a latency-sensitive VM: on a host whose cores are
+	// modelled each of its vCPUs takes a core of its own (cpuCoresCheck),
+	// and those whole cores are what it reserves of the host's MHz
+	// (ReservedMHz).
+	Pinned bool
 	// NICs are the vNICs that reserve bandwidth (sending or receiving) or
 	// are pinned to an uplink (others ask nothing of a host), sorted with
 	// SortNICs.
 	NICs []NIC
+}
+
+// PinsOn reports whether v takes cores of its own on h: it is
+// latency-sensitive and h's cores are modelled.
+func (v *VM) PinsOn(h *Host) bool { return v.Pinned && h.Cores > 0 }
+
+// ReservedMHz is what v reserves of h's CPU: its reservation, or, when it
+// takes cores of its own there, those cores whole (VCPUs × CoreMHz): the
+// MHz left to the host's other VMs shrinks by them.
+func (v *VM) ReservedMHz(h *Host) int64 {
+	if v.PinsOn(h) {
+		return int64(v.VCPUs) * h.CoreMHz
+	}
+	return v.CPUMHz
 }
 
 // NetBps is the sum of the VM's vNIC reservations, bits/s.
@@ -150,7 +173,7 @@ func (r Reason) String() string { return r.Text }
 
 // A Check is one rule of "does this VM fit this host".
 type Check interface {
-	// Name names the check: "cpu.vcpus", "cpu.reservation", "memory",
+	// Name names the check: "cpu.vcpus", "cpu.cores", "cpu.reservation", "memory",
 	// "network.pin", "network" or "network.inbound".
 	Name() string
 	// Holds reports whether host h meets the rule with the VMs of load l.
@@ -164,7 +187,7 @@ type Check interface {
 }
 
 // Checks is the list, in the order reasons are given.
-var Checks = []Check{vcpuCheck{}, cpuCheck{}, memoryCheck{}, pinCheck{}, networkCheck{}, inboundCheck{}}
+var Checks = []Check{vcpuCheck{}, coresCheck{}, cpuCheck{}, memoryCheck{}, pinCheck{}, networkCheck{}, inboundCheck{}}
 
 // Holds reports whether host h meets every check with the VMs of l.
 func Holds(h *Host, l *Load) bool {

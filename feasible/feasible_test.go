@@ -2,6 +2,7 @@ package feasible_test
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,7 +15,7 @@ import (
 
 // TestDataDriven runs testdata/*.txt. Commands:
 //
-//	host NAME [cores=N] [mhz=N] [memory=SIZE] [cap=F] [vm=RATE] [other=RATE] [invm=RATE] [inother=RATE]
+//	host NAME [cores=N] [hostcores=N] [mhz=N] [memory=SIZE] [cap=F] [vm=RATE] [other=RATE] [invm=RATE] [inother=RATE]
 //	                input: one uplink per line, "NAME SPEED [down]"; the
 //	                budgets follow from the classes (feasible.Classes), the
 //	                inbound ones from the inbound classes (invm, inother;
@@ -90,6 +91,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		for _, v := range h.vms {
 			vms = append(vms, v)
 		}
+		sort.Slice(vms, func(i, j int) bool { return vms[i].Name < vms[j].Name })
 		ps := feasible.Problems(&h.host, &h.load, vms)
 		if len(ps) == 0 {
 			return "none\n"
@@ -128,6 +130,8 @@ func (h *harness) newHost(t *testing.T, d *datadriven.TestData) string {
 		switch a.Key {
 		case "cores":
 			h.host.Cores = atoi(t, v)
+		case "hostcores":
+			h.host.HostCores = atoi(t, v)
 		case "mhz":
 			h.host.CoreMHz = int64(atoi(t, v))
 		case "memory":
@@ -174,8 +178,9 @@ func (h *harness) newHost(t *testing.T, d *datadriven.TestData) string {
 	return b.String()
 }
 
-// parseVM parses "NAME [vcpus=N] [cpu=MHZ] [mem=SIZE] [NIC=RATE[@UPLINK][:INRATE] ...]"
-// (INRATE: the vNIC's inbound reservation).
+// parseVM parses "NAME [vcpus=N] [cpu=MHZ] [mem=SIZE] [sensitive] [NIC=RATE[@UPLINK][:INRATE] ...]"
+// (INRATE: the vNIC's inbound reservation; sensitive: latency-sensitive,
+// its vCPUs pinned to cores of their own).
 func (h *harness) parseVM(t *testing.T, line string) *feasible.VM {
 	f := strings.Fields(line)
 	v := &feasible.VM{Name: f[0], VCPUs: 1}
@@ -189,6 +194,8 @@ func (h *harness) parseVM(t *testing.T, line string) *feasible.VM {
 			v.CPUMHz = int64(atoi(t, val))
 		case "mem":
 			v.MemoryBytes = size(t, val)
+		case "sensitive":
+			v.Pinned = true
 		default:
 			v.NICs = append(v.NICs, parseNIC(t, kv, h.n, k))
 			k++
@@ -232,6 +239,9 @@ func (h *harness) state() string {
 	}
 	if l.InBps > 0 {
 		fmt.Fprintf(&b, "inbound: %s\n", feasible.Rate(l.InBps))
+	}
+	if l.PinnedCores > 0 {
+		fmt.Fprintf(&b, "pinned cores: %d of %d (%d kept for the host)\n", l.PinnedCores, h.host.Cores, h.host.HostCores)
 	}
 	fmt.Fprintf(&b, "holds: %v\n", feasible.Holds(&h.host, l))
 	return b.String()

@@ -6,8 +6,11 @@ package feasible
 // change). The zero value is an empty host. A Load belongs to one Host:
 // pass the same h to every method.
 type Load struct {
-	CPUMHz      int64 // CPU reservations
+	CPUMHz      int64 // CPU reservations (VM.ReservedMHz)
 	MemoryBytes int64
+	// PinnedCores counts the cores that latency-sensitive VMs take (one
+	// per vCPU) on a host whose cores are modelled.
+	PinnedCores int
 	NetBps      int64 // vNIC reservations
 	InBps       int64 // vNIC inbound reservations
 	// Wide counts the VMs with more vCPUs than the host has cores.
@@ -54,7 +57,10 @@ func (l *Load) UsedBps(h *Host) []int64 { return l.packing(h).used }
 // top of l's packing (the same result as packing afresh); otherwise the
 // packing is redone when next needed.
 func (l *Load) Add(h *Host, v *VM) {
-	l.CPUMHz = add(l.CPUMHz, v.CPUMHz)
+	l.CPUMHz = add(l.CPUMHz, v.ReservedMHz(h))
+	if v.PinsOn(h) {
+		l.PinnedCores += v.VCPUs
+	}
 	l.MemoryBytes = add(l.MemoryBytes, v.MemoryBytes)
 	if wide(h, v) {
 		l.Wide++
@@ -93,7 +99,10 @@ func (l *Load) Add(h *Host, v *VM) {
 
 // Remove takes v, counted on h by Add, off it.
 func (l *Load) Remove(h *Host, v *VM) {
-	l.CPUMHz = sub(l.CPUMHz, v.CPUMHz)
+	l.CPUMHz = sub(l.CPUMHz, v.ReservedMHz(h))
+	if v.PinsOn(h) {
+		l.PinnedCores -= v.VCPUs
+	}
 	l.MemoryBytes = sub(l.MemoryBytes, v.MemoryBytes)
 	if wide(h, v) {
 		l.Wide--
@@ -232,7 +241,11 @@ func takeAll(h *Host, used []int64, nics []NIC) bool {
 // s, valid until s is used again. It changes nothing else.
 func Without(h *Host, l *Load, v *VM, s *Scratch) *Load {
 	t := &s.load
-	t.CPUMHz, t.MemoryBytes, t.NetBps, t.Wide = sub(l.CPUMHz, v.CPUMHz), sub(l.MemoryBytes, v.MemoryBytes), sub(l.NetBps, v.NetBps()), l.Wide
+	t.CPUMHz, t.MemoryBytes, t.NetBps, t.Wide = sub(l.CPUMHz, v.ReservedMHz(h)), sub(l.MemoryBytes, v.MemoryBytes), sub(l.NetBps, v.NetBps()), l.Wide
+	t.PinnedCores = l.PinnedCores
+	if v.PinsOn(h) {
+		t.PinnedCores -= v.VCPUs
+	}
 	t.InBps = sub(l.InBps, v.InBps())
 	if wide(h, v) {
 		t.Wide--

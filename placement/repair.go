@@ -287,7 +287,7 @@ func (s *state) without(hi, vi int) (over float64, ok bool) {
 // memory and vNIC reservations, each as a fraction of the host's.
 func (s *state) size(vi, hi int) float64 {
 	v, h := &s.vms[vi], &s.hosts[hi]
-	return ratio(float64(v.fv.CPUMHz), h.cpuCap) + ratio(v.mem, h.memCap) + ratio(v.netResv, h.budget)
+	return ratio(float64(v.fv.ReservedMHz(&h.fh)), h.cpuCap) + ratio(v.mem, h.memCap) + ratio(v.netResv, h.budget)
 }
 
 // overload measures how far host hi is over its capacities: the relative
@@ -309,6 +309,11 @@ func (s *state) overloadOf(h *host, l *feasible.Load) float64 {
 		o += math.Max(0, float64(l.MemoryBytes)-h.memCap) / h.memCap
 	}
 	o += float64(l.Wide)
+	if h.fh.Cores > 0 {
+		// One per core that latency-sensitive VMs pin beyond what the
+		// host gives them.
+		o += float64(max(0, l.PinnedCores-(h.fh.Cores-h.fh.HostCores)))
+	}
 	if net := float64(l.NetBps); net > h.budget {
 		o += (net - h.budget) / math.Max(h.budget, 1e6)
 	} else if l.Misfits(&h.fh) > 0 {

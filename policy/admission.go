@@ -101,7 +101,13 @@ func vmField(vm *VM, why feasible.Reason) (int, string) {
 	switch why.Check {
 	case "cpu.vcpus":
 		return vm.Pos.FieldLine("cpu.vcpus"), path + ".cpu.vcpus"
+	case "cpu.cores":
+		return vm.Pos.FieldLine("latency"), path + ".latency"
 	case "cpu.reservation":
+		if vm.LatencySensitive {
+			// What it reserves is its cores, whatever its reservationMHz.
+			return vm.Pos.FieldLine("latency"), path + ".latency"
+		}
 		return vm.Pos.FieldLine("cpu.reservationMHz"), path + ".cpu.reservationMHz"
 	case "memory":
 		return vm.Pos.FieldLine("memory"), path + ".memory"

@@ -10,7 +10,7 @@ import (
 var (
 	policyFields    = []string{"cluster", "reservationCap", "hosts", "trafficClasses", "networkPools", "portGroups", "datastores", "vms", "unnamedVMs"}
 	hostFields      = []string{"name", "cpu", "memory", "uplinks"}
-	hostCPUFields   = []string{"cores", "mhz", "sendMHzPerGbps", "sendOverheadMHz"}
+	hostCPUFields   = []string{"cores", "mhz", "sendMHzPerGbps", "sendOverheadMHz", "hostCores"}
 	uplinkFields    = []string{"name", "speed", "usable"}
 	classFields     = []string{"shares", "reservation", "limit", "ingress"}
 	ingressFields   = []string{"shares", "reservation", "limit"}
@@ -120,6 +120,7 @@ func (d *decoder) host(n *yaml.Node, path string) Host {
 			d.integer(c, "mhz", 1, maxMHz, &h.CPU.MHz)
 			d.integer(c, "sendMHzPerGbps", 1, maxMHz, &h.CPU.SendMHzPerGbps)
 			d.integer(c, "sendOverheadMHz", 0, maxMHz, &h.CPU.SendOverheadMHz)
+			d.hostCores(c, path, &h)
 		}
 	}
 	d.size(m, "memory", &h.Memory)
@@ -128,6 +129,30 @@ func (d *decoder) host(n *yaml.Node, path string) Host {
 	}
 	return h
 }
+
+// hostCores reads cpu.hostCores of host h (the cores kept for the host
+// when latency-sensitive VMs are pinned): at most cpu.cores, and only with
+// them; 1 by default when cores are given.
+func (d *decoder) hostCores(c *mapping, path string, h *Host) {
+	n := -1
+	d.integer(c, "hostCores", 0, maxCores, &n)
+	switch {
+	case n < 0:
+		if h.CPU.Cores > 0 {
+			h.CPU.HostCores = DefaultHostCores
+		}
+	case h.CPU.Cores == 0:
+		d.add(h.Pos.FieldLine("cpu.hostCores"), path+".cpu.hostCores", "hostCores needs cpu.cores (the host's cores are not modelled)")
+	case n > h.CPU.Cores:
+		d.add(h.Pos.FieldLine("cpu.hostCores"), path+".cpu.hostCores", "%d cores kept for the host, more than its %d cores", n, h.CPU.Cores)
+	default:
+		h.CPU.HostCores = n
+	}
+}
+
+// DefaultHostCores is how many cores a host whose file gives cores keeps
+// for itself when it gives no cpu.hostCores: core 0.
+const DefaultHostCores = 1
 
 func (d *decoder) uplink(n *yaml.Node, path string) Uplink {
 	u := Uplink{Pos: Pos{Line: n.Line}}
@@ -388,6 +413,9 @@ func (d *decoder) vm(n *yaml.Node, path string) VM {
 	}
 	for i, c := range d.list(m, "disks") {
 		vm.Disks = append(vm.Disks, d.disk(c, itemPath(path+".disks", i, c)))
+	}
+	if vm.LatencySensitive && vm.CPU.LimitMHz > 0 {
+		d.add(vm.Pos.FieldLine("cpu.limitMHz"), path+".cpu.limitMHz", "a latency-sensitive VM takes no CPU limit: its vCPUs run on cores of their own (omit limitMHz, or make the VM latency: normal)")
 	}
 	if vm.LatencySensitive {
 		for _, nic := range vm.NICs {

@@ -41,7 +41,7 @@ func (p *Policy) InClasses() feasible.Classes {
 // that are lost (nil: none); they stay in the list, marked down.
 func (p *Policy) FeasibleHost(h *Host, down func(uplink string) bool) feasible.Host {
 	c, in := p.Classes(), p.InClasses()
-	fh := feasible.Host{Name: h.Name, Cores: h.CPU.Cores, CoreMHz: int64(h.CPU.MHz), MemoryBytes: int64(h.Memory)}
+	fh := feasible.Host{Name: h.Name, Cores: h.CPU.Cores, CoreMHz: int64(h.CPU.MHz), HostCores: h.CPU.HostCores, MemoryBytes: int64(h.Memory)}
 	for _, u := range h.Uplinks {
 		fu := c.Uplink(u.Name, int64(u.Speed), down != nil && down(u.Name))
 		fu.InBudgetBps, fu.InWhy = in.Budget(int64(u.Speed)), in.BudgetWhy(int64(u.Speed))
@@ -55,7 +55,7 @@ func (p *Policy) FeasibleHost(h *Host, down func(uplink string) bool) feasible.H
 // Its vNICs that reserve bandwidth (sending or receiving) or are pinned
 // are named by their NIC name.
 func FeasibleVM(index int, vm *VM) feasible.VM {
-	fv := feasible.VM{Name: vm.Name, VCPUs: vm.CPU.VCPUs, CPUMHz: int64(vm.CPU.ReservationMHz), MemoryBytes: int64(vm.Memory)}
+	fv := feasible.VM{Name: vm.Name, VCPUs: vm.CPU.VCPUs, CPUMHz: int64(vm.CPU.ReservationMHz), MemoryBytes: int64(vm.Memory), Pinned: vm.LatencySensitive}
 	for k, n := range vm.NICs {
 		if n.Reservation > 0 || n.Uplink != "" || n.Ingress.ReservationBps() > 0 {
 			fv.NICs = append(fv.NICs, feasible.NIC{Name: n.Name, ReservationBps: int64(n.Reservation),

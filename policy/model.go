@@ -89,6 +89,12 @@ type HostCPU struct {
 	// simulator's seed-003 model).
 	SendMHzPerGbps  int
 	SendOverheadMHz int
+	// HostCores is how many cores (Linux CPUs 0..HostCores-1) are kept
+	// for the host itself (its own threads, QEMU's emulator threads): a
+	// latency-sensitive VM's vCPUs are pinned to cores of their own among
+	// the others (cpuctl.Pin). The file's default is 1 when cores are
+	// given; 0 keeps none.
+	HostCores int
 }
 
 // Uplink is a physical NIC of a host.
@@ -273,7 +279,9 @@ type VM struct {
 	Disks      []Disk
 	Migratable bool // false for VMs pinned by passthrough devices; default true
 	// LatencySensitive (latency: sensitive) gives the VM's vNICs strict
-	// priority over their siblings' within their reservation.
+	// priority over their siblings' within their reservation and, on a
+	// host whose cores are modelled, each of its vCPUs a core of its own
+	// (cpuctl.Pin) and no CPU limit.
 	LatencySensitive bool
 	Lab              VMLab
 	Pos              Pos
