@@ -49,6 +49,9 @@ const (
 type HostCPU struct {
 	Cores int
 	MHz   int // per core
+	// HostCores are the first cores, kept for the host itself: never
+	// pinned to a latency-sensitive VM (Pin).
+	HostCores int
 }
 
 // CapacityMHz is Cores × MHz.
@@ -63,12 +66,25 @@ type VM struct {
 	ReservationMHz int     // 0: none
 	LimitMHz       int     // 0: unlimited
 	DemandMHz      float64 // alloc.Inf when unknown (full contention)
+	// Sensitive marks a latency-sensitive VM: Pin gives each of its
+	// vCPUs a core of its own, and it has no limit.
+	Sensitive bool
 }
 
-// FromPolicy is the VM of a policy VM with unbounded demand.
+// FromPolicy is the VM of a policy VM with unbounded demand. A
+// latency-sensitive VM has no limit (validation refuses one).
 func FromPolicy(v *policy.VM) VM {
-	return VM{Name: v.Name, VCPUs: v.CPU.VCPUs, Shares: v.CPU.Shares,
-		ReservationMHz: v.CPU.ReservationMHz, LimitMHz: v.CPU.LimitMHz, DemandMHz: alloc.Inf}
+	vm := VM{Name: v.Name, VCPUs: v.CPU.VCPUs, Shares: v.CPU.Shares,
+		ReservationMHz: v.CPU.ReservationMHz, LimitMHz: v.CPU.LimitMHz, DemandMHz: alloc.Inf, Sensitive: v.LatencySensitive}
+	if vm.Sensitive {
+		vm.LimitMHz = 0
+	}
+	return vm
+}
+
+// HostFromPolicy is the CPU of a policy host.
+func HostFromPolicy(h *policy.Host) HostCPU {
+	return HostCPU{Cores: h.CPU.Cores, MHz: h.CPU.MHz, HostCores: h.CPU.HostCores}
 }
 
 // Setting is the desired cgroup state of one VM.
@@ -82,6 +98,20 @@ type Setting struct {
 	Shares         int   // cpu.shares (v1), MinShares..MaxShares
 	QuotaUs        int64 // cpu.max quota / cpu.cfs_quota_us per PeriodUs; -1: no limit
 	PeriodUs       int64
+	// Cores are the cores of its own a latency-sensitive VM's vCPUs are
+	// pinned to (Pin), vCPU i on Cores[i]; nil for a VM not pinned. A
+	// pinned VM is entitled to those cores whole (EntitlementMHz = their
+	// MHz) and has no quota.
+	Cores []int
+}
+
+// ReasonString is what bound the entitlement: "pinned" for a VM on cores
+// of its own, else alloc's reason.
+func (s Setting) ReasonString() string {
+	if s.Cores != nil {
+		return "pinned"
+	}
+	return s.Reason.String()
 }
 
 // CPUMax renders the v2 cpu.max value: "QUOTA PERIOD" or "max PERIOD".
@@ -111,6 +141,11 @@ func (s Setting) CPUMax() string {
 //   - A limit becomes a CFS quota: LimitMHz / MHz cores per period, at
 //     least MinQuotaUs.
 //
+//   - Latency-sensitive VMs are pinned (Pin): each is entitled to its
+//     cores whole, with no limit, and the others divide the MHz of the
+//     cores left (Cores − pinned) by the rules above. A sensitive VM that
+//     found no cores is divided with the others.
+//
 // Demand lets the caller recompute each step from measured use, as the
 // network's dynamic mode does for HTB: the weight of an idle VM without a
 // reservation goes to the busy ones. A VM's demand counts as at least its
@@ -121,7 +156,12 @@ func (s Setting) CPUMax() string {
 func Derive(h HostCPU, vms []VM) []Setting {
 	root := &alloc.Node{Name: "host", Limit: alloc.Inf, Demand: alloc.Inf, Semantics: alloc.Floor}
 	capMHz := h.CapacityMHz()
+	pin := Pin(h, vms)
+	shared := capMHz - float64(pin.PinnedCount())*float64(h.MHz)
 	for _, v := range vms {
+		if v.Sensitive {
+			v.LimitMHz = 0
+		}
 		lim := alloc.Inf
 		if v.LimitMHz > 0 {
 			lim = float64(v.LimitMHz)
@@ -139,20 +179,33 @@ func Derive(h HostCPU, vms []VM) []Setting {
 		root.Children = append(root.Children, &alloc.Node{Name: v.Name, Reservation: float64(v.ReservationMHz),
 			Shares: float64(v.Shares), Limit: lim, Demand: d})
 	}
-	alloc.Compute(root, capMHz)
+	// The pinned VMs take no part in the division: their nodes get
+	// nothing of it and are replaced below.
+	for i, v := range vms {
+		if pin.VMs[v.Name] != nil {
+			root.Children[i].Demand, root.Children[i].Reservation = 0, 0
+		}
+	}
+	alloc.Compute(root, shared)
 	out := make([]Setting, len(vms))
 	for i, v := range vms {
 		n := root.Children[i]
+		ent, reason := n.Alloc, n.Reason
+		cores := pin.VMs[v.Name]
+		if cores != nil {
+			ent, reason = float64(len(cores))*float64(h.MHz), alloc.ReservationBound
+			v.LimitMHz = 0
+		}
 		frac := 0.0
 		if capMHz > 0 {
-			frac = n.Alloc / capMHz
+			frac = ent / capMHz
 		}
-		s := Setting{VM: v.Name, EntitlementMHz: n.Alloc, Reason: n.Reason,
+		s := Setting{VM: v.Name, EntitlementMHz: ent, Reason: reason, Cores: cores,
 			Weight:   clampInt(math.Round(frac*MaxWeight), MinWeight, MaxWeight),
 			Shares:   clampInt(math.Round(frac*SharesScale), MinShares, MaxShares),
 			QuotaUs:  -1,
 			PeriodUs: DefaultPeriodUs}
-		if v.LimitMHz > 0 && h.MHz > 0 {
+		if v.LimitMHz > 0 && !v.Sensitive && h.MHz > 0 {
 			// Integer ceiling: in floating point 1430/2600 × 100000 is
 			// 55000.000000000007 and would round up to 55001.
 			q := (int64(v.LimitMHz)*DefaultPeriodUs + int64(h.MHz) - 1) / int64(h.MHz)

@@ -14,20 +14,27 @@ import (
 
 // TestDerive runs testdata/derive.txt. Command:
 //
-//	derive cores=N mhz=MHZ
+//	derive cores=N mhz=MHZ [hostcores=N]
 //
-// Input: one VM a line, `NAME [v=VCPUS] [r=MHZ] [s=SHARES] [l=MHZ] [d=MHZ]`
+// Input: one VM a line, `NAME [v=VCPUS] [r=MHZ] [s=SHARES] [l=MHZ] [d=MHZ] [sensitive]`
 // (defaults: 1 vCPU, shares normal × vCPUs, no reservation, no limit,
-// unbounded demand). The output is each VM's entitlement, reason, weight,
-// shares and cpu.max, then any broken invariant: under full contention a
-// VM's weight fraction (and shares fraction) is at least its reservation
-// fraction less one unit of rounding; a quota holds the limit.
+// unbounded demand; sensitive: latency-sensitive). The output is each
+// VM's entitlement, reason, weight, shares and cpu.max (and the cores it
+// is pinned to), the pinning's shared and host cores when something is
+// pinned, then any broken invariant: under full contention a VM's weight
+// fraction (and shares fraction) is at least its reservation fraction
+// less one unit of rounding; a quota holds the limit; pinned cores are
+// one per vCPU, distinct, none of the host's, none shared; the VMs not
+// pinned are entitled to no more than the shared cores' MHz.
 func TestDerive(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			var h HostCPU
 			d.ScanArgs(t, "cores", &h.Cores)
 			d.ScanArgs(t, "mhz", &h.MHz)
+			if d.HasArg("hostcores") {
+				d.ScanArgs(t, "hostcores", &h.HostCores)
+			}
 			vms, err := parseVMs(d.Input)
 			if err != nil {
 				return "error: " + err.Error() + "\n"
@@ -35,7 +42,21 @@ func TestDerive(t *testing.T) {
 			out := Derive(h, vms)
 			var b strings.Builder
 			for _, s := range out {
-				fmt.Fprintf(&b, "%s %.0fMHz %s weight=%d shares=%d cpu.max=%q\n", s.VM, s.EntitlementMHz, s.Reason, s.Weight, s.Shares, s.CPUMax())
+				fmt.Fprintf(&b, "%s %.0fMHz %s weight=%d shares=%d cpu.max=%q", s.VM, s.EntitlementMHz, s.ReasonString(), s.Weight, s.Shares, s.CPUMax())
+				if s.Cores != nil {
+					fmt.Fprintf(&b, " cores=%s", FormatCPUs(s.Cores))
+				}
+				b.WriteString("\n")
+			}
+			pin := Pin(h, vms)
+			if pin.Pinned() {
+				fmt.Fprintf(&b, "host cores %s, shared %s\n", FormatCPUs(pin.HostCores), FormatCPUs(pin.Shared))
+			}
+			if len(pin.Unpinned) > 0 {
+				fmt.Fprintf(&b, "not pinned: %s\n", strings.Join(pin.Unpinned, " "))
+			}
+			for _, v := range checkPinning(h, vms, pin, out) {
+				fmt.Fprintf(&b, "violation: %s\n", v)
 			}
 			for _, v := range checkSettings(h, vms, out) {
 				fmt.Fprintf(&b, "violation: %s\n", v)
@@ -54,6 +75,10 @@ func parseVMs(in string) ([]VM, error) {
 		}
 		v := VM{Name: f[0], VCPUs: 1, DemandMHz: alloc.Inf, Shares: -1}
 		for _, kv := range f[1:] {
+			if kv == "sensitive" {
+				v.Sensitive = true
+				continue
+			}
 			k, val, ok := strings.Cut(kv, "=")
 			if !ok {
 				return nil, fmt.Errorf("%q: want key=value", kv)
@@ -88,6 +113,42 @@ func parseVMs(in string) ([]VM, error) {
 	return vms, nil
 }
 
+// checkPinning recomputes the invariants of a pinning.
+func checkPinning(h HostCPU, vms []VM, pin Pinning, out []Setting) []string {
+	var bad []string
+	owner := map[int]string{}
+	for _, c := range pin.HostCores {
+		owner[c] = "the host"
+	}
+	var sharedMHz, unpinnedMHz float64
+	for i, v := range vms {
+		cores := pin.VMs[v.Name]
+		if cores == nil {
+			unpinnedMHz += out[i].EntitlementMHz
+			continue
+		}
+		if !v.Sensitive || len(cores) != v.VCPUs {
+			bad = append(bad, fmt.Sprintf("%s: pinned to %v with %d vCPUs (sensitive %v)", v.Name, cores, v.VCPUs, v.Sensitive))
+		}
+		for _, c := range cores {
+			if o, ok := owner[c]; ok || c < 0 || c >= h.Cores {
+				bad = append(bad, fmt.Sprintf("%s: core %d is %s's or out of range", v.Name, c, o))
+			}
+			owner[c] = v.Name
+		}
+	}
+	for _, c := range pin.Shared {
+		if o := owner[c]; o != "" && o != "the host" {
+			bad = append(bad, fmt.Sprintf("shared core %d is pinned to %s", c, o))
+		}
+		sharedMHz += float64(h.MHz)
+	}
+	if pin.Pinned() && unpinnedMHz > sharedMHz+0.5 {
+		bad = append(bad, fmt.Sprintf("the VMs not pinned are entitled to %.0fMHz, the shared cores have %.0fMHz", unpinnedMHz, sharedMHz))
+	}
+	return bad
+}
+
 // checkSettings recomputes the invariants of Derive's output.
 func checkSettings(h HostCPU, vms []VM, out []Setting) []string {
 	var bad []string
@@ -113,7 +174,7 @@ func checkSettings(h HostCPU, vms []VM, out []Setting) []string {
 				bad = append(bad, fmt.Sprintf("%s: shares fraction %.4f below reservation fraction %.4f", v.Name, w, want))
 			}
 		}
-		if v.LimitMHz > 0 {
+		if v.LimitMHz > 0 && !v.Sensitive {
 			held := float64(s.QuotaUs) / float64(s.PeriodUs) * float64(h.MHz)
 			if s.QuotaUs < 0 || held < float64(v.LimitMHz) || held > float64(v.LimitMHz)+float64(h.MHz)*MinQuotaUs/float64(s.PeriodUs) {
 				bad = append(bad, fmt.Sprintf("%s: quota %d/%d is not the limit %dMHz", v.Name, s.QuotaUs, s.PeriodUs, v.LimitMHz))
