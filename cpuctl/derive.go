@@ -132,12 +132,14 @@ func (s Setting) CPUMax() string {
 //     not a head start: ESX's CPU scheduler, from which mClock's R/S/L come,
 //     treats it so, and additive semantics would give a reserving VM its
 //     reservation and then its full share again.
+//
 //   - Weights are proportional to the entitlements, scaled so that the
 //     whole host is MaxWeight (v2) or SharesScale (v1). The entitlements
 //     add up to at most the capacity, so when every VM is busy a VM's
 //     weight fraction is at least its entitlement over the capacity, hence
 //     at least its reservation fraction; when some are idle the busy ones
 //     only gain. Rounding costs at most one weight unit per VM.
+//
 //   - A limit becomes a CFS quota: LimitMHz / MHz cores per period, at
 //     least MinQuotaUs.
 //
