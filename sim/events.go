@@ -278,7 +278,7 @@ func (s *Sim) action(e EventSpec) (func() error, error) {
 			return nil, err
 		}
 		on := e.Enabled == nil || *e.Enabled
-		return func() error { ds.sioc, ds.threshNs = on, float64(th); return nil }, nil
+		return func() error { ds.sioc, ds.threshNs = on, float64(th); ds.policyChanged(); return nil }, nil
 	}
 	return nil, fmt.Errorf("no action (start, stop, set, migrate, drs, fail, powerOn, sioc)")
 }

@@ -197,6 +197,14 @@ const (
 	prefEntitled = "ent_bps:"      // entitlement of a port (gauge)
 	prefIRQ      = "irq:"          // guest transmit-completion interrupts of a VM
 	prefLink     = "link_bps:"     // payload bits/s sent by an uplink
+	// The throttle driver's (gauges): a host's budget on a datastore
+	// (IOPS; 0: unbounded, SIOC off), its probes' mean latency, the
+	// datastore-wide latency its PARDA step saw, and a disk's QEMU
+	// throttle (total_iops_sec; 0: none).
+	prefBudget   = "budget_iops:"
+	prefHostLat  = "hostlat_ms:"
+	prefPardaLat = "pardalat_ms:"
+	prefThrottle = "throttle_iops:"
 )
 
 func isRateSeries(n string) bool {

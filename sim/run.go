@@ -116,6 +116,10 @@ func Run(sc *Scenario) (*Result, error) {
 		}
 		for _, ds := range sortedKeys(s.dstores) {
 			d := s.dstores[ds]
+			if d.driver == policy.DriverThrottle {
+				d.startThrottle()
+				continue
+			}
 			s.eng.At(d.periodNs, d.control)
 		}
 		s.rec.startSampling(sc.durNs)
@@ -216,6 +220,25 @@ func (res *Result) metric(run, metric, of string, fromNs, toNs int64) (float64, 
 		if s, err = get(prefDSLat); err == nil {
 			return s.Mean(fromNs, toNs), "ms", nil
 		}
+	case "budget":
+		if s, err = get(prefBudget); err == nil {
+			return s.Mean(fromNs, toNs), "IOPS", nil
+		}
+	case "hostlat":
+		if s, err = get(prefHostLat); err == nil {
+			return s.Mean(fromNs, toNs), "ms", nil
+		}
+	case "pardalat":
+		if s, err = get(prefPardaLat); err == nil {
+			return s.Mean(fromNs, toNs), "ms", nil
+		}
+	case "throttle":
+		if s, err = get(prefThrottle); err == nil {
+			return s.Mean(fromNs, toNs), "IOPS", nil
+		}
+	case "iops_error":
+		v, err := r.sim.iopsError(of, fromNs, toNs)
+		return v, "fraction", err
 	case "cpu":
 		if of == "all" {
 			total := 0.0
@@ -234,7 +257,7 @@ func (res *Result) metric(run, metric, of string, fromNs, toNs int64) (float64, 
 			return s.Rate(fromNs, toNs), "IRQ/s", nil
 		}
 	default:
-		return 0, "", fmt.Errorf("unknown metric %q (rate, min_rate, iops, iops_share, latency, orders, order_time, rr, qdepth, dslat, cpu, irq)", metric)
+		return 0, "", fmt.Errorf("unknown metric %q (rate, min_rate, iops, iops_share, iops_error, latency, orders, order_time, rr, qdepth, dslat, budget, hostlat, pardalat, throttle, cpu, irq)", metric)
 	}
 	return 0, "", err
 }

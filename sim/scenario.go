@@ -127,11 +127,14 @@ type EventSpec struct {
 // RunSpec is one run of the scenario; runs differ by scheduler, events and
 // the workloads they leave out.
 type RunSpec struct {
-	Name      string      `yaml:"name"`
-	Scheduler string      `yaml:"scheduler"`
-	Events    []EventSpec `yaml:"events"`
-	Without   []string    `yaml:"without"`
-	Line      int         `yaml:"-"`
+	Name      string `yaml:"name"`
+	Scheduler string `yaml:"scheduler"`
+	// Driver runs every datastore with this storage driver (gateway,
+	// throttle) instead of the policy's.
+	Driver  string      `yaml:"driver"`
+	Events  []EventSpec `yaml:"events"`
+	Without []string    `yaml:"without"`
+	Line    int         `yaml:"-"`
 }
 
 // ExpectSpec is one expectation: a metric measured over a window of a

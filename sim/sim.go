@@ -87,6 +87,11 @@ func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 	if s.sched != "netioc" && s.sched != "default" {
 		return nil, lineErr(sc.file, run.Line, "scheduler", "unknown scheduler %q (netioc, default)", s.sched)
 	}
+	switch run.Driver {
+	case "", policy.DriverGateway, policy.DriverThrottle:
+	default:
+		return nil, lineErr(sc.file, run.Line, "driver", "unknown driver %q (%s, %s)", run.Driver, policy.DriverGateway, policy.DriverThrottle)
+	}
 	m := sc.Models
 	var err error
 	if s.net.SegmentBytes, err = parseSize(m.Net.Segment, s.net.SegmentBytes); err != nil {
@@ -171,7 +176,8 @@ func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 		// policy applies the defaults of serviceTime, congestionThreshold
 		// and controlPeriod at load and refuses values that are not positive.
 		ds := &datastore{s: s, name: d.Name, slots: d.Array.Slots, st4kNs: float64(d.Array.ServiceTime),
-			sioc: d.SIOC.Enabled, siocPolicy: d.SIOC, threshNs: float64(d.SIOC.CongestionThreshold), periodNs: int64(d.SIOC.ControlPeriod)}
+			sioc: d.SIOC.Enabled, siocPolicy: d.SIOC, threshNs: float64(d.SIOC.CongestionThreshold), periodNs: int64(d.SIOC.ControlPeriod),
+			driver: datastoreDriver(&d, run.Driver)}
 		if s.st.TransferMBps <= 0 {
 			ds.size = parda.SizeModel{FixedNs: 0, NsPerKiB: ds.st4kNs / 4, RefBytes: 8 << 10}
 		} else {
@@ -188,10 +194,19 @@ func newSim(sc *Scenario, run RunSpec) (*Sim, error) {
 	for _, spec := range s.des.Datastores {
 		ds := s.dstores[spec.Name]
 		for _, dk := range spec.Disks {
+			if ds.driver == policy.DriverThrottle {
+				d := s.addThrottleDisk(ds, dk)
+				d.specs = []specAt{{spec: dk}}
+				ds.dks = append(ds.dks, d)
+				s.disks[dk.Name] = d
+				continue
+			}
 			hq := s.hostQ(ds, dk.Host)
 			d := &diskState{name: dk.Name, host: hq, id: len(hq.disks), iops: s.rec.Series(prefIOPS + dk.Name), lat: s.rec.Series(prefLat + dk.Name)}
 			d.params = mclock.Params{ReservationIOPS: dk.ReservationIOPS, Shares: max(dk.Shares, 1), LimitIOPS: dk.LimitIOPS}
 			d.shares = d.params.Shares
+			d.spec, d.specs = dk, []specAt{{spec: dk}}
+			ds.dks = append(ds.dks, d)
 			if err := hq.mc.AddClient(d.id, d.params); err != nil {
 				return nil, fmt.Errorf("%s: disk %s: %v", sc.file, dk.Name, err)
 			}

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"math"
 
+	"sluice/entitle"
 	"sluice/mclock"
 	"sluice/parda"
 	"sluice/policy"
+	"sluice/throttle"
 )
 
 // StorageSpec overrides storage model parameters (docs/sim.md).
@@ -84,6 +86,14 @@ type datastore struct {
 	// lastLatNs is the datastore-wide (size-normalised) latency of the
 	// last control period.
 	lastLatNs float64
+	// driver is policy.DriverGateway (hosts, mclock, windows) or
+	// policy.DriverThrottle (thosts: QEMU's throttles set by
+	// throttle.Step; recs: the datastore's shared stats, a record per
+	// host in thosts order).
+	driver string
+	thosts []*throttleHost
+	recs   []parda.Record
+	dks    []*diskState // every disk of the datastore, in the derivation's order
 }
 
 // serviceNs is the time one slot takes for an I/O of b bytes. By default
@@ -133,6 +143,10 @@ func (d *datastore) serveSlot(i int) {
 // finish accounts a completed I/O and lets its host send more.
 func (d *datastore) finish(q *ioReq) {
 	now := d.s.eng.NowNs()
+	if q.disk == nil || q.disk.host == nil {
+		d.finishDirect(q, now) // the throttle driver's
+		return
+	}
 	h := q.disk.host
 	h.ios++
 	h.latSumNs += float64(now - q.dsNs)
@@ -170,19 +184,7 @@ func (d *datastore) control() {
 		h.ios, h.latSumNs, h.bytesSum = 0, 0, 0
 	}
 	d.lastLatNs = d.size.DatastoreLatency(reports)
-	if d.sioc && (d.ctl == nil || d.ctl.Config().ThresholdNs != d.threshNs) {
-		// The policy's settings, as the gateway's (policy.SIOC.Controller),
-		// with the model's gains where the scenario calibrates them.
-		cfg := d.siocPolicy.Controller().Config()
-		cfg.ThresholdNs = d.threshNs
-		if d.s.pardaCfg.Gamma != 0 {
-			cfg.Gamma = d.s.pardaCfg.Gamma
-		}
-		if d.s.pardaCfg.BetaPerShare != 0 {
-			cfg.BetaPerShare = d.s.pardaCfg.BetaPerShare
-		}
-		d.ctl = parda.New(cfg)
-	}
+	d.controller() // the policy's settings, as the gateway's
 	// Active shares of every host, and their sums over the active hosts.
 	act := make([]float64, len(d.hosts))
 	var totalShares, totalWindow float64
@@ -261,10 +263,11 @@ func (h *hostQ) dispatch() {
 	}
 }
 
-// diskState is a VM's virtual disk: one mclock client of its host's queue.
+// diskState is a VM's virtual disk: one mclock client of its host's
+// queue (gateway), or a disk behind its QEMU throttle (throttle driver).
 type diskState struct {
 	name   string
-	host   *hostQ
+	host   *hostQ // gateway; nil under the throttle driver
 	id     int
 	params mclock.Params
 	shares float64
@@ -272,9 +275,21 @@ type diskState struct {
 	issued int
 	iops   *Series
 	lat    *Series
+	// spec is the disk's R/S/L (IOPS) now; specs its history (iops_error).
+	spec  entitle.DiskSpec
+	specs []specAt
+	// The throttle driver's: the host's driver, QEMU's throttle and its
+	// cumulative counters.
+	th  *throttleHost
+	tq  *qemuThrottle
+	ctr throttle.Counters
 }
 
 func (dk *diskState) submit(bytes int64, done func()) {
+	if dk.tq != nil {
+		dk.tq.submit(&ioReq{disk: dk, bytes: bytes, t0Ns: dk.th.s.eng.NowNs(), done: done})
+		return
+	}
 	h := dk.host
 	q := &ioReq{disk: dk, bytes: bytes, t0Ns: h.s.eng.NowNs(), done: done}
 	h.nextHandle++
@@ -287,11 +302,31 @@ func (dk *diskState) submit(bytes int64, done func()) {
 }
 
 func (dk *diskState) setParams(p mclock.Params) error {
-	if err := dk.host.mc.Update(dk.id, p); err != nil {
-		return fmt.Errorf("disk %s: mclock Update: %w", dk.name, err)
+	if dk.host != nil {
+		if err := dk.host.mc.Update(dk.id, p); err != nil {
+			return fmt.Errorf("disk %s: mclock Update: %w", dk.name, err)
+		}
 	}
 	dk.params, dk.shares = p, p.Shares
+	dk.spec.ReservationIOPS, dk.spec.Shares, dk.spec.LimitIOPS = p.ReservationIOPS, p.Shares, p.LimitIOPS
+	dk.specs = append(dk.specs, specAt{atNs: dk.nowNs(), spec: dk.spec})
+	if dk.th != nil {
+		dk.th.ds.policyChanged()
+	}
 	return nil
+}
+
+// specAt is a disk's R/S/L from a time on.
+type specAt struct {
+	atNs int64
+	spec entitle.DiskSpec
+}
+
+func (dk *diskState) nowNs() int64 {
+	if dk.host != nil {
+		return dk.host.s.eng.NowNs()
+	}
+	return dk.th.s.eng.NowNs()
 }
 
 func (dk *diskState) complete(q *ioReq, nowNs int64) {
