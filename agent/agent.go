@@ -43,6 +43,13 @@ type Config struct {
 	// group the inventory names for it (CgroupInventory). Nil: the agent
 	// leaves CPU alone.
 	Cgroups cpuctl.Cgroups
+	// Pinner pins the vCPUs of the host's running domains when some VM of
+	// the policy there is latency-sensitive (cpuctl.Pin: its vCPUs on
+	// cores of their own, the other domains off them), with Cgroups set;
+	// nil: no pinning. PinsPath records each domain's pinning before the
+	// first change (PinsOriginalsPath; "": in memory only).
+	Pinner   Pinner
+	PinsPath string
 	// NIC reads each uplink's NIC (nicinfo.Reader) at the first step and
 	// again after each Resync or SetPolicy, never every step; the
 	// statistics show it (UplinkStat.NIC). Nil: not read.
@@ -68,6 +75,7 @@ type Agent struct {
 	released []string
 	cpuVMs   []*cpuVM          // running VMs of the policy, in policy order
 	cpuGone  map[string]string // group → VM of VMs that stopped: reset at the next Apply
+	pins     pinState          // Config.Pinner's originals and last decision
 	// vnicMissing holds when each vNIC device was first found missing.
 	vnicMissing map[string]int64
 	// nics are the uplinks' NICs as last read (Config.NIC), by device, at
@@ -212,7 +220,10 @@ type Decision struct {
 	// CPU is the desired setting of each VM cgroup (Config.Cgroups);
 	// CPUErr and CPUErrs are what kept the CPU from being decided or
 	// measured, for Apply to report.
-	CPU     []CPUAction
+	CPU []CPUAction
+	// Pins is the desired pinning of every running domain of the host
+	// while some VM there is latency-sensitive (Config.Pinner).
+	Pins    []PinAction
 	CPUErr  error
 	CPUErrs []error
 	Stats   Stats
@@ -301,8 +312,9 @@ func (a *Agent) Apply(d Decision) (Changes, error) {
 	// A vNIC's classifier points at its class on its uplink: it is set
 	// once that uplink is in place.
 	errs = append(errs, a.reconcileVNICs(d.NowNs, ready, &total))
-	n, err := a.applyCPU(d)
+	n, pins, err := a.applyCPUAndPins(d)
 	total.CPUFiles += n
+	total.CPUPins += pins
 	errs = append(errs, err)
 	a.stats = a.withRoots(d.Stats)
 	return total, errors.Join(errs...)

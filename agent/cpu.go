@@ -71,8 +71,11 @@ type CPUStat struct {
 	Weight         int     `json:"weight"`     // cpu.weight (v2)
 	Shares         int     `json:"shares"`     // cpu.shares (v1)
 	CPUMax         string  `json:"cpu_max"`    // "QUOTA PERIOD" or "max PERIOD"
-	UsedPct        float64 `json:"used_pct"`
-	ThrottledPct   float64 `json:"throttled_pct"` // throttled time per wall time
+	// Cores are the cores of its own a latency-sensitive VM's vCPUs are
+	// pinned to ("1", "2-5"); "" for a VM not pinned.
+	Cores        string  `json:"cores,omitempty"`
+	UsedPct      float64 `json:"used_pct"`
+	ThrottledPct float64 `json:"throttled_pct"` // throttled time per wall time
 	// ReadyPct is the ready-time analog: run-queue wait per wall time,
 	// summed over the VM's threads (esxtop's %RDY).
 	ReadyPct    float64 `json:"ready_pct"`
@@ -169,7 +172,7 @@ func (a *Agent) decideCPU(m Measurement, d *Decision) {
 		return
 	}
 	h := a.cfg.Policy.Host(a.cfg.Host)
-	hc := cpuctl.HostCPU{Cores: h.CPU.Cores, MHz: h.CPU.MHz}
+	hc := cpuctl.HostFromPolicy(h)
 	if hc.Cores <= 0 || hc.MHz <= 0 {
 		d.CPUErr = fmt.Errorf("cpu: host %s has no cpu (cores, mhz) in the policy; CPU control is off", a.cfg.Host)
 		return
@@ -196,6 +199,13 @@ func (a *Agent) decideCPU(m Measurement, d *Decision) {
 	}
 	set := cpuctl.Derive(hc, vms)
 	d.Stats.CPUCapacityMHz = hc.CapacityMHz()
+	if a.cfg.Pinner != nil {
+		pin := cpuctl.Pin(hc, vms)
+		d.Pins = decidePins(pin, a.cpuVMs, a.cfg.Inventory, d.Stats.Unnamed)
+		for _, vm := range pin.Unpinned {
+			d.CPUErrs = append(d.CPUErrs, fmt.Errorf("cpu %s: latency-sensitive, but no cores are left for it on host %s (%d cores, %d kept for the host): it runs on the shared cores", vm, a.cfg.Host, hc.Cores, hc.HostCores))
+		}
+	}
 	for i, c := range a.cpuVMs {
 		s := set[i]
 		c.entMHz = s.EntitlementMHz
@@ -204,7 +214,7 @@ func (a *Agent) decideCPU(m Measurement, d *Decision) {
 		}
 		st := CPUStat{VM: c.vm.Name, Cgroup: c.group, VCPUs: c.vm.CPU.VCPUs, MemoryBytes: int64(c.vm.Memory),
 			ReservationMHz: c.vm.CPU.ReservationMHz, SharesSetting: c.vm.CPU.Shares, LimitMHz: c.vm.CPU.LimitMHz,
-			EntitlementMHz: math.Round(s.EntitlementMHz), Reason: s.Reason.String(),
+			EntitlementMHz: math.Round(s.EntitlementMHz), Reason: s.ReasonString(), Cores: formatCores(s.Cores),
 			DemandMHz: -1, Weight: s.Weight, Shares: s.Shares, CPUMax: s.CPUMax(),
 			UsedPct: round1(100 * c.rates.UsedCores), ThrottledPct: round1(100 * c.rates.ThrottledFrac),
 			ReadyPct: round1(c.rates.ReadyPct), PressurePct: round1(c.rates.PressurePct)}
@@ -228,6 +238,13 @@ func (a *Agent) decideCPU(m Measurement, d *Decision) {
 }
 
 func round1(v float64) float64 { return math.Round(v*10) / 10 }
+
+func formatCores(c []int) string {
+	if c == nil {
+		return ""
+	}
+	return cpuctl.FormatCPUs(c)
+}
 
 // applyCPU reconciles each cgroup with its action and returns the number
 // of files written. A reset group that is gone (libvirt removes a stopped
@@ -254,4 +271,15 @@ func (a *Agent) applyCPU(d Decision) (int, error) {
 		}
 	}
 	return n, errors.Join(errs...)
+}
+
+// applyCPUAndPins reconciles the cgroups and then the pinning; it returns
+// the files and the pinnings written.
+func (a *Agent) applyCPUAndPins(d Decision) (files, pins int, err error) {
+	files, err = a.applyCPU(d)
+	if a.cfg.Cgroups == nil {
+		return files, 0, err
+	}
+	pins, perr := a.applyPins(d)
+	return files, pins, errors.Join(err, perr)
 }

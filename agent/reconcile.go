@@ -15,6 +15,8 @@ type Changes struct {
 	VNICsSet, VNICsCleared int
 	// CPUFiles counts VM cgroup files written (Config.Cgroups).
 	CPUFiles int
+	// CPUPins counts vCPU and emulator pinnings written (Config.Pinner).
+	CPUPins int
 	// ClassesRenewed counts classes re-created to clear a token debt
 	// (RenewDebtNs); each is also counted as deleted and set.
 	ClassesRenewed int
@@ -31,11 +33,12 @@ func (c *Changes) Add(o Changes) {
 	c.VNICsSet += o.VNICsSet
 	c.VNICsCleared += o.VNICsCleared
 	c.CPUFiles += o.CPUFiles
+	c.CPUPins += o.CPUPins
 }
 
 // Total is the number of kernel writes.
 func (c Changes) Total() int {
-	return c.Qdisc + c.ClassesSet + c.ClassesDeleted + c.FiltersSet + c.FiltersDeleted + c.VNICsSet + c.VNICsCleared + c.CPUFiles
+	return c.Qdisc + c.ClassesSet + c.ClassesDeleted + c.FiltersSet + c.FiltersDeleted + c.VNICsSet + c.VNICsCleared + c.CPUFiles + c.CPUPins
 }
 
 func (c Changes) String() string {
@@ -46,6 +49,9 @@ func (c Changes) String() string {
 	}
 	if c.CPUFiles > 0 {
 		s += fmt.Sprintf(" cpu=%d", c.CPUFiles)
+	}
+	if c.CPUPins > 0 {
+		s += fmt.Sprintf(" pins=%d", c.CPUPins)
 	}
 	return s
 }
