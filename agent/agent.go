@@ -54,6 +54,15 @@ type Config struct {
 	// again after each Resync or SetPolicy, never every step; the
 	// statistics show it (UplinkStat.NIC). Nil: not read.
 	NIC NICReader
+	// VF reads and sets the rates of SR-IOV VFs (NetlinkVF; FakeVF in
+	// tests): each step gives the VF of every running passthrough: vf
+	// vNIC its rates, found through the inventory (VFInventory). Nil:
+	// the agent leaves VFs alone.
+	VF VFKernel
+	// VFOriginalsPath is the file in which the agent records each VF's
+	// rates before it first sets them (VFOriginalsPath()); "": in memory
+	// only (tests).
+	VFOriginalsPath string
 }
 
 // rateSmoothing is the weight of the newest interval in a port's measured
@@ -83,6 +92,9 @@ type Agent struct {
 	nics      map[string]*UplinkNIC
 	nicStale  bool
 	nicReadNs int64
+	// vfOrig are the rates of the VFs the agent set, before it set them,
+	// by PF/index (read from Config.VFOriginalsPath at the first step).
+	vfOrig map[string]VFRate
 }
 
 type portState struct {
@@ -111,6 +123,8 @@ type Stats struct {
 	// CPUCapacityMHz is the host's cores × MHz that they share.
 	CPU            []CPUStat `json:"cpu,omitempty"`
 	CPUCapacityMHz float64   `json:"cpu_capacity_mhz,omitempty"`
+	// VFs are the SR-IOV VF vNICs of the running VMs (Config.VF).
+	VFs []VFStat `json:"vfs,omitempty"`
 }
 
 // UplinkStat is one uplink's tree.
@@ -316,7 +330,10 @@ func (a *Agent) Apply(d Decision) (Changes, error) {
 	total.CPUFiles += n
 	total.CPUPins += pins
 	errs = append(errs, err)
+	vfs, err := a.reconcileVFs(&total)
+	errs = append(errs, err)
 	a.stats = a.withRoots(d.Stats)
+	a.stats.VFs = vfs
 	return total, errors.Join(errs...)
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,6 +30,9 @@ import (
 // demand is entitled to at least its reservation.
 func TestAgent(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		if filepath.Base(filepath.Dir(path)) == "vf" {
+			t.Skip("testdata/vf is TestVFDataDriven's")
+		}
 		var p *policy.Policy
 		var k *FakeKernel
 		var a *Agent

@@ -20,6 +20,8 @@ type Changes struct {
 	// ClassesRenewed counts classes re-created to clear a token debt
 	// (RenewDebtNs); each is also counted as deleted and set.
 	ClassesRenewed int
+	// VFs counts SR-IOV VFs whose rates were set or given back.
+	VFs int
 }
 
 // Add adds o's counts to c.
@@ -34,11 +36,12 @@ func (c *Changes) Add(o Changes) {
 	c.VNICsCleared += o.VNICsCleared
 	c.CPUFiles += o.CPUFiles
 	c.CPUPins += o.CPUPins
+	c.VFs += o.VFs
 }
 
 // Total is the number of kernel writes.
 func (c Changes) Total() int {
-	return c.Qdisc + c.ClassesSet + c.ClassesDeleted + c.FiltersSet + c.FiltersDeleted + c.VNICsSet + c.VNICsCleared + c.CPUFiles + c.CPUPins
+	return c.Qdisc + c.ClassesSet + c.ClassesDeleted + c.FiltersSet + c.FiltersDeleted + c.VNICsSet + c.VNICsCleared + c.CPUFiles + c.CPUPins + c.VFs
 }
 
 func (c Changes) String() string {
@@ -52,6 +55,9 @@ func (c Changes) String() string {
 	}
 	if c.CPUPins > 0 {
 		s += fmt.Sprintf(" pins=%d", c.CPUPins)
+	}
+	if c.VFs > 0 {
+		s += fmt.Sprintf(" vfs=%d", c.VFs)
 	}
 	return s
 }

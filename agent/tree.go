@@ -76,6 +76,9 @@ type Tree struct {
 	// VNICs are the classifiers at the vNICs of the uplink: each vNIC's
 	// host-side device and the class its packets are put in.
 	VNICs []VNICClassifier
+	// VFs are the SR-IOV VFs whose PF is this uplink, with their rates
+	// (entitle.UplinkSpec.VFs): they are on no HTB class.
+	VFs []entitle.VFSpec
 
 	net *entitle.Net // alloc trees of the uplink, reused every step
 }
@@ -104,7 +107,7 @@ func build(specs []entitle.UplinkSpec, inv Inventory, ports map[string][]PortRan
 			return nil, fmt.Errorf("uplink %s/%s: %w", u.Host, u.Uplink, err)
 		}
 		t := &Tree{Host: u.Host, Uplink: u.Uplink, Dev: dev, SpeedBps: WireBps(u.SpeedBps), UsableBps: PayloadBps(u.UsableBps),
-			net: entitle.NewNet(&entitle.Desired{Uplinks: []entitle.UplinkSpec{u}})}
+			net: entitle.NewNet(&entitle.Desired{Uplinks: []entitle.UplinkSpec{u}}), VFs: u.VFs}
 		if u.Inbound {
 			t.Inbound, t.UplinkDev, t.Dev = true, dev, IFBName(dev)
 		}

@@ -19,7 +19,9 @@ type Domain struct {
 	UUID       string
 	VCPUs      int // current vCPUs
 	Interfaces []Interface
-	Disks      []Disk
+	// HostDevs are the domain's PCI <hostdev> devices.
+	HostDevs []HostDev
+	Disks    []Disk
 	// Partition is the resource partition libvirt placed the domain in
 	// (<resource><partition>, e.g. /machine); empty when it reports none.
 	Partition string
@@ -38,6 +40,18 @@ type Interface struct {
 	Source string
 	Alias  string // libvirt alias, e.g. ua-nic0 or net0
 	Model  string // virtio, e1000, ...
+	// PCI is the host PCI address (0000:03:10.1) of a passthrough
+	// interface (type hostdev, or a network of a hostdev pool, whose live
+	// XML gives the device it took): an SR-IOV VF; empty otherwise.
+	PCI string
+}
+
+// HostDev is a PCI device of a domain given with <hostdev> (not as an
+// interface): when it is an SR-IOV VF, the policy names it as a vNIC by
+// its user alias (ua-NIC).
+type HostDev struct {
+	PCI   string // host PCI address, 0000:03:10.1
+	Alias string
 }
 
 // Disk is one of a domain's disks.
@@ -69,6 +83,7 @@ type domainXML struct {
 				Bridge  string `xml:"bridge,attr"`
 				Network string `xml:"network,attr"`
 				Dev     string `xml:"dev,attr"`
+				Address pciXML `xml:"address"`
 			} `xml:"source"`
 			Target struct {
 				Dev string `xml:"dev,attr"`
@@ -80,6 +95,15 @@ type domainXML struct {
 				Type string `xml:"type,attr"`
 			} `xml:"model"`
 		} `xml:"interface"`
+		HostDevs []struct {
+			Type   string `xml:"type,attr"`
+			Source struct {
+				Address pciXML `xml:"address"`
+			} `xml:"source"`
+			Alias struct {
+				Name string `xml:"name,attr"`
+			} `xml:"alias"`
+		} `xml:"hostdev"`
 		Disks []struct {
 			Device string `xml:"device,attr"`
 			Source struct {
@@ -126,7 +150,13 @@ func ParseDomainXML(b []byte) (Domain, error) {
 		d.Interfaces = append(d.Interfaces, Interface{
 			Type: i.Type, Dev: i.Target.Dev, MAC: strings.ToLower(i.MAC.Address),
 			Bridge: i.Source.Bridge, Source: i.Source.Dev, Alias: i.Alias.Name, Model: i.Model.Type,
+			PCI: i.Source.Address.addr(),
 		})
+	}
+	for _, h := range x.Devices.HostDevs {
+		if a := h.Source.Address.addr(); h.Type == "pci" && a != "" {
+			d.HostDevs = append(d.HostDevs, HostDev{PCI: a, Alias: h.Alias.Name})
+		}
 	}
 	for _, k := range x.Devices.Disks {
 		if k.Device != "" && k.Device != "disk" {

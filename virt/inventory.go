@@ -31,6 +31,9 @@ type Config struct {
 	// bridge or is a macvtap on an uplink device (UnnamedVMs). Nil: every
 	// such vNIC with a host-side device counts.
 	Master func(dev string) (string, error)
+	// Sysfs is where sysfs is mounted, for the SR-IOV VFs of passthrough
+	// vNICs (VF); "": DefaultSysfs. Tests point it at a tree of their own.
+	Sysfs string
 }
 
 // VNIC is a running domain's interface as a policy port sees it.
@@ -68,6 +71,7 @@ var (
 	_ agent.Inventory       = (*Inventory)(nil)
 	_ agent.CgroupInventory = (*Inventory)(nil)
 	_ agent.UnnamedLister   = (*Inventory)(nil)
+	_ agent.VFInventory     = (*Inventory)(nil)
 )
 
 // New returns an empty inventory over conn; call Refresh or Run.
