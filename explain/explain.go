@@ -72,6 +72,9 @@ func Lines(p *policy.Policy, live entitle.Live, name string, opt Options) ([]str
 	out.Compute()
 	lines, err := out.Explain(name)
 	if err != nil {
+		if lines, ok := vfLines(p, d, name); ok {
+			return lines, nil
+		}
 		if lines, ok := disk(p, name, opt); ok {
 			return lines, nil
 		}
@@ -148,4 +151,40 @@ func DriverLine(ds *policy.Datastore) string {
 	}
 	return fmt.Sprintf("driver: %s where `sluice datastore create` made datastore %s (its stats volume is there), else %s",
 		ds.DriverAt(true), ds.Name, ds.DriverAt(false))
+}
+
+// vfLines explains the SR-IOV VF vNIC name (passthrough: vf) of a VM that
+// runs by d: its PF, its rates as the NIC is told them, and that it
+// bypasses the host's scheduler. Which VF of the PF it is only the host
+// knows (the agent's status); false when name is no such vNIC.
+func vfLines(p *policy.Policy, d *entitle.Desired, name string) ([]string, bool) {
+	for _, u := range d.Uplinks {
+		for _, v := range u.VFs {
+			if v.Port != name {
+				continue
+			}
+			lim := fmt.Sprintf("%d Mbit/s", v.MaxTxMbps)
+			if v.MaxTxMbps == 0 {
+				lim = "0 (no limit)"
+			}
+			out := []string{
+				fmt.Sprintf("%s on host %s is an SR-IOV virtual function of uplink %s (its PF): it bypasses the host's scheduler (no HTB class, no shares); the NIC enforces its rates in hardware",
+					name, u.Host, u.Uplink),
+				fmt.Sprintf("  min_tx_rate %d Mbit/s (its reservation, rounded up to whole Mbit/s), max_tx_rate %s (its limit, rounded down)", v.MinTxMbps, lim),
+				fmt.Sprintf("  admission counts its %d Mbit/s against %s's vm budget like an HTB vNIC's; the HTB tree of %s divides %s, its usable rate less the %s its VFs reserve",
+					v.MinTxMbps, u.Uplink, u.Uplink, policy.FormatRate(policy.Bps(u.UsableBps)), policy.FormatRate(policy.Bps(u.VFReservedBps))),
+				fmt.Sprintf("  %s is not migratable: a passthrough device pins it to its host, placement never moves it", v.VM),
+			}
+			return out, true
+		}
+	}
+	vmName, nic, ok := strings.Cut(name, "/")
+	if vm := p.VM(vmName); ok && vm != nil {
+		for _, n := range vm.NICs {
+			if n.Name == nic && n.Passthrough {
+				return []string{fmt.Sprintf("%s is a passthrough vNIC: it bypasses the host's scheduler (no HTB class, no reservation, shares or limit) and %s is not migratable", name, vm.Name)}, true
+			}
+		}
+	}
+	return nil, false
 }

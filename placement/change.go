@@ -481,7 +481,11 @@ func refusal(p *policy.Policy, old Placement, np *policy.Policy, pl Placement, c
 // reservation on a passthrough vNIC, a reservation above its limit), or "".
 func settingRefusal(v *policy.VM) string {
 	for _, n := range v.NICs {
-		if n.Passthrough && n.Reservation > 0 {
+		if n.VF {
+			if why := vfRefusal(v, &n); why != "" {
+				return why
+			}
+		} else if n.Passthrough && n.Reservation > 0 {
 			return fmt.Sprintf("%s is a passthrough vNIC: it bypasses the scheduler and takes no reservation", policy.PortName(v.Name, n.Name))
 		}
 		if n.Limit != policy.Unlimited && n.Reservation > n.Limit {
@@ -490,7 +494,7 @@ func settingRefusal(v *policy.VM) string {
 		if in := n.Ingress; in != nil && in.Limit != policy.Unlimited && in.Reservation > in.Limit {
 			return fmt.Sprintf("%s ingress reservation %s > limit %s", policy.PortName(v.Name, n.Name), fmtRate(float64(in.Reservation)), fmtRate(float64(in.Limit)))
 		}
-		if n.Passthrough && n.Ingress != nil {
+		if n.Passthrough && !n.VF && n.Ingress != nil {
 			return fmt.Sprintf("%s is a passthrough vNIC: it bypasses the scheduler and takes no ingress setting", policy.PortName(v.Name, n.Name))
 		}
 	}
@@ -530,4 +534,21 @@ func clonePolicy(p *policy.Policy) *policy.Policy {
 	np.TrafficClasses = slices.Clone(p.TrafficClasses)
 	np.NetworkPools = slices.Clone(p.NetworkPools)
 	return &np
+}
+
+// vfRefusal says why the rates of n, an SR-IOV VF, cannot be set, or "":
+// a VF takes no shares or ingress, and its rates are whole Mbit/s (the
+// kernel's unit; a change is not rounded as the file is), its limit at
+// least 1 Mbit/s.
+func vfRefusal(v *policy.VM, n *policy.NIC) string {
+	port := policy.PortName(v.Name, n.Name)
+	switch {
+	case n.Shares != policy.NetSharesNormal || n.Ingress != nil:
+		return port + " is an SR-IOV VF: it bypasses the host's scheduler and takes only a reservation and a limit"
+	case n.Reservation%policy.MbpsBps != 0 || n.Limit != policy.Unlimited && n.Limit%policy.MbpsBps != 0:
+		return port + " is an SR-IOV VF: its rates are whole Mbit/s (min_tx_rate, max_tx_rate)"
+	case n.Limit < policy.MbpsBps:
+		return port + " is an SR-IOV VF: its limit is at least 1Mbps"
+	}
+	return ""
 }

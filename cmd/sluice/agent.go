@@ -234,7 +234,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	a, err := agent.New(agent.Config{Policy: p, Host: *host, Kernel: k, Inventory: inv, Dynamic: *dynamic,
 		RecordPath: agent.RecordPath(*stateDir, p.Cluster, *host), RootsDir: agent.DefaultRootsDir, Policies: policies, Cgroups: cgroups,
-		NIC: nics})
+		NIC: nics, VF: k, VFOriginalsPath: agent.VFOriginalsPath(*stateDir, p.Cluster, *host)})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
 		return exitBad
@@ -329,11 +329,15 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	met.StaleAfter = max(5*time.Second, 10**interval)
 	defer o.ops.serve(log, met.Ready, met).Close()
 	var nicLog agent.NICLog
+	var vfLog agent.VFLog
 	err = agent.Run(ctx, a, nil, agent.NowNs(), interval.Nanoseconds(), func(s agent.Stats, ch agent.Changes, err error) {
 		// The step's time: from its tick (s.NowNs) to now.
 		met.Observe(s, time.Since(time.Unix(0, s.NowNs)), err)
 		for _, w := range nicLog.Fresh(s) {
 			log.Warn(w) // offloads off, an mq root replaced: once each
+		}
+		for _, w := range vfLog.Fresh(s) {
+			log.Warn(w) // a VF not found or not set: once each
 		}
 		if th != nil && a.Policy() != thPolicy {
 			// The agent took a new policy (this runs on its goroutine).
@@ -647,6 +651,10 @@ func runAgentUninstall(args []string, stdout, stderr io.Writer) int {
 		return exitBad
 	}
 	done, err := agent.Uninstall(k, rec, agent.UninstallOptions{RootsDir: agent.DefaultRootsDir, KernelDefault: *kernelDefault}, uplinks, vnics)
+	// Every SR-IOV VF sluice set gets the rates it had before.
+	vfDone, vfErr := agent.UninstallVFs(k, agent.VFOriginalsPath(*stateDir, p.Cluster, *host))
+	done = append(done, vfDone...)
+	err = errors.Join(err, vfErr)
 	for _, d := range done {
 		fmt.Fprintln(stdout, d)
 	}

@@ -64,6 +64,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	}
 	// A port's uplink NICs, as their host's agent read them (host-local).
 	lines = append(lines, nicLines(p, live, port, lab.DefaultStateDir)...)
+	lines = append(lines, vfLiveLines(p, live, port, lab.DefaultStateDir)...)
 	for _, l := range lines {
 		fmt.Fprintln(stdout, l)
 	}
