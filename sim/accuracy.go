@@ -14,11 +14,23 @@ import (
 // entitle.DiskNode, alloc.Compute: mClock's floor semantics, with each
 // disk's R/S/L in force at the sample's start) to a part of the IOPS the
 // datastore's disks did together in that sample, a disk with I/O in the
-// sample wanting more (unbounded demand), one without wanting none; the
+// window wanting more in each of its samples (unbounded demand), one
+// without wanting none; the
 // error is |IOPS − entitlement| / entitlement. of is a disk (VM/DISK: its
 // samples) or a datastore (every disk's samples). The measure means
 // something where every disk with I/O is backlogged (congestion).
 func (s *Sim) iopsErrors(of string, fromNs, toNs int64) ([]float64, error) {
+	pairs, err := s.iopsEntitled(of, fromNs, toNs)
+	errs := make([]float64, len(pairs))
+	for i, p := range pairs {
+		errs[i] = math.Abs(p[0]-p[1]) / p[1]
+	}
+	return errs, err
+}
+
+// iopsEntitled are the (IOPS, entitlement) pairs of iopsErrors: a disk's,
+// or every disk's of a datastore, per sample with an entitlement.
+func (s *Sim) iopsEntitled(of string, fromNs, toNs int64) ([][2]float64, error) {
 	var ds *datastore
 	var only *diskState
 	if d := s.disks[of]; d != nil {
@@ -39,7 +51,13 @@ func (s *Sim) iopsErrors(of string, fromNs, toNs int64) ([]float64, error) {
 	ivNs := s.rec.IntervalNs
 	iv := float64(ivNs) / 1e9
 	a, b := s.rec.window(fromNs, toNs)
-	var errs []float64
+	active := make([]bool, len(ds.dks))
+	for j, dk := range ds.dks {
+		for i := a; i < b && i < len(dk.iops.Sum); i++ {
+			active[j] = active[j] || dk.iops.Sum[i] > 0
+		}
+	}
+	var pairs [][2]float64
 	for i := a; i < b; i++ {
 		root := entitle.StorageRoot(ds.name)
 		iops := make([]float64, len(ds.dks))
@@ -50,7 +68,7 @@ func (s *Sim) iopsErrors(of string, fromNs, toNs int64) ([]float64, error) {
 			}
 			total += iops[j]
 			demand := 0.0
-			if iops[j] > 0 {
+			if active[j] {
 				demand = alloc.Inf
 			}
 			root.Children = append(root.Children, entitle.DiskNode(dk.specAtNs(int64(i)*ivNs), demand))
@@ -64,10 +82,32 @@ func (s *Sim) iopsErrors(of string, fromNs, toNs int64) ([]float64, error) {
 			if (only != nil && dk != only) || e <= 0 {
 				continue
 			}
-			errs = append(errs, math.Abs(iops[j]-e)/e)
+			pairs = append(pairs, [2]float64{iops[j], e})
 		}
 	}
-	return errs, nil
+	return pairs, nil
+}
+
+// iopsVsEntitled is a disk's IOPS over [fromNs, toNs) as a fraction of
+// its entitlement over the same samples (metric iops_ent): what the
+// throttle driver's live test judges ("within 10% of entitle.Storage over
+// the IOPS all the disks did").
+func (s *Sim) iopsVsEntitled(of string, fromNs, toNs int64) (float64, error) {
+	if s.disks[of] == nil {
+		return 0, fmt.Errorf("iops_ent: unknown disk %q", of)
+	}
+	pairs, err := s.iopsEntitled(of, fromNs, toNs)
+	if err != nil {
+		return 0, err
+	}
+	var x, e float64
+	for _, p := range pairs {
+		x, e = x+p[0], e+p[1]
+	}
+	if e == 0 {
+		return 0, fmt.Errorf("iops_ent: no I/O of %s in the window", of)
+	}
+	return x / e, nil
 }
 
 // iopsError is the mean of iopsErrors (metric iops_error).

@@ -27,6 +27,7 @@ type qemuThrottle struct {
 	gen    int // the armed timer's generation (older timers are void)
 	armed  bool
 	pass   func(*ioReq) // sends a request on, below the throttle
+	sets   int          // throttles set (the driver's SetBlockIoTune calls)
 }
 
 // throttleUnits is what an I/O of b bytes counts in an IOPS throttle.
@@ -56,6 +57,7 @@ func (t *qemuThrottle) set(iops float64) {
 	now := t.eng.NowNs()
 	t.leak(now)
 	t.iops, t.level = iops, 0
+	t.sets++
 	t.armed = false
 	t.gen++
 	t.run()

@@ -239,6 +239,9 @@ func (res *Result) metric(run, metric, of string, fromNs, toNs int64) (float64, 
 	case "iops_error":
 		v, err := r.sim.iopsError(of, fromNs, toNs)
 		return v, "fraction", err
+	case "iops_ent":
+		v, err := r.sim.iopsVsEntitled(of, fromNs, toNs)
+		return v, "ratio", err
 	case "cpu":
 		if of == "all" {
 			total := 0.0
@@ -257,7 +260,7 @@ func (res *Result) metric(run, metric, of string, fromNs, toNs int64) (float64, 
 			return s.Rate(fromNs, toNs), "IRQ/s", nil
 		}
 	default:
-		return 0, "", fmt.Errorf("unknown metric %q (rate, min_rate, iops, iops_share, iops_error, latency, orders, order_time, rr, qdepth, dslat, budget, hostlat, pardalat, throttle, cpu, irq)", metric)
+		return 0, "", fmt.Errorf("unknown metric %q (rate, min_rate, iops, iops_share, iops_error, iops_ent, latency, orders, order_time, rr, qdepth, dslat, budget, hostlat, pardalat, throttle, cpu, irq)", metric)
 	}
 	return 0, "", err
 }
