@@ -223,6 +223,19 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 		cgroups = tree
 	}
+	// With the CPU on a libvirt host, latency-sensitive VMs get their
+	// vCPUs pinned to cores of their own (docs/cpu.md), through a
+	// connection of its own.
+	var pinner agent.Pinner
+	if *cpu && src.kind == "libvirt" {
+		conn, err := virt.Dial(src.socket)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice agent: --cpu: pinning: %s\n", labOneLine(err))
+			return exitBad
+		}
+		defer conn.Close()
+		pinner = conn.Pinner()
+	}
 	// The uplinks' NICs (driver, speed, queues, offloads), read in the
 	// agent's namespace; without them the agent still enforces.
 	var nics agent.NICReader
@@ -234,6 +247,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	a, err := agent.New(agent.Config{Policy: p, Host: *host, Kernel: k, Inventory: inv, Dynamic: *dynamic,
 		RecordPath: agent.RecordPath(*stateDir, p.Cluster, *host), RootsDir: agent.DefaultRootsDir, Policies: policies, Cgroups: cgroups,
+		Pinner: pinner, PinsPath: agent.PinsOriginalsPath(*stateDir, p.Cluster, *host),
 		NIC: nics, VF: k, VFOriginalsPath: agent.VFOriginalsPath(*stateDir, p.Cluster, *host)})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice agent: %s\n", labOneLine(err))
@@ -555,7 +569,11 @@ func writeCPUStatus(w io.Writer, s *agent.Stats) {
 		if c.PressurePct > 0 {
 			psi = fmt.Sprintf("%.1f", c.PressurePct)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%d\t%d\t%s\t%.1f\t%.1f\t%.1f\t%s\t\n", c.VM, c.EntitlementMHz, c.Reason, c.Weight, c.Shares,
+		reason := c.Reason
+		if c.Cores != "" {
+			reason += " " + c.Cores // a latency-sensitive VM's own cores
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%d\t%d\t%s\t%.1f\t%.1f\t%.1f\t%s\t\n", c.VM, c.EntitlementMHz, reason, c.Weight, c.Shares,
 			c.CPUMax, c.UsedPct, c.ThrottledPct, c.ReadyPct, psi)
 	}
 	tw.Flush()
@@ -626,6 +644,24 @@ func runAgentUninstall(args []string, stdout, stderr io.Writer) int {
 			return exitBad
 		}
 		done, err := agent.UninstallThrottles(conn, *stateDir, p.Cluster, *host, labDomains(src.kind, p.Cluster))
+		conn.Close()
+		for _, d := range done {
+			fmt.Fprintln(stdout, d)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice agent uninstall: %s\n", labOneLine(err))
+			return exitBad
+		}
+	}
+	// vCPU pinnings of latency-sensitive VMs and of the domains kept off
+	// their cores, given back from the originals recorded.
+	if pins := agent.PinsOriginalsPath(*stateDir, p.Cluster, *host); fileExists(pins) {
+		conn, err := virt.Dial(src.socket)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice agent uninstall: pins: %s\n", labOneLine(err))
+			return exitBad
+		}
+		done, err := agent.UninstallPins(conn.Pinner(), pins)
 		conn.Close()
 		for _, d := range done {
 			fmt.Fprintln(stdout, d)
