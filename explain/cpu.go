@@ -108,7 +108,7 @@ func cpuLine(p *policy.Policy, live entitle.Live, n *entitle.Net, port string, o
 		}
 		vms = append(vms, cpuctl.FromPolicy(&p.VMs[i]))
 	}
-	s := cpuctl.Derive(cpuctl.HostCPU{Cores: h.CPU.Cores, MHz: h.CPU.MHz}, vms)[idx]
+	s := cpuctl.Derive(cpuctl.HostFromPolicy(h), vms)[idx]
 	// The VM's CPU drives all its vNICs.
 	netBps := 0.0
 	var nics []string
@@ -120,7 +120,7 @@ func cpuLine(p *policy.Policy, live entitle.Live, n *entitle.Net, port string, o
 		}
 	}
 	driveBps := c.driveBps(s.EntitlementMHz)
-	reason := s.Reason.String()
+	reason := s.ReasonString()
 	if s.Reason == alloc.LimitBound && (vm.CPU.LimitMHz == 0 || s.EntitlementMHz < float64(vm.CPU.LimitMHz)) {
 		reason = fmt.Sprintf("vCPUs: %d × %d MHz", vm.CPU.VCPUs, h.CPU.MHz)
 	}
@@ -135,4 +135,62 @@ func cpuLine(p *policy.Policy, live entitle.Live, n *entitle.Net, port string, o
 	}
 	return fmt.Sprintf("%s: the CPU is the bottleneck, %s (%.0f%%) short of %s network entitlement %s, which needs %.0f MHz",
 		head, entitle.FormatBps(netBps-driveBps), 100*(netBps-driveBps)/netBps, what, entitle.FormatBps(netBps), c.needMHz(netBps)), true
+}
+
+// PinLine says where vm's vCPUs run on the host it runs on in live when
+// some VM there is latency-sensitive (cpuctl.Pin over the policy's VMs of
+// that host, in file order, as the agent pins them): for a sensitive VM
+// the cores of its own and why, for another VM the cores it is kept off
+// and those it runs on. ok is false when nothing is pinned there and vm
+// is not sensitive, or its host is unknown.
+func PinLine(p *policy.Policy, live entitle.Live, vm *policy.VM) (string, bool) {
+	h := p.Host(live.HostOf(vm))
+	if h == nil {
+		return "", false
+	}
+	var vms []cpuctl.VM
+	for i := range p.VMs {
+		if live.HostOf(&p.VMs[i]) == h.Name {
+			vms = append(vms, cpuctl.FromPolicy(&p.VMs[i]))
+		}
+	}
+	pin := cpuctl.Pin(cpuctl.HostFromPolicy(h), vms)
+	kept := "no core is kept for the host (cpu.hostCores 0)"
+	if len(pin.HostCores) > 0 {
+		kept = fmt.Sprintf("%s kept for the host (cpu.hostCores %d)", coreList(pin.HostCores), len(pin.HostCores))
+	}
+	if cores := pin.VMs[vm.Name]; cores != nil {
+		var each []string
+		for i, c := range cores {
+			each = append(each, fmt.Sprintf("vCPU %d on core %d", i, c))
+		}
+		return fmt.Sprintf("cpu pinning: %s is latency-sensitive: its vCPUs have %s of host %s to themselves (%s), entitled to them whole (%d MHz) with no CPU limit; %s; every other VM, and QEMU's emulator threads, run on %s",
+			vm.Name, coreList(cores), h.Name, strings.Join(each, ", "), len(cores)*h.CPU.MHz, kept, coreList(pin.Shared)), true
+	}
+	if vm.LatencySensitive {
+		if h.CPU.Cores <= 0 {
+			return fmt.Sprintf("cpu pinning: %s is latency-sensitive, but host %s does not model its cores (no cpu.cores): its vCPUs are not pinned", vm.Name, h.Name), true
+		}
+		return fmt.Sprintf("cpu pinning: %s is latency-sensitive, but no cores are left for it on host %s (%d cores, %s, %d pinned): its vCPUs run on the shared cores (admission refuses this)",
+			vm.Name, h.Name, h.CPU.Cores, kept, pin.PinnedCount()), true
+	}
+	if !pin.Pinned() {
+		return "", false
+	}
+	var pinned []int
+	var by []string
+	for _, n := range pin.Order {
+		pinned = append(pinned, pin.VMs[n]...)
+		by = append(by, fmt.Sprintf("%s on %s", n, coreList(pin.VMs[n])))
+	}
+	return fmt.Sprintf("cpu pinning: %s is kept off %s of host %s, pinned to latency-sensitive VMs (%s): its vCPUs and QEMU's threads run on %s (%d MHz shared by the VMs not pinned)",
+		vm.Name, coreList(pinned), h.Name, strings.Join(by, ", "), coreList(pin.Shared), len(pin.Shared)*h.CPU.MHz), true
+}
+
+// coreList renders cores: "core 1", "cores 0-1,7".
+func coreList(cs []int) string {
+	if len(cs) == 1 {
+		return fmt.Sprintf("core %d", cs[0])
+	}
+	return "cores " + cpuctl.FormatCPUs(cs)
 }

@@ -84,6 +84,11 @@ func Lines(p *policy.Policy, live entitle.Live, name string, opt Options) ([]str
 		if vm := p.VM(vmName); vm != nil && vm.LatencySensitive {
 			lines = append(lines, fmt.Sprintf("latency: %s is latency-sensitive: its vNICs are served before their siblings (HTB priority 0, the others 1) while within their rates", vm.Name))
 		}
+		if vm := p.VM(vmName); vm != nil {
+			if l, ok := PinLine(p, live, vm); ok {
+				lines = append(lines, l)
+			}
+		}
 	}
 	in := entitle.NewInboundNet(d)
 	in.Compute()
