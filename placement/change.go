@@ -506,6 +506,9 @@ func settingRefusal(v *policy.VM) string {
 	if v.CPU.LimitMHz > 0 && v.CPU.ReservationMHz > v.CPU.LimitMHz {
 		return fmt.Sprintf("%s cpu reservation %dMHz > limit %dMHz", v.Name, v.CPU.ReservationMHz, v.CPU.LimitMHz)
 	}
+	if v.CPU.LimitMHz > 0 && v.LatencySensitive {
+		return fmt.Sprintf("%s is latency-sensitive: it takes no CPU limit (its vCPUs run on cores of their own)", v.Name)
+	}
 	return ""
 }
 
