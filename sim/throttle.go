@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"sluice/entitle"
+	"sluice/mclock"
 	"sluice/parda"
 	"sluice/policy"
 	"sluice/throttle"
@@ -70,6 +71,10 @@ func (s *Sim) throttleHost(ds *datastore, host string) *throttleHost {
 func (s *Sim) addThrottleDisk(ds *datastore, spec entitle.DiskSpec) *diskState {
 	h := s.throttleHost(ds, spec.Host)
 	d := &diskState{name: spec.Name, th: h, spec: spec, iops: s.rec.Series(prefIOPS + spec.Name), lat: s.rec.Series(prefLat + spec.Name)}
+	// params are the disk's R/S/L as the gateway's disks keep them, which
+	// a set event changes (setDisk).
+	d.params = mclock.Params{ReservationIOPS: spec.ReservationIOPS, Shares: max(spec.Shares, 1), LimitIOPS: spec.LimitIOPS}
+	d.shares = d.params.Shares
 	d.tq = &qemuThrottle{eng: s.eng, pass: ds.arrive}
 	h.disks = append(h.disks, d)
 	s.rec.Gauge(prefThrottle+spec.Name, func() float64 { return d.tq.iops })

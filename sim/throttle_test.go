@@ -86,3 +86,37 @@ func TestThrottleDeterminism(t *testing.T) {
 		t.Errorf("unknown driver: %v", err)
 	}
 }
+
+// A set of a throttle disk's shares keeps its limit and reaches its
+// throttle at once (the agent ends its period on a new policy).
+func TestThrottleSetDisk(t *testing.T) {
+	src := strings.Replace(smallThrottle, "disks: [{name: d0, datastore: ds1}]", "disks: [{name: d0, datastore: ds1, limitIOPS: 40}]", 1) +
+		"timeline:\n  - {at: 10500ms, set: vm1/d0, shares: 3000}\n  - {at: 20500ms, set: vm1/d0, limit: 20}\n"
+	sc, err := ParseScenario("set.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Runs[0].sim
+	dk := s.disks["vm1/d0"]
+	if dk.spec.Shares != 3000 || dk.spec.LimitIOPS != 20 {
+		t.Errorf("spec %+v, want shares 3000, limit 20", dk.spec)
+	}
+	if got := dk.specAtNs(15 * Second); got.LimitIOPS != 40 || got.Shares != 3000 {
+		t.Errorf("at 15 s: %+v, want limit 40, shares 3000", got)
+	}
+	if dk.tq.iops != 20 {
+		t.Errorf("throttle %v, want 20", dk.tq.iops)
+	}
+	// The new limit is in force from the set on: at most the limit and
+	// a bucket (a tenth of a second) in the second it was set.
+	if got := dk.iops.Rate(21*Second, 30*Second); got > 20.5 {
+		t.Errorf("after the set: %.1f IOPS, limit 20", got)
+	}
+	if got := dk.iops.Rate(11*Second, 20*Second); got > 40.5 {
+		t.Errorf("before: %.1f IOPS, limit 40", got)
+	}
+}
