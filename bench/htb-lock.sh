@@ -6,7 +6,8 @@
 #                                            (form × link × CPUs → rate,
 #                                            split error, CPU per Gbit/s);
 #                                            SECONDS simulated per cell
-#                                            (default 0.3); no root
+#                                            (default 0.5, the first 0.25
+#                                            not counted); no root
 #   bench/htb-lock.sh calibrate [SECS] [ROUNDS]
 #                                            root: per-packet CPU of a UDP
 #                                            send through an IFB (a sink:
@@ -32,7 +33,7 @@ esac
 
 if [ "$MODE" = model ]; then
 	cd "$ROOT"
-	exec go run ./sim/txlock/txlockbench -seconds "${1:-0.3}"
+	exec go run ./sim/txlock/txlockbench -seconds "${1:-0.5}"
 fi
 
 SECS=${1:-2}

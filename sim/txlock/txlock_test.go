@@ -35,7 +35,7 @@ func TestLowLoadMeetsEntitlements(t *testing.T) {
 // splits it as alloc says.
 func TestLinkBoundSplit(t *testing.T) {
 	for _, f := range Forms {
-		r := Run(Bulk(f, 25e9, 8, 45, 300_000_000))
+		r := Run(Bulk(f, 25e9, 8, 45, 450_000_000))
 		if r.RateBps < 0.99*r.Config.LinkBps {
 			t.Errorf("%s: %.2f Gbit/s of %.0f", f, r.Gbps(), r.Config.LinkBps/1e9)
 		}
@@ -51,7 +51,7 @@ func TestLinkBoundSplit(t *testing.T) {
 func TestSingleLockBound(t *testing.T) {
 	c := CalibratedCosts
 	for _, cpus := range []int{8, 32} {
-		r := Run(Bulk(FormSingleHTB, 100e9, cpus, 1, 200_000_000))
+		r := Run(Bulk(FormSingleHTB, 100e9, cpus, 1, 400_000_000))
 		bound := LockBoundPps(c.HTBNs)
 		if r.Pps > bound*1.0001 {
 			t.Errorf("%d CPUs: %.3f Mpps above the lock's bound %.3f", cpus, r.Pps/1e6, bound/1e6)
@@ -82,12 +82,12 @@ func TestSingleLockBound(t *testing.T) {
 // The same config gives the same result; another seed changes the jitter.
 func TestDeterminism(t *testing.T) {
 	for _, f := range Forms {
-		a := Run(Bulk(f, 40e9, 16, 1, 150_000_000))
-		b := Run(Bulk(f, 40e9, 16, 1, 150_000_000))
+		a := Run(Bulk(f, 40e9, 16, 1, 300_000_000))
+		b := Run(Bulk(f, 40e9, 16, 1, 300_000_000))
 		if !reflect.DeepEqual(a, b) {
 			t.Errorf("%s: two runs of one config differ", f)
 		}
-		cfg := Bulk(f, 40e9, 16, 1, 150_000_000)
+		cfg := Bulk(f, 40e9, 16, 1, 300_000_000)
 		cfg.Seed = 2
 		if c := Run(cfg); fmt.Sprint(c.VMs) == fmt.Sprint(a.VMs) && c.CPUCores == a.CPUCores {
 			t.Errorf("%s: seed 2 gives seed 1's result", f)

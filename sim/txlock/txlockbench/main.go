@@ -12,7 +12,7 @@ import (
 )
 
 func main() {
-	secs := flag.Float64("seconds", 0.3, "simulated seconds per cell (the first 0.1 s is not counted)")
+	secs := flag.Float64("seconds", 0.5, "simulated seconds per cell (the first 0.25 s is not counted)")
 	links := flag.String("links", "10,25,40,100", "link rates, Gbit/s")
 	cpus := flag.String("cpus", "4,8,16,32,64", "sending CPUs")
 	flag.Parse()
