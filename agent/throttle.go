@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -199,15 +200,31 @@ func (t *Throttler) Run(ctx context.Context, clk clock.Clock, period time.Durati
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ticks, stop := c.NewTicker(period / ProbesPerPeriod)
+			// One probe in each tenth of the period, at a random time
+			// in it: probes at fixed times after the step's would
+			// always fall at the same point of what the step set off
+			// (QEMU lets a disk whose throttle was just set pass a
+			// tenth of a second's I/O at once).
+			slot := period / ProbesPerPeriod
+			ticks, stop := c.NewTicker(slot)
 			defer stop()
 			for {
 				select {
 				case <-ctx.Done():
 					return
 				case <-ticks:
-					ps.add(ds.Probe.Probe())
 				}
+				if d := time.Duration(rand.Int64N(int64(slot))); d > 0 {
+					at := make(chan struct{})
+					cancel := c.AfterFunc(d, func() { close(at) })
+					select {
+					case <-ctx.Done():
+						cancel()
+						return
+					case <-at:
+					}
+				}
+				ps.add(ds.Probe.Probe())
 			}
 		}()
 	}

@@ -151,3 +151,77 @@ func TestThrottlerSetPolicyAtOnce(t *testing.T) {
 		t.Fatal("no step within 10 s of SetPolicy: Run waits for its period's tick")
 	}
 }
+
+// probeClock hands the test the probe ticker (the one of period/10) and
+// every AfterFunc's delay; the period's ticker never fires.
+type probeClock struct {
+	manualClock
+	slot   time.Duration
+	ticks  chan time.Time
+	delays chan time.Duration
+}
+
+func (c *probeClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
+	if d == c.slot {
+		return c.ticks, func() {}
+	}
+	return make(chan time.Time), func() {}
+}
+
+func (c *probeClock) AfterFunc(d time.Duration, f func()) func() bool {
+	c.delays <- d
+	go f()
+	return func() bool { return false }
+}
+
+type countProber struct{ n chan struct{} }
+
+func (p countProber) Probe() (time.Duration, error) {
+	p.n <- struct{}{}
+	return time.Millisecond, nil
+}
+
+func (countProber) Close() error { return nil }
+
+// Each probe falls at a random time in its tenth of the period, not at
+// the tenth's start: probes that always came right after the step would
+// see the datastore at the same point of what the step set off.
+func TestThrottlerProbesAtRandomTimes(t *testing.T) {
+	p, err := policy.Parse("p.yaml", []byte(throttlePolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := countProber{n: make(chan struct{})}
+	th, err := NewThrottler(p, "h1", &tuneHV{tune: map[string]throttle.Limits{}}, []ThrottleDatastore{{Name: "ds1", Dir: t.TempDir(), Probe: pr}}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const period = time.Second
+	clk := &probeClock{manualClock: manualClock{now: time.Unix(1000, 0)}, slot: period / ProbesPerPeriod,
+		ticks: make(chan time.Time), delays: make(chan time.Duration)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		th.Run(ctx, clk, period, func(ThrottleStatus, error) {})
+	}()
+	defer func() { cancel(); <-done }()
+	seen := map[time.Duration]bool{}
+	for range 20 {
+		clk.ticks <- clk.now
+		var d time.Duration
+		select {
+		case d = <-clk.delays:
+			<-pr.n
+		case <-pr.n:
+			t.Fatal("a probe at its slot's tick, with no wait")
+		}
+		if d < 0 || d >= clk.slot {
+			t.Fatalf("a probe %v into its slot of %v", d, clk.slot)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 10 {
+		t.Errorf("20 probes at %d distinct offsets in their slots, want them spread: %v", len(seen), seen)
+	}
+}

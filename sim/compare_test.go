@@ -23,7 +23,7 @@ func TestDriverComparison(t *testing.T) {
 	if !*compareFlag {
 		t.Skip("only with -compare")
 	}
-	for _, f := range []string{"../scenarios/drivers/sioc-test1-drivers.yaml", "../scenarios/drivers/scale-drivers.yaml"} {
+	for _, f := range []string{"../scenarios/drivers/sioc-test1-drivers.yaml", "../scenarios/drivers/scale-drivers.yaml", "../scenarios/drivers/lab-drivers.yaml"} {
 		sc, err := LoadScenario(f)
 		if err != nil {
 			t.Fatal(err)

@@ -172,15 +172,19 @@ func (h *throttleHost) step() {
 }
 
 // probeTick is the agent's probe timer: one 4 KiB read of the datastore
-// at a time; a tick while a probe is out is kept for when it is back (a
-// Go ticker's channel holds one tick).
+// in each tenth of a period, at a random time in it, one at a time; a
+// probe due while one is out is kept for when it is back (a Go ticker's
+// channel holds one tick).
 func (h *throttleHost) probeTick() {
-	if h.probeBusy {
-		h.probeDue = true
-	} else {
-		h.probe()
-	}
-	h.s.eng.After(ThrottlePeriodNs/throttleProbes, h.probeTick)
+	slot := ThrottlePeriodNs / throttleProbes
+	h.s.eng.After(h.s.eng.Rand.Int64N(slot), func() {
+		if h.probeBusy {
+			h.probeDue = true
+		} else {
+			h.probe()
+		}
+	})
+	h.s.eng.After(slot, h.probeTick)
 }
 
 func (h *throttleHost) probe() {

@@ -5,7 +5,9 @@
 // (in make test) was off by 13%. The hosts' windows cycle between the
 // array's idle latency (4 ms) and its saturation (70-130 ms) around the
 // 12 ms threshold and do not settle at the shares' ratio
-// (docs/throttle.md, "Open"). Run it with
+// (docs/throttle.md, "What it does not do"; 2026-11-27: passed once with
+// probes at fixed times, failed once with them at random times, vm1's
+// disks 12% over). Run it with
 // go test -tags throttleguest ./livetest/throttlelive.
 
 package throttlelive
