@@ -133,6 +133,42 @@ func TestReadLive(t *testing.T) {
 	}
 }
 
+var devs = flag.String("dev", "lo", "TestReadDev: the devices to read in this namespace, comma-separated")
+
+// TestReadDev reads the devices -dev names (lo by default) in the
+// namespace it runs in and compares every field with the ethtool CLI and
+// ip -d link, as TestReadLive does. livetest/nicguest runs it inside a
+// QEMU guest on the guest's virtio NIC.
+func TestReadDev(t *testing.T) {
+	for _, tool := range []string{"ip", "ethtool"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found: scripts/deps.sh installs it", tool)
+		}
+	}
+	r, err := Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ethtool := func(args ...string) (string, error) {
+		out, err := exec.Command("ethtool", args...).CombinedOutput()
+		return string(out), err
+	}
+	for _, dev := range strings.Split(*devs, ",") {
+		info, err := r.Read(dev)
+		if err != nil {
+			t.Errorf("Read %s: %v", dev, err)
+			continue
+		}
+		t.Logf("%s: %s; unknown: %v", dev, info.Summary(), info.Unknown)
+		ipLink, err := exec.Command("ip", "-d", "link", "show", "dev", dev).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip -d link show dev %s: %v: %s", dev, err, ipLink)
+		}
+		compare(t, info, ethtool, string(ipLink))
+	}
+}
+
 // hexLines is b in hex, 32 bytes a line.
 func hexLines(b []byte) string {
 	var s strings.Builder

@@ -108,6 +108,11 @@ func (r *Reader) Read(dev string) (Info, error) {
 		lm, err := parseLinkModes(msg)
 		if known("speed", "LINKMODES_GET reply", err) {
 			info.SpeedBps, info.Duplex = lm.speedBps, lm.duplex
+			if lm.speedBps == 0 {
+				// virtio_net without a speed set, for one: ethtool's
+				// "Speed: Unknown!".
+				info.Unknown = append(info.Unknown, "speed (the driver reports none)")
+			}
 		}
 	}
 	msg, err = r.get(msgChannelsGet, dev)
