@@ -7,6 +7,10 @@
 #   static     the agent's static tree (rate = reservation, ceil = line)
 #   sluice     the agent, dynamic, vm1 with latency: normal
 #   sensitive  the agent, dynamic, vm1 with latency: sensitive
+#   static/16k, sluice/16k, sensitive/16k: the same with the bulk VMs'
+#              GSO capped at 16 KiB (ip link set dev sl-eth0 gso_max_size
+#              16384 in their namespaces: the guest setting that sluice's
+#              explain recommends beside a latency-sensitive VM)
 # Prints per variant and round sockperf's p50/p99/p99.9 RTT (µs) and the
 # bulk VMs' received split: the largest deviation from their mean (they
 # have equal shares, so equal entitlements).
@@ -35,6 +39,9 @@ ping_pong() { # prints p50 p99 p99.9
 	ip netns exec sl-nll-vm1 sockperf ping-pong --tcp -i 198.18.0.1 -p 11111 -m 64 -t "$SECS" --full-rtt 2>&1 |
 		awk '/percentile 50.000/ {a=$NF} /percentile 99.000/ {b=$NF} /percentile 99.900/ {c=$NF} END {printf "%s %s %s\n", a, b, c}'
 }
+bulk_gso() { # bulk_gso BYTES: the bulk VMs' largest GSO segment
+	for i in 2 3 4; do ip -n "sl-nll-vm$i" link set dev sl-eth0 gso_max_size "$1"; done
+}
 bulk_start() {
 	for i in 2 3 4; do
 		ip netns exec "sl-nll-vm$i" iperf3 -c 198.18.0.1 -p $((5200 + i)) -P 4 -t $((SECS + 3)) -J >"$WORK/bulk-$i.json" 2>&1 &
@@ -53,6 +60,10 @@ PY
 run() { # run VARIANT ROUND
 	local v=$1 lat split_
 	case $v in
+	*/16k) bulk_gso 16384 ;;
+	*) bulk_gso 65536 ;;
+	esac
+	case ${v%/16k} in
 	alone) agent_start "$normal" true ;;
 	static) agent_start "$normal" false ;;
 	sluice) agent_start "$normal" true ;;
@@ -69,10 +80,10 @@ run() { # run VARIANT ROUND
 	fi
 	agent_stop
 	tree_remove nll
-	printf "%-10s %5s %8s %8s %8s %10s %s\n" "$v" "$2" $lat $split_
+	printf "%-14s %5s %8s %8s %8s %10s %s\n" "$v" "$2" $lat $split_
 }
 echo "# sockperf ping-pong TCP 64 B from vm1 (R = 100 Mbps), ${SECS}s per run; vm2..vm4 4 iperf3 streams each; 1 Gbps uplink; $(machine); $(date -u +%FT%TZ)"
-printf "%-10s %5s %8s %8s %8s %10s %s\n" variant round p50_us p99_us p99.9_us split_err% bulk_Mbps
+printf "%-14s %5s %8s %8s %8s %10s %s\n" variant round p50_us p99_us p99.9_us split_err% bulk_Mbps
 for r in $(seq 1 "$ROUNDS"); do
-	for v in alone static sluice sensitive; do run "$v" "$r"; done
+	for v in alone static sluice sensitive static/16k sluice/16k sensitive/16k; do run "$v" "$r"; done
 done
