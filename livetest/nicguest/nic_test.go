@@ -31,16 +31,9 @@ vms:
 
 func TestGuestVirtioNIC(t *testing.T) {
 	livelab.GuestPreflight(t, "ethtool", "go")
-	// The guest mounts the host's root read-only and has a /tmp of its
-	// own: the test binary goes where the guest sees it.
-	out, err := filepath.Abs("../../out/testbin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp(out, "nicguest-")
+	// The guest mounts the host's root read-only and has a /tmp and a
+	// /run of its own: the test binary goes where the guest sees it.
+	dir, err := os.MkdirTemp("/var/tmp", "sl-nicguest-")
 	if err != nil {
 		t.Fatal(err)
 	}
