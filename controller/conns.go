@@ -30,6 +30,14 @@ func NewHTTPServer(addr string, h http.Handler) *http.Server {
 	return newHTTPServer(addr, h, MaxConns, MaxConnsPerIP)
 }
 
+// NewHTTPServerLimits is NewHTTPServer with other connection limits: at
+// most maxConns in all and maxPerIP from one address (hosts behind one
+// NAT address share its places; sluice controller --max-conns,
+// --max-conns-per-addr). Limits below 1 are 1.
+func NewHTTPServerLimits(addr string, h http.Handler, maxConns, maxPerIP int) *http.Server {
+	return newHTTPServer(addr, h, max(maxConns, 1), max(maxPerIP, 1))
+}
+
 func newHTTPServer(addr string, h http.Handler, maxConns, maxPerIP int) *http.Server {
 	cl := &connLimit{max: maxConns, maxPerIP: maxPerIP, perIP: map[string]int{}, open: map[net.Conn]string{}}
 	return &http.Server{

@@ -43,7 +43,7 @@ func dialTLS(t *testing.T, from, addr, proto string) (*tls.Conn, error) {
 // are closed before their handshake; a closed connection gives its place
 // back.
 func TestConnLimits(t *testing.T) {
-	srv := newHTTPServer("", http.NotFoundHandler(), 3, 2)
+	srv := NewHTTPServerLimits("", http.NotFoundHandler(), 3, 2)
 	closed := make(chan struct{}, 16)
 	track := srv.ConnState
 	srv.ConnState = func(c net.Conn, st http.ConnState) {

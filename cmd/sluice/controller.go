@@ -25,7 +25,8 @@ func init() {
 	helps["controller"] = `usage: sluice controller [--data-dir DIR] [--listen ADDR:PORT] [--tls-cert FILE --tls-key FILE] [--tokens FILE]
                          [--etcd-endpoints URL,... [--etcd-cert F --etcd-key F] [--etcd-ca F]] [--prefix /sluice/] [--placement=true|false]
                          [--host-ttl 10] [--drs manual|automatic] [--drs-interval 30s] [--rebalance-threshold 1..5]
-                         [--max-events N] [--max-decisions N] [--event-ttl 168h] [--etcd-client-port N] [--etcd-peer-port N] (both obsolete, ignored)
+                         [--max-events N] [--max-decisions N] [--event-ttl 168h] [--max-conns 8192] [--max-conns-per-addr 256]
+                         [--etcd-client-port N] [--etcd-peer-port N] (both obsolete, ignored)
                          [--metrics-listen 127.0.0.1:9643|""] [--log-format text|json] [--config /etc/sluice/controller.yaml]
 
 The cluster controller. It keeps the cluster's state (policy, placement,
@@ -50,7 +51,9 @@ out; automatic carries them out at once (the agents move the VMs). At
 most --max-events events are kept (each change deletes the oldest
 beyond it); events older than --event-ttl, and decisions older than it
 that are not under way, are deleted every minute, as are the oldest
-finished decisions beyond --max-decisions. --metrics-listen: Prometheus
+finished decisions beyond --max-decisions. The API holds at most
+--max-conns connections, --max-conns-per-addr from one address (raise it
+for hosts behind one NAT address). --metrics-listen: Prometheus
 metrics on /metrics, /healthz and /readyz (ready while etcd answers),
 loopback by default; "" for none. The log (stderr) is log/slog text, or
 JSON with --log-format json. See docs/controller.md.
@@ -98,6 +101,8 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	maxEvents := fs.Int("max-events", controller.DefaultMaxEvents, "events kept at most")
 	maxDecisions := fs.Int("max-decisions", controller.DefaultMaxDecisions, "finished decisions kept at most")
 	eventTTL := fs.Duration("event-ttl", controller.DefaultEventTTL, "age from which events and finished decisions are deleted")
+	maxConns := fs.Int("max-conns", controller.MaxConns, "API connections open at once")
+	maxConnsAddr := fs.Int("max-conns-per-addr", controller.MaxConnsPerIP, "API connections open at once from one address")
 	var opsf opsFlags
 	opsf.register(fs, ops.DefaultControllerMetrics)
 	config := addConfigFlag(fs, "controller")
@@ -120,6 +125,10 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	}
 	if *maxEvents < 1 || *maxDecisions < 1 || *eventTTL <= 0 {
 		fmt.Fprintln(stderr, "sluice controller: --max-events and --max-decisions ≥ 1, --event-ttl > 0 (sluice controller --help)")
+		return exitUsage
+	}
+	if *maxConns < 1 || *maxConnsAddr < 1 || *maxConnsAddr > *maxConns {
+		fmt.Fprintln(stderr, "sluice controller: --max-conns ≥ 1 and 1 ≤ --max-conns-per-addr ≤ --max-conns (sluice controller --help)")
 		return exitUsage
 	}
 	if *ttl <= 0 {
@@ -183,7 +192,7 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	}
 	logger := opsf.logger(stderr, "controller")
 	// The web console's files under /ui/ beside the API (docs/operate.md).
-	srv := controller.NewHTTPServer(*listen, console.Handler(controller.Handler(c, toks, slog.NewLogLogger(logger.Handler(), slog.LevelError))))
+	srv := controller.NewHTTPServerLimits(*listen, console.Handler(controller.Handler(c, toks, slog.NewLogLogger(logger.Handler(), slog.LevelError))), *maxConns, *maxConnsAddr)
 	// The signals are caught before the controller says it is ready.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
