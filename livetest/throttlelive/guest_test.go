@@ -6,8 +6,9 @@
 // array's idle latency (4 ms) and its saturation (70-130 ms) around the
 // 12 ms threshold and do not settle at the shares' ratio
 // (docs/throttle.md, "What it does not do"; 2026-11-27: passed once with
-// probes at fixed times, failed once with them at random times, vm1's
-// disks 12% over). Run it with
+// probes at fixed times; with them at random times failed once beside
+// other work, vm1's disks 12% over, and passed 3 of 3 on a quiet
+// machine). Run it with
 // go test -tags throttleguest ./livetest/throttlelive.
 
 package throttlelive
