@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -131,7 +130,7 @@ func (a *Agent) applyPins(d Decision) (int, error) {
 	}
 	st := &a.pins
 	if !st.taken {
-		orig, err := readPins(a.cfg.PinsPath)
+		orig, err := readOriginals[DomainPins](a.cfg.PinsPath)
 		if err != nil {
 			return 0, err
 		}
@@ -265,7 +264,7 @@ func restorePins(pr Pinner, dom string, o DomainPins) (int, error) {
 // the file when all went well. It needs no agent: it also works after
 // the agent crashed.
 func UninstallPins(pr Pinner, path string) ([]string, error) {
-	orig, err := readPins(path)
+	orig, err := readOriginals[DomainPins](path)
 	if err != nil {
 		return nil, err
 	}
@@ -299,24 +298,6 @@ func UninstallPins(pr Pinner, path string) ([]string, error) {
 		}
 	}
 	return done, errors.Join(errs...)
-}
-
-func readPins(path string) (map[string]DomainPins, error) {
-	m := map[string]DomainPins{}
-	if path == "" {
-		return m, nil
-	}
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return m, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return m, nil
 }
 
 func writePins(path string, m map[string]DomainPins) error {

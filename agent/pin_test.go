@@ -63,7 +63,7 @@ writes 3`)
 	if st.CPU[0].Cores != "1-2" || st.CPU[0].Reason != "pinned" || st.CPU[0].EntitlementMHz != 2000 || st.CPU[1].Cores != "" {
 		t.Errorf("stats: %+v", st.CPU)
 	}
-	orig, err := readPins(path)
+	orig, err := readOriginals[DomainPins](path)
 	if err != nil || len(orig) != 1 || orig["lat"].String() != "0:0-3 1:0-3 emulator:0-3" {
 		t.Errorf("originals recorded: %v, %v", orig, err)
 	}
@@ -100,7 +100,7 @@ writes 6`)
 bulk: 0:0-3 1:0-3 emulator:0-3
 lat: 0:0-3 1:0-3 emulator:0-3
 writes 14`)
-	if orig, _ := readPins(path); len(orig) != 0 {
+	if orig, _ := readOriginals[DomainPins](path); len(orig) != 0 {
 		t.Errorf("originals left: %v", orig)
 	}
 	_ = inv
@@ -115,7 +115,7 @@ func TestUninstallPins(t *testing.T) {
 		t.Fatal(err)
 	}
 	pr.Start("other", 1) // started again: its own pinning
-	orig, _ := readPins(path)
+	orig, _ := readOriginals[DomainPins](path)
 	orig["other"] = DomainPins{ID: 99, VCPUs: [][]int{{3}}, Emulator: []int{3}}
 	orig["gone"] = DomainPins{ID: 7, VCPUs: [][]int{{0}}}
 	if err := writePins(path, orig); err != nil {

@@ -67,7 +67,7 @@ type Throttler struct {
 func NewThrottler(p *policy.Policy, host string, hv throttle.Hypervisor, dss []ThrottleDatastore, stateDir string) (*Throttler, error) {
 	t := &Throttler{Cluster: p.Cluster, Host: host, StateDir: stateDir, hv: hv, dss: dss, drivers: map[string]*throttle.Driver{}, probes: map[string]*probes{},
 		kick: make(chan struct{}, 1)}
-	orig, err := readOriginals(ThrottleOriginalsPath(stateDir, p.Cluster, host))
+	orig, err := readOriginals[map[string]throttle.Limits](ThrottleOriginalsPath(stateDir, p.Cluster, host))
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +271,7 @@ func (t *Throttler) Uninstall() error {
 // It returns a line per disk given back.
 func UninstallThrottles(hv throttle.Hypervisor, stateDir, cluster, host string, domain func(vm string) string) ([]string, error) {
 	path := ThrottleOriginalsPath(stateDir, cluster, host)
-	orig, err := readOriginals(path)
+	orig, err := readOriginals[map[string]throttle.Limits](path)
 	if err != nil {
 		return nil, err
 	}
@@ -391,8 +391,14 @@ func ReadThrottleStatus(path string) (ThrottleStatus, error) {
 	return s, nil
 }
 
-func readOriginals(path string) (map[string]map[string]throttle.Limits, error) {
-	m := map[string]map[string]throttle.Limits{}
+// readOriginals reads an originals file (the throttles, pinnings or VF
+// rates sluice found before it set its own), a JSON object; a missing
+// file, or no path, is empty.
+func readOriginals[V any](path string) (map[string]V, error) {
+	m := map[string]V{}
+	if path == "" {
+		return m, nil
+	}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return m, nil

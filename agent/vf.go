@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -83,25 +82,6 @@ func VFOriginalsPath(dir, cluster, host string) string {
 	return filepath.Join(dir, fmt.Sprintf("vf-originals-%s-%s.json", cluster, host))
 }
 
-// readVFOriginals reads an originals file; a missing file is empty.
-func readVFOriginals(path string) (map[string]VFRate, error) {
-	m := map[string]VFRate{}
-	if path == "" {
-		return m, nil
-	}
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return m, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return m, nil
-}
-
 // writeVFOriginals writes the originals file, or removes it when empty.
 func writeVFOriginals(path string, m map[string]VFRate) error {
 	if path == "" {
@@ -138,7 +118,7 @@ func (a *Agent) reconcileVFs(ch *Changes) ([]VFStat, error) {
 		return nil, nil
 	}
 	if a.vfOrig == nil {
-		orig, err := readVFOriginals(a.cfg.VFOriginalsPath)
+		orig, err := readOriginals[VFRate](a.cfg.VFOriginalsPath)
 		if err != nil {
 			return nil, fmt.Errorf("VF originals: %w", err)
 		}
@@ -283,7 +263,7 @@ func giveBackVFs(k VFKernel, orig map[string]VFRate, keys []string, done *[]stri
 // rates it had before sluice (read before write) and removes the file.
 // It returns a line per VF; running it again does nothing.
 func UninstallVFs(k VFKernel, path string) ([]string, error) {
-	orig, err := readVFOriginals(path)
+	orig, err := readOriginals[VFRate](path)
 	if err != nil || len(orig) == 0 {
 		return nil, err
 	}
