@@ -7,8 +7,6 @@
 package pinlive
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,27 +17,18 @@ import (
 	"testing"
 	"time"
 
-	libvirt "github.com/digitalocean/go-libvirt"
-
 	"sluice/agent"
 	"sluice/cpuctl"
+	"sluice/livetest/livelab"
 	"sluice/policy"
 	"sluice/virt"
 )
 
-func preflight(t *testing.T) *virt.Libvirt {
+// pinLibvirt is this machine's libvirtd, which must have the 2 CPUs that
+// one core kept for the host and one pinned to a VM need.
+func pinLibvirt(t *testing.T) *virt.Libvirt {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("pinlive needs root (libvirtd's socket)")
-	}
-	if _, err := os.Stat(virt.DefaultSocket); err != nil {
-		t.Fatalf("libvirtd is not running (%v): run scripts/deps.sh, which installs and starts it", err)
-	}
-	c, err := virt.Dial("")
-	if err != nil {
-		t.Fatalf("%v: is libvirtd running? scripts/deps.sh starts it", err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := livelab.Libvirt(t, "virsh")
 	_, _, cpus, _, _, _, _, _, err := c.Client().NodeGetInfo()
 	if err != nil {
 		t.Fatalf("NodeGetInfo: %v", err)
@@ -48,25 +37,6 @@ func preflight(t *testing.T) *virt.Libvirt {
 		t.Fatalf("the host has %d CPUs: pinning one core of its own next to the host's core 0 needs 2", cpus)
 	}
 	return c
-}
-
-// bareDomain starts a transient domain with 1 vCPU and no disk (the
-// firmware finds nothing to boot and waits), destroyed when the test ends.
-func bareDomain(t *testing.T, c *virt.Libvirt, name string) {
-	t.Helper()
-	x := fmt.Sprintf(`<domain type='qemu'><name>%s</name><memory unit='MiB'>32</memory><vcpu>1</vcpu>
-<os><type arch='x86_64' machine='pc'>hvm</type></os>
-<on_poweroff>destroy</on_poweroff><on_reboot>destroy</on_reboot><on_crash>destroy</on_crash>
-<devices><memballoon model='none'/></devices></domain>`, name)
-	d, err := c.Client().DomainCreateXML(x, 0)
-	if err != nil {
-		t.Fatalf("DomainCreateXML %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		if err := c.Client().DomainDestroy(d); err != nil && !libvirt.IsNotFound(err) {
-			t.Errorf("DomainDestroy %s: %v", name, err)
-		}
-	})
 }
 
 // virshVCPUPin is `virsh vcpupin DOMAIN` as a map vCPU → CPU list ("1",
@@ -128,16 +98,11 @@ func vcpuAffinity(t *testing.T, dom string) string {
 // on core 0; a second step writes nothing; uninstall gives both their
 // original pinning back, as libvirt and virsh report it.
 func TestPinSensitive(t *testing.T) {
-	c := preflight(t)
-	if _, err := exec.LookPath("virsh"); err != nil {
-		t.Fatal("virsh not found: run scripts/deps.sh (libvirt-clients)")
-	}
-	b := make([]byte, 2)
-	rand.Read(b)
-	prefix := "sl-pl" + hex.EncodeToString(b)
+	c := pinLibvirt(t)
+	prefix := "sl-pl" + livelab.RandHex(2)
 	lat, oth := prefix+"-lat", prefix+"-oth"
-	bareDomain(t, c, lat)
-	bareDomain(t, c, oth)
+	livelab.BareDomain(t, c, lat, 32, "")
+	livelab.BareDomain(t, c, oth, 32, "")
 	pr := c.Pinner()
 	orig := map[string]agent.DomainPins{}
 	origVirsh := map[string]map[int]string{}

@@ -19,11 +19,11 @@ import (
 // (the disk's total_iops_sec read back from libvirt) within 1 s of the
 // set's start.
 func TestCtlSetReachesQEMU(t *testing.T) {
-	c := preflight(t)
+	c := livelab.Libvirt(t, "qemu-img")
 	vm := bareDomain(t, c)
 	machine := livelab.WatchMachine(t)
 	dir := t.TempDir()
-	id := randHex(2)
+	id := livelab.RandHex(2)
 	up, peer := "sl-tcu"+id, "sl-tcp"+id
 	if out, err := exec.Command("ip", "link", "add", up, "type", "veth", "peer", "name", peer).CombinedOutput(); err != nil {
 		t.Fatalf("ip link add: %v: %s", err, out)

@@ -7,8 +7,6 @@
 package throttlelive
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,49 +14,21 @@ import (
 	"testing"
 	"time"
 
-	libvirt "github.com/digitalocean/go-libvirt"
-
 	"sluice/alloc"
 	"sluice/entitle"
+	"sluice/livetest/livelab"
 	"sluice/parda"
 	"sluice/throttle"
 	"sluice/virt"
 )
 
-func preflight(t *testing.T) *virt.Libvirt {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("throttlelive needs root (libvirtd's socket)")
-	}
-	if _, err := os.Stat(virt.DefaultSocket); err != nil {
-		t.Fatalf("libvirtd is not running (%v): run scripts/deps.sh, which installs and starts it", err)
-	}
-	for _, tool := range []string{"qemu-img"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not found: run scripts/deps.sh", tool)
-		}
-	}
-	c, err := virt.Dial("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // bareDomain starts a transient domain named sl-tt<hex>-vm with two qcow2
-// disks (serials d0 and d1) in a fresh directory and no OS (the firmware
-// reads its disks and waits): enough for QEMU's block layer. It is
-// destroyed and its directory removed when the test ends.
+// disks (serials d0 and d1) in a fresh directory (livelab.BareDomain):
+// enough for QEMU's block layer. Its directory is removed when the test
+// ends.
 func bareDomain(t *testing.T, c *virt.Libvirt) (name string) {
 	t.Helper()
-	name = "sl-tt" + randHex(2) + "-vm"
+	name = "sl-tt" + livelab.RandHex(2) + "-vm"
 	dir, err := os.MkdirTemp("", name+"-")
 	if err != nil {
 		t.Fatal(err)
@@ -73,19 +43,7 @@ func bareDomain(t *testing.T, c *virt.Libvirt) (name string) {
 		disks += fmt.Sprintf(`<disk type='file' device='disk'><driver name='qemu' type='qcow2' cache='none'/><source file='%s'/><target dev='vd%c' bus='virtio'/><serial>%s</serial></disk>`,
 			img, 'a'+i, dk)
 	}
-	x := fmt.Sprintf(`<domain type='qemu'><name>%s</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>
-<os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
-<on_poweroff>destroy</on_poweroff><on_reboot>destroy</on_reboot><on_crash>destroy</on_crash>
-<devices>%s<memballoon model='none'/></devices></domain>`, name, disks)
-	d, err := c.Client().DomainCreateXML(x, 0)
-	if err != nil {
-		t.Fatalf("DomainCreateXML: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Client().DomainDestroy(d); err != nil && !libvirt.IsNotFound(err) {
-			t.Errorf("DomainDestroy %s: %v", name, err)
-		}
-	})
+	livelab.BareDomain(t, c, name, 64, disks)
 	return name
 }
 
@@ -93,7 +51,7 @@ func bareDomain(t *testing.T, c *virt.Libvirt) (name string) {
 // serial, a throttle set is the throttle QEMU reports, and the driver
 // gives back the original throttle on uninstall.
 func TestLibvirtIOTune(t *testing.T) {
-	c := preflight(t)
+	c := livelab.Libvirt(t, "qemu-img")
 	vm := bareDomain(t, c)
 
 	disks, err := c.BlockStats([]string{vm, "sl-tt-no-such-vm"})
