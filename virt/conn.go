@@ -8,6 +8,8 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
+
+	"sluice/agent"
 )
 
 // DefaultSocket is libvirtd's read-write Unix socket (qemu:///system).
@@ -27,8 +29,9 @@ type Conn interface {
 	Lifecycle(ctx context.Context) (<-chan Event, error)
 }
 
-// ErrNotRunning is returned by Conn.LiveXML for a domain that does not run.
-var ErrNotRunning = errors.New("domain is not running")
+// ErrNotRunning is returned by Conn.LiveXML for a domain that does not run
+// (the agent's own sentinel: a Pinner returns it too).
+var ErrNotRunning = agent.ErrDomainNotRunning
 
 // EventKind is what a lifecycle event means to the inventory.
 type EventKind int
@@ -116,30 +119,48 @@ func (c *Libvirt) Running() ([]string, error) {
 	return names, nil
 }
 
-// LiveXML returns the domain's live XML.
-func (c *Libvirt) LiveXML(name string) ([]byte, error) {
-	d, err := c.l.DomainLookupByName(name)
+// runningDomain looks up the running domain name. A domain may go away
+// between any two calls (destroyed behind sluice's back): that, a domain
+// not found and one shut off are ErrNotRunning.
+func runningDomain(l *libvirt.Libvirt, name string) (libvirt.Domain, error) {
+	d, err := l.DomainLookupByName(name)
 	if err != nil {
-		if libvirt.IsNotFound(err) {
-			return nil, fmt.Errorf("DomainLookupByName %s: %w", name, ErrNotRunning)
-		}
-		return nil, fmt.Errorf("DomainLookupByName %s: %w", name, err)
+		return d, fmt.Errorf("DomainLookupByName %s: %w", name, notRunning(err))
 	}
-	state, _, err := c.l.DomainGetState(d, 0)
+	state, _, err := l.DomainGetState(d, 0)
 	if err != nil {
-		return nil, fmt.Errorf("DomainGetState %s: %w", name, err)
+		return d, fmt.Errorf("DomainGetState %s: %w", name, notRunning(err))
 	}
 	if s := libvirt.DomainState(state); s == libvirt.DomainShutoff || s == libvirt.DomainCrashed || s == libvirt.DomainNostate {
-		return nil, fmt.Errorf("domain %s: %w", name, ErrNotRunning)
+		return d, fmt.Errorf("domain %s: %w", name, ErrNotRunning)
+	}
+	return d, nil
+}
+
+// LiveXML returns the domain's live XML.
+func (c *Libvirt) LiveXML(name string) ([]byte, error) {
+	d, err := runningDomain(c.l, name)
+	if err != nil {
+		return nil, err
 	}
 	x, err := c.l.DomainGetXMLDesc(d, 0)
 	if err != nil {
-		if libvirt.IsNotFound(err) {
-			return nil, fmt.Errorf("DomainGetXMLDesc %s: %w", name, ErrNotRunning)
-		}
-		return nil, fmt.Errorf("DomainGetXMLDesc %s: %w", name, err)
+		return nil, fmt.Errorf("DomainGetXMLDesc %s: %w", name, notRunning(err))
 	}
 	return []byte(x), nil
+}
+
+// notRunning maps libvirt's "no domain" and "not running" errors to
+// ErrNotRunning (the domain went away between two calls).
+func notRunning(err error) error {
+	if libvirt.IsNotFound(err) || libvirt.IsNotFound(errors.Unwrap(err)) {
+		return fmt.Errorf("%w (%v)", ErrNotRunning, err)
+	}
+	var le libvirt.Error
+	if errors.As(err, &le) && libvirt.ErrorNumber(le.Code) == libvirt.ErrOperationInvalid {
+		return fmt.Errorf("%w (%v)", ErrNotRunning, err)
+	}
+	return err
 }
 
 // Lifecycle subscribes to the lifecycle events of every domain.

@@ -17,6 +17,7 @@ type fakeConn struct {
 	nextTap int
 	events  chan Event
 	listErr error
+	xmlErr  map[string]error // LiveXML of these domains fails
 }
 
 func newFake() *fakeConn {
@@ -72,6 +73,9 @@ func (f *fakeConn) Running() ([]string, error) {
 func (f *fakeConn) LiveXML(name string) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.xmlErr[name]; err != nil {
+		return nil, err
+	}
 	x, ok := f.running[name]
 	if !ok {
 		return nil, fmt.Errorf("fake %s: %w", name, ErrNotRunning)

@@ -101,8 +101,18 @@ func (inv *Inventory) SetPolicyVMs(names []string) {
 	inv.policy = append([]string{}, names...) // never nil once set
 }
 
+// DomainsError is what Refresh returns when it listed the domains but
+// could not read some of them: the others are in the inventory, and the
+// agent goes on with them.
+type DomainsError struct{ Err error }
+
+func (e *DomainsError) Error() string { return e.Err.Error() }
+func (e *DomainsError) Unwrap() error { return e.Err }
+
 // Refresh reads every running domain anew (at start and after a lost
-// connection); domains that no longer run are dropped.
+// connection); domains that no longer run are dropped. An error of the
+// listing is returned as it is; errors of single domains come as one
+// *DomainsError, after the domains that could be read are in.
 func (inv *Inventory) Refresh() error {
 	names, err := inv.conn.Running()
 	if err != nil {
@@ -128,7 +138,10 @@ func (inv *Inventory) Refresh() error {
 	if changed {
 		inv.notify()
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return &DomainsError{errors.Join(errs...)}
+	}
+	return nil
 }
 
 // update reads one domain's live XML: adds or replaces it when it runs,

@@ -149,6 +149,29 @@ func TestRefreshError(t *testing.T) {
 	}
 }
 
+// A domain that cannot be read does not keep the others out: Refresh
+// says which one (a DomainsError, which the agent reports and goes on
+// with) and has read the rest.
+func TestRefreshDomainError(t *testing.T) {
+	f := newFake()
+	f.start("vm1", "", []string{"ua-nic0"}, EventStarted)
+	f.start("vm2", "", []string{"ua-nic0"}, EventStarted)
+	f.xmlErr = map[string]error{"vm1": errors.New("DomainGetXMLDesc vm1: boom")}
+	inv := New(f, Config{})
+	err := inv.Refresh()
+	var de *DomainsError
+	if !errors.As(err, &de) || !strings.Contains(err.Error(), "vm1: boom") {
+		t.Fatalf("Refresh = %v, want a DomainsError naming vm1", err)
+	}
+	var names []string
+	for _, d := range inv.Domains() {
+		names = append(names, d.Name)
+	}
+	if len(names) != 1 || names[0] != "vm2" {
+		t.Errorf("domains after Refresh: %v, want vm2", names)
+	}
+}
+
 func TestUplinkDevice(t *testing.T) {
 	inv := New(newFake(), Config{Uplinks: map[string]string{"vmnic0": "bond0"}})
 	if d, err := inv.UplinkDevice("vmnic0"); err != nil || d != "bond0" {

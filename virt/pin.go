@@ -44,38 +44,6 @@ func (p *Pinner) hostCPUs() (int, error) {
 	return p.cpus, nil
 }
 
-// running looks up a running domain by name.
-func (p *Pinner) running(name string) (libvirt.Domain, error) {
-	d, err := p.l.DomainLookupByName(name)
-	if err != nil {
-		if libvirt.IsNotFound(err) {
-			return d, fmt.Errorf("DomainLookupByName %s: %w", name, agent.ErrDomainNotRunning)
-		}
-		return d, fmt.Errorf("DomainLookupByName %s: %w", name, err)
-	}
-	state, _, err := p.l.DomainGetState(d, 0)
-	if err != nil {
-		return d, fmt.Errorf("DomainGetState %s: %w", name, notRunning(err))
-	}
-	if s := libvirt.DomainState(state); s == libvirt.DomainShutoff || s == libvirt.DomainCrashed || s == libvirt.DomainNostate {
-		return d, fmt.Errorf("domain %s: %w", name, agent.ErrDomainNotRunning)
-	}
-	return d, nil
-}
-
-// notRunning maps libvirt's "no domain" and "not running" errors to
-// agent.ErrDomainNotRunning (the domain went away between two calls).
-func notRunning(err error) error {
-	if libvirt.IsNotFound(err) || libvirt.IsNotFound(errors.Unwrap(err)) {
-		return fmt.Errorf("%w (%v)", agent.ErrDomainNotRunning, err)
-	}
-	var le libvirt.Error
-	if errors.As(err, &le) && libvirt.ErrorNumber(le.Code) == libvirt.ErrOperationInvalid {
-		return fmt.Errorf("%w (%v)", agent.ErrDomainNotRunning, err)
-	}
-	return err
-}
-
 // Pins reads the running domain's live pinning.
 func (p *Pinner) Pins(name string) (agent.DomainPins, error) {
 	var out agent.DomainPins
@@ -83,7 +51,7 @@ func (p *Pinner) Pins(name string) (agent.DomainPins, error) {
 	if err != nil {
 		return out, err
 	}
-	d, err := p.running(name)
+	d, err := runningDomain(p.l, name)
 	if err != nil {
 		return out, err
 	}
@@ -120,7 +88,7 @@ func (p *Pinner) PinVCPU(name string, vcpu int, cpus []int) error {
 	if err != nil {
 		return fmt.Errorf("DomainPinVcpuFlags %s vCPU %d: %w", name, vcpu, err)
 	}
-	d, err := p.running(name)
+	d, err := runningDomain(p.l, name)
 	if err != nil {
 		return err
 	}
@@ -140,7 +108,7 @@ func (p *Pinner) PinEmulator(name string, cpus []int) error {
 	if err != nil {
 		return fmt.Errorf("DomainPinEmulator %s: %w", name, err)
 	}
-	d, err := p.running(name)
+	d, err := runningDomain(p.l, name)
 	if err != nil {
 		return err
 	}

@@ -192,7 +192,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return exitBad
 	}
 	defer k.Close()
-	inv, closeInv, err := src.open(p, pl, *host, k.Master)
+	inv, closeInv, err := src.open(p, pl, *host, k.Master, func(err error) { logf("%s", labOneLine(err)) })
 	if err != nil {
 		logf("%s", labOneLine(err))
 		return exitBad

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"sync"
@@ -61,10 +62,11 @@ func (f *inventoryFlags) labPlan(p *policy.Policy, stateDir string, followsContr
 }
 
 // open builds the inventory: of the lab's plan pl, or of libvirt. The
-// libvirt one has read every running domain when it returns; master tells
+// libvirt one has read every running domain when it returns (warn gets
+// those it could not read); master tells
 // the bridge of an uplink device (in the agent's namespace), for the
 // domains the policy does not name.
-func (f *inventoryFlags) open(p *policy.Policy, pl *lab.Plan, host string, master func(dev string) (string, error)) (agent.Inventory, func(), error) {
+func (f *inventoryFlags) open(p *policy.Policy, pl *lab.Plan, host string, master func(dev string) (string, error), warn func(error)) (agent.Inventory, func(), error) {
 	if f.kind == "lab" {
 		inv, err := pl.Inventory(host)
 		if err != nil {
@@ -82,7 +84,12 @@ func (f *inventoryFlags) open(p *policy.Policy, pl *lab.Plan, host string, maste
 		return nil, nil, err
 	}
 	inv := virt.New(conn, virt.Config{Uplinks: f.uplinks, Cgroup: virt.ProcCgroup, Master: master})
-	if err := inv.Refresh(); err != nil {
+	var de *virt.DomainsError
+	if err := inv.Refresh(); errors.As(err, &de) {
+		// A domain that cannot be read is reported; the others are
+		// enforced (a lifecycle event of it reads it again).
+		warn(err)
+	} else if err != nil {
 		conn.Close()
 		return nil, nil, err
 	}
