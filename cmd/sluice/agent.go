@@ -635,41 +635,35 @@ func runAgentUninstall(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice agent uninstall: host %q is not in %s\n", *host, *file)
 		return exitBad
 	}
-	// QEMU throttles the throttle driver set, given back first (the
-	// originals recorded in the state directory).
-	if _, err := os.Stat(agent.ThrottleOriginalsPath(*stateDir, p.Cluster, *host)); err == nil {
+	// What sluice set through libvirt, given back from the originals it
+	// recorded: the disks' QEMU throttles, then the vCPU pinnings of
+	// latency-sensitive VMs and of the domains kept off their cores.
+	giveBack := func(what, originals string, undo func(*virt.Libvirt) ([]string, error)) bool {
+		if !fileExists(originals) {
+			return true
+		}
 		conn, err := virt.Dial(src.socket)
 		if err != nil {
-			fmt.Fprintf(stderr, "sluice agent uninstall: throttles: %s\n", labOneLine(err))
-			return exitBad
+			fmt.Fprintf(stderr, "sluice agent uninstall: %s: %s\n", what, labOneLine(err))
+			return false
 		}
-		done, err := agent.UninstallThrottles(conn, *stateDir, p.Cluster, *host, labDomains(src.kind, p.Cluster))
+		done, err := undo(conn)
 		conn.Close()
 		for _, d := range done {
 			fmt.Fprintln(stdout, d)
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice agent uninstall: %s\n", labOneLine(err))
-			return exitBad
+			return false
 		}
+		return true
 	}
-	// vCPU pinnings of latency-sensitive VMs and of the domains kept off
-	// their cores, given back from the originals recorded.
-	if pins := agent.PinsOriginalsPath(*stateDir, p.Cluster, *host); fileExists(pins) {
-		conn, err := virt.Dial(src.socket)
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice agent uninstall: pins: %s\n", labOneLine(err))
-			return exitBad
-		}
-		done, err := agent.UninstallPins(conn.Pinner(), pins)
-		conn.Close()
-		for _, d := range done {
-			fmt.Fprintln(stdout, d)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice agent uninstall: %s\n", labOneLine(err))
-			return exitBad
-		}
+	if !giveBack("throttles", agent.ThrottleOriginalsPath(*stateDir, p.Cluster, *host), func(c *virt.Libvirt) ([]string, error) {
+		return agent.UninstallThrottles(c, *stateDir, p.Cluster, *host, labDomains(src.kind, p.Cluster))
+	}) || !giveBack("pins", agent.PinsOriginalsPath(*stateDir, p.Cluster, *host), func(c *virt.Libvirt) ([]string, error) {
+		return agent.UninstallPins(c.Pinner(), agent.PinsOriginalsPath(*stateDir, p.Cluster, *host))
+	}) {
+		return exitBad
 	}
 	k, err := agent.NewNetlinkKernel(src.netns(*nsName, p.Cluster, *host))
 	if err != nil {
