@@ -80,6 +80,24 @@ func invariants(res *Result) []string {
 	return out
 }
 
+// runOutputs runs scenario src: its summary as JSON, its first run's
+// series as CSV, and that run's simulation.
+func runOutputs(t *testing.T, src string) (summary, csv string, s *Sim) {
+	t.Helper()
+	sc, err := ParseScenario("det.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, _ := json.Marshal(res.Summary)
+	var b bytes.Buffer
+	res.Runs[0].sim.rec.writeCSV(&b, sc.durNs, nil)
+	return string(j), b.String(), res.Runs[0].sim
+}
+
 // Two runs of a scenario with the same seed write byte-identical
 // summaries and series; another seed changes the storage series.
 func TestDeterminism(t *testing.T) {
@@ -93,18 +111,8 @@ func TestDeterminism(t *testing.T) {
 	j := strings.Index(text[i:], "----")
 	src := text[i : i+j]
 	out := func(src string) (string, string) {
-		sc, err := ParseScenario("det.yaml", []byte(src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := Run(sc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		j, _ := json.Marshal(res.Summary)
-		var csv bytes.Buffer
-		res.Runs[0].sim.rec.writeCSV(&csv, sc.durNs, nil)
-		return string(j), csv.String()
+		j, c, _ := runOutputs(t, src)
+		return j, c
 	}
 	j1, c1 := out(src)
 	j2, c2 := out(src)

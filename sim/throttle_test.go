@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"bytes"
-	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -32,26 +30,12 @@ workloads:
 // byte-identical summaries and series, another seed other series; and the
 // driver ran (windows, budgets, throttles set) where the policy says.
 func TestThrottleDeterminism(t *testing.T) {
-	out := func(src string) (string, string, *Sim) {
-		sc, err := ParseScenario("det.yaml", []byte(src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := Run(sc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		j, _ := json.Marshal(res.Summary)
-		var csv bytes.Buffer
-		res.Runs[0].sim.rec.writeCSV(&csv, sc.durNs, nil)
-		return string(j), csv.String(), res.Runs[0].sim
-	}
-	j1, c1, s := out(smallThrottle)
-	j2, c2, _ := out(smallThrottle)
+	j1, c1, s := runOutputs(t, smallThrottle)
+	j2, c2, _ := runOutputs(t, smallThrottle)
 	if j1 != j2 || c1 != c2 {
 		t.Fatal("same seed, different output")
 	}
-	if _, c3, _ := out(strings.Replace(smallThrottle, "seed: 1", "seed: 2", 1)); c1 == c3 {
+	if _, c3, _ := runOutputs(t, strings.Replace(smallThrottle, "seed: 1", "seed: 2", 1)); c1 == c3 {
 		t.Fatal("seed 2 gave the same series as seed 1")
 	}
 	ds := s.dstores["ds1"]
@@ -70,11 +54,11 @@ func TestThrottleDeterminism(t *testing.T) {
 	}
 	// Without a driver in the file the simulator runs the gateway; a
 	// run's driver overrides the file's.
-	_, _, g := out(strings.Replace(smallThrottle, "driver: throttle, ", "", 1))
+	_, _, g := runOutputs(t, strings.Replace(smallThrottle, "driver: throttle, ", "", 1))
 	if g.dstores["ds1"].driver != "gateway" {
 		t.Errorf("no driver given: %q, want gateway", g.dstores["ds1"].driver)
 	}
-	_, _, r := out(smallThrottle + "runs: [{name: gw, driver: gateway}]\n")
+	_, _, r := runOutputs(t, smallThrottle + "runs: [{name: gw, driver: gateway}]\n")
 	if r.dstores["ds1"].driver != "gateway" {
 		t.Errorf("run driver gateway: %q", r.dstores["ds1"].driver)
 	}
