@@ -148,9 +148,7 @@ func (d *datastore) finish(q *ioReq) {
 		return
 	}
 	h := q.disk.host
-	h.ios++
-	h.latSumNs += float64(now - q.dsNs)
-	h.bytesSum += float64(q.bytes)
+	h.io.add(q, now)
 	h.outstanding--
 	h.slots.Note(now, h.outstanding, h.window)
 	q.disk.complete(q, now)
@@ -178,10 +176,7 @@ func (d *datastore) serve() {
 func (d *datastore) control() {
 	reports := make([]parda.HostReport, 0, len(d.hosts))
 	for _, h := range d.hosts {
-		if h.ios > 0 {
-			reports = append(reports, parda.HostReport{IOs: h.ios, LatencyNs: h.latSumNs / h.ios, MeanBytes: h.bytesSum / h.ios})
-		}
-		h.ios, h.latSumNs, h.bytesSum = 0, 0, 0
+		reports = h.io.take(reports)
 	}
 	d.lastLatNs = d.size.DatastoreLatency(reports)
 	d.controller() // the policy's settings, as the gateway's
@@ -232,9 +227,29 @@ type hostQ struct {
 	reqs        map[uint64]*ioReq
 	nextHandle  uint64
 	wakeNs      int64
-	// measurements of the current control period
-	ios, latSumNs, bytesSum float64
-	peak                    int // most I/Os outstanding at once
+	io          arrayIO // the current control period's I/O at the array
+	peak        int     // most I/Os outstanding at once
+}
+
+// arrayIO is a host's I/O at the array in a control period: what its
+// report to the datastore's latency is made of.
+type arrayIO struct{ ios, latSumNs, bytesSum float64 }
+
+// add counts q, done at nowNs.
+func (a *arrayIO) add(q *ioReq, nowNs int64) {
+	a.ios++
+	a.latSumNs += float64(nowNs - q.dsNs)
+	a.bytesSum += float64(q.bytes)
+}
+
+// take appends the period's report to reports (none without I/O) and
+// starts a new period.
+func (a *arrayIO) take(reports []parda.HostReport) []parda.HostReport {
+	if a.ios > 0 {
+		reports = append(reports, parda.HostReport{IOs: a.ios, LatencyNs: a.latSumNs / a.ios, MeanBytes: a.bytesSum / a.ios})
+	}
+	*a = arrayIO{}
+	return reports
 }
 
 func (h *hostQ) dispatch() {

@@ -47,7 +47,7 @@ type throttleHost struct {
 	probeBusy, probeDue bool
 	// device latency of the disks' I/O in the current period (for the
 	// datastore's latency series, as the gateway's hosts report it)
-	ios, latSumNs, bytesSum float64
+	io arrayIO
 }
 
 // throttleHost returns (making it) host's driver on ds.
@@ -213,9 +213,7 @@ func (d *datastore) finishDirect(q *ioReq, now int64) {
 		return
 	}
 	h := dk.th
-	h.ios++
-	h.latSumNs += float64(now - q.dsNs)
-	h.bytesSum += float64(q.bytes)
+	h.io.add(q, now)
 	dk.ctr.Ops++
 	dk.ctr.Bytes += uint64(q.bytes)
 	dk.ctr.TimeNs += uint64(now - q.t0Ns)
@@ -229,10 +227,7 @@ func (d *datastore) finishDirect(q *ioReq, now int64) {
 func (d *datastore) throttleLatency() {
 	reports := make([]parda.HostReport, 0, len(d.thosts))
 	for _, h := range d.thosts {
-		if h.ios > 0 {
-			reports = append(reports, parda.HostReport{IOs: h.ios, LatencyNs: h.latSumNs / h.ios, MeanBytes: h.bytesSum / h.ios})
-		}
-		h.ios, h.latSumNs, h.bytesSum = 0, 0, 0
+		reports = h.io.take(reports)
 	}
 	d.lastLatNs = d.size.DatastoreLatency(reports)
 	d.s.eng.After(ThrottlePeriodNs, d.throttleLatency)
