@@ -15,10 +15,10 @@ import (
 // runs (a main thread left there would make Down kill this process).
 func TestNoForwarding(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces)")
+		t.Fatal("TestNoForwarding needs root (network namespaces); run it as root")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2")
+		t.Fatal("ip not found: scripts/deps.sh installs iproute2")
 	}
 	ns := fmt.Sprintf("sl-nofwd%d-probe", os.Getpid())
 	if err := ip("netns", "add", ns); err != nil {
