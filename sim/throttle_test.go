@@ -58,7 +58,7 @@ func TestThrottleDeterminism(t *testing.T) {
 	if g.dstores["ds1"].driver != "gateway" {
 		t.Errorf("no driver given: %q, want gateway", g.dstores["ds1"].driver)
 	}
-	_, _, r := runOutputs(t, smallThrottle + "runs: [{name: gw, driver: gateway}]\n")
+	_, _, r := runOutputs(t, smallThrottle+"runs: [{name: gw, driver: gateway}]\n")
 	if r.dstores["ds1"].driver != "gateway" {
 		t.Errorf("run driver gateway: %q", r.dstores["ds1"].driver)
 	}
