@@ -31,7 +31,7 @@ type Disk struct {
 
 // Storage builds the tree of datastore ds's disks and computes their
 // entitlements. capacityIOPS is what the datastore serves now (measured,
-// or the array's nominal rate: ds.ArrayIOPS()); 0 means the nominal rate.
+// or the policy's: ds.NominalIOPS()); 0 means the policy's.
 // demandIOPS gives demands by disk name (VM/DISK); others are unbounded;
 // alloc.Inf means unbounded. Disks of VMs without a host are skipped (their
 // I/O goes through no gateway). A name that is no disk on ds is an error.
@@ -41,7 +41,7 @@ func Storage(p *policy.Policy, ds string, capacityIOPS float64, demandIOPS map[s
 		return nil, fmt.Errorf("%s: no such datastore", ds)
 	}
 	if capacityIOPS <= 0 {
-		capacityIOPS = IOPSLimit(d.ArrayIOPS())
+		capacityIOPS = IOPSLimit(d.NominalIOPS())
 	}
 	s := &Store{
 		Datastore: ds, CapacityIOPS: capacityIOPS,

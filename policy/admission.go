@@ -246,11 +246,25 @@ func (ds *Datastore) ArrayGiven() bool {
 	return ds.Pos.Line == 0 && ds.Array.Slots > 0 && ds.Array.ServiceTime > 0
 }
 
+// NominalIOPS is what the datastore serves by the policy: its declared
+// capacityIOPS, else its (emulated) array's rate.
+func (ds *Datastore) NominalIOPS() IOPS {
+	if ds.CapacityIOPS > 0 {
+		return ds.CapacityIOPS
+	}
+	return ds.ArrayIOPS()
+}
+
 // IOPSQuota returns the datastore's IOPS capacity as a quota, none used:
-// ArrayIOPS when the array is given, else unlimited.
+// the declared capacityIOPS, else ArrayIOPS when the array is given, else
+// unlimited.
 func (ds *Datastore) IOPSQuota() feasible.Quota {
 	q := feasible.Quota{Kind: "datastore", Name: ds.Name, Cap: feasible.Unlimited}
-	if ds.ArrayGiven() {
+	switch {
+	case ds.CapacityIOPS > 0:
+		q.Cap = int64(ds.CapacityIOPS)
+		q.Why = "its declared capacityIOPS"
+	case ds.ArrayGiven():
 		q.Cap = int64(ds.ArrayIOPS())
 		q.Why = fmt.Sprintf("the array serves %d slots / %s", ds.Array.Slots, ds.Array.ServiceTime)
 	}

@@ -17,7 +17,7 @@ var (
 	unnamedFields   = []string{"shares", "reservation", "limit"}
 	poolFields      = []string{"name", "reservation", "portGroups", "hosts"}
 	portGroupFields = []string{"name", "vlan"}
-	dsFields        = []string{"name", "driver", "sioc", "array"}
+	dsFields        = []string{"name", "driver", "sioc", "array", "capacityIOPS"}
 	siocFields      = []string{"enabled", "congestionThreshold", "controlPeriod", "gamma", "shareTerm", "minWindow", "maxWindow"}
 	arrayFields     = []string{"slots", "serviceTime"}
 	vmFields        = []string{"name", "host", "cpu", "memory", "nics", "disks", "migratable", "latency", "lab"}
@@ -319,6 +319,18 @@ func (d *decoder) datastore(n *yaml.Node, path string) Datastore {
 		if a := d.mapping(v, path+".array", &ds.Pos, "array.", arrayFields...); a != nil {
 			d.integer(a, "slots", 1, maxSlots, &ds.Array.Slots)
 			d.duration(a, "serviceTime", &ds.Array.ServiceTime)
+		}
+	}
+	if _, line, ok := d.scalar(m, "capacityIOPS"); ok {
+		problems := len(d.errs) + d.dropped
+		d.iops(m, "capacityIOPS", &ds.CapacityIOPS, false)
+		switch {
+		case len(d.errs)+d.dropped > problems:
+		case ds.CapacityIOPS == 0:
+			d.add(line, path+".capacityIOPS", "a datastore's capacity must be positive (leave it out to declare none)")
+		case ds.ArrayGiven() && ds.CapacityIOPS > ds.ArrayIOPS():
+			d.add(line, path+".capacityIOPS", "%d IOPS is more than the emulated array serves (%d slots / %s = %d IOPS)",
+				ds.CapacityIOPS, ds.Array.Slots, ds.Array.ServiceTime, ds.ArrayIOPS())
 		}
 	}
 	return ds

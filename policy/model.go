@@ -190,7 +190,11 @@ type Datastore struct {
 	Driver string
 	SIOC   SIOC
 	Array  Array
-	Pos    Pos
+	// CapacityIOPS is the IOPS the operator declares the datastore serves
+	// (0: not declared): it bounds the disks' reservations in admission
+	// and is the capacity the storage derivation divides.
+	CapacityIOPS IOPS
+	Pos          Pos
 }
 
 // Storage drivers of a datastore.

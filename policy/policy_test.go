@@ -222,8 +222,8 @@ func derived(p *Policy) string {
 		if drv == "" {
 			drv = fmt.Sprintf("auto(made:%s,else:%s)", ds.DriverAt(true), ds.DriverAt(false))
 		}
-		fmt.Fprintf(&b, "datastore %s driver=%s sioc=%v threshold=%s period=%s slots=%d service=%s array-iops=%d\n", ds.Name, drv, ds.SIOC.Enabled,
-			ds.SIOC.CongestionThreshold, ds.SIOC.ControlPeriod, ds.Array.Slots, ds.Array.ServiceTime, ds.ArrayIOPS())
+		fmt.Fprintf(&b, "datastore %s driver=%s sioc=%v threshold=%s period=%s slots=%d service=%s array-iops=%d nominal-iops=%d quota=%d\n", ds.Name, drv, ds.SIOC.Enabled,
+			ds.SIOC.CongestionThreshold, ds.SIOC.ControlPeriod, ds.Array.Slots, ds.Array.ServiceTime, ds.ArrayIOPS(), ds.NominalIOPS(), ds.IOPSQuota().Cap)
 	}
 	for _, np := range p.NetworkPools {
 		fmt.Fprintf(&b, "pool %s reservation=%s portGroups=%v hosts=%v\n", np.Name, FormatRate(np.Reservation), np.PortGroups, np.Hosts)
