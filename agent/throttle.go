@@ -148,6 +148,11 @@ func (t *Throttler) Step(nowNs int64) (ThrottleStatus, error) {
 		if probe != nil {
 			dst.Probes = probe.N
 		}
+		c := out.State.Capacity
+		dst.CapacityPeriods = c.Periods()
+		if v, ok := c.Estimate(); ok {
+			dst.MeasuredIOPS = v
+		}
 		if d.Ctl != nil {
 			dst.ThresholdMs = d.Ctl.Config().ThresholdNs / 1e6
 		}
@@ -337,7 +342,12 @@ type ThrottleDatastoreStatus struct {
 	ThresholdMs        float64 `json:"threshold_ms"`
 	HostsSeen          int     `json:"hosts_seen"`
 	Probes             int     `json:"probes"` // probe reads in the period (their latency is the host's)
-	Error              string  `json:"error,omitempty"`
+	// MeasuredIOPS is the datastore's capacity as measured in the periods
+	// it was congested in (parda.Capacity; 0: fewer than
+	// parda.MinCapacityPeriods of them yet, CapacityPeriods so far).
+	MeasuredIOPS    float64 `json:"measured_iops"`
+	CapacityPeriods int     `json:"capacity_periods"`
+	Error           string  `json:"error,omitempty"`
 }
 
 // ThrottleDiskStatus is one disk's period: what it did and the throttle

@@ -19,6 +19,7 @@ type Record struct {
 // (those whose period ended within 3 of their periods before now).
 type View struct {
 	LatNs       float64 // IOPS-weighted mean normalised latency; 0: no I/O
+	IOPS        float64 // Σ of the hosts' I/Os per second in their periods
 	Hosts       int
 	TotalShares float64 // Σ active shares
 	TotalWindow float64 // Σ windows of hosts with active shares
@@ -33,6 +34,7 @@ func ViewOf(recs []Record, nowNs int64) View {
 			continue
 		}
 		v.Hosts++
+		v.IOPS += float64(r.IOs) / (float64(r.PeriodNs) / 1e9)
 		if r.IOs > 0 {
 			// Latencies are normalised per I/O already (MeanBytes 0).
 			reports = append(reports, HostReport{IOs: float64(r.IOs), LatencyNs: r.NormLatSumNs / float64(r.IOs)})

@@ -283,6 +283,13 @@ func render(out Output, err error, specs []entitle.DiskSpec, hv *fakeHV) string 
 	}
 	fmt.Fprintf(&b, "host window=%.2f budget=%s latency=%s datastore=%s hosts=%d\n", out.State.Window, budget,
 		ms(out.HostLatNs), ms(out.View.LatNs), out.View.Hosts)
+	if c := out.State.Capacity; c.Periods() > 0 {
+		if v, ok := c.Estimate(); ok {
+			fmt.Fprintf(&b, "measured capacity %.0f IOPS (median of %d congested periods; datastore did %.0f)\n", v, c.Periods(), out.View.IOPS)
+		} else {
+			fmt.Fprintf(&b, "measured capacity: none yet (%d of %d congested periods; datastore did %.0f)\n", c.Periods(), parda.MinCapacityPeriods, out.View.IOPS)
+		}
+	}
 	var sum float64
 	for _, r := range out.Disks {
 		var flags []string

@@ -95,6 +95,10 @@ type State struct {
 	// yet), used to turn the window into IOPS in a period without one.
 	LatNs float64
 	Disks map[string]DiskState
+	// Capacity is the datastore's capacity as measured from the periods
+	// it was congested in (SIOC on): what admission may count on when
+	// the policy declares none.
+	Capacity parda.Capacity
 }
 
 // Input is one period of one datastore on one host.
@@ -160,7 +164,7 @@ type Output struct {
 // (policy.SIOC.Controller), nil when SIOC is off: then only limits are
 // set (the budget is unbounded). st is the previous period's state.
 func Step(ctl *parda.Controller, st State, in Input) Output {
-	next := State{Window: st.Window, LatNs: st.LatNs, Disks: make(map[string]DiskState, len(in.Disks))}
+	next := State{Window: st.Window, LatNs: st.LatNs, Disks: make(map[string]DiskState, len(in.Disks)), Capacity: st.Capacity}
 	if ctl != nil && next.Window == 0 {
 		next.Window = ctl.InitialWindow()
 	}
@@ -293,6 +297,7 @@ func Step(ctl *parda.Controller, st State, in Input) Output {
 		// the array): PARDA already answers latency through the window.
 		next.Window = ps.Window
 		out.BudgetIOPS = next.Window / (ctl.Config().ThresholdNs / 1e9)
+		next.Capacity = st.Capacity.Observe(ps.View, ctl.Config().ThresholdNs, in.EndNs)
 	}
 
 	// Entitle: the storage derivation within the budget. A disk's

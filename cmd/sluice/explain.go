@@ -13,6 +13,7 @@ import (
 	"sluice/entitle"
 	"sluice/explain"
 	"sluice/lab"
+	"sluice/parda"
 	"sluice/policy"
 )
 
@@ -99,6 +100,17 @@ func cutCPUCostFlag(args []string) ([]string, float64, error) {
 	return rest, c, nil
 }
 
+// measuredLine says what the throttle driver measured of the datastore's
+// capacity.
+func measuredLine(ds agent.ThrottleDatastoreStatus) string {
+	if ds.MeasuredIOPS > 0 {
+		return fmt.Sprintf("datastore %s measured to serve %.0f IOPS at %.0f ms or more (median of the last %d congested periods)",
+			ds.Name, ds.MeasuredIOPS, ds.ThresholdMs, ds.CapacityPeriods)
+	}
+	return fmt.Sprintf("datastore %s: capacity not measured yet (%d of %d periods at or above %.0f ms seen)",
+		ds.Name, ds.CapacityPeriods, parda.MinCapacityPeriods, ds.ThresholdMs)
+}
+
 // throttleLines explains what the throttle driver of host did to disk
 // name in its last period, from its status file in stateDir; nothing when
 // the file is not there. These are explain.Options.HostLocal's lines: only
@@ -125,6 +137,7 @@ func throttleLines(p *policy.Policy, host, name, stateDir string) []string {
 			}
 			out = append(out, fmt.Sprintf("  host budget %.0f IOPS = window %.2f / threshold %.0f ms; datastore latency %.2f ms over %d hosts, this host's %.2f ms (%d probes)",
 				ds.BudgetIOPS, ds.Window, ds.ThresholdMs, ds.DatastoreLatencyMs, ds.HostsSeen, ds.HostLatencyMs, ds.Probes))
+			out = append(out, "  "+measuredLine(ds))
 			if ds.Error != "" {
 				out = append(out, "  error: "+ds.Error)
 			}

@@ -36,7 +36,7 @@ vms:
 	}
 	dir := t.TempDir()
 	st := agent.ThrottleStatus{Cluster: "t", Host: "h1", TimeUnixNs: 1, PeriodS: 1,
-		Datastores: []agent.ThrottleDatastoreStatus{{Name: "ds1", SIOC: true, Window: 2.5, BudgetIOPS: 208, HostLatencyMs: 9.5, DatastoreLatencyMs: 11, ThresholdMs: 12, HostsSeen: 2, Probes: 10}},
+		Datastores: []agent.ThrottleDatastoreStatus{{Name: "ds1", SIOC: true, Window: 2.5, BudgetIOPS: 208, HostLatencyMs: 9.5, DatastoreLatencyMs: 11, ThresholdMs: 12, HostsSeen: 2, Probes: 10, MeasuredIOPS: 482, CapacityPeriods: 37}},
 		Disks: []agent.ThrottleDiskStatus{{Disk: "vm1/d0", Datastore: "ds1", VM: "vm1", Target: "vda", Shares: 1000, LimitIOPS: 120,
 			IOPS: 119, LatencyMs: 300, Bound: true, DemandIOPS: -1, EntitlementIOPS: 120, ThrottleIOPS: 120, Why: "limit"}}}
 	if err := writeTestJSON(agent.ThrottleStatusPath(dir, "t", "h1"), st); err != nil {
@@ -44,6 +44,7 @@ vms:
 	}
 	lines := strings.Join(throttleLines(p, "h1", "vm1/d0", dir), "\n")
 	for _, want := range []string{"host budget 208 IOPS = window 2.50 / threshold 12 ms", "datastore latency 11.00 ms over 2 hosts, this host's 9.50 ms (10 probes)",
+		"datastore ds1 measured to serve 482 IOPS at 12 ms or more (median of the last 37 congested periods)",
 		"held by its throttle", "QEMU throttle 120 IOPS (of 32 KiB units): limit"} {
 		if !strings.Contains(lines, want) {
 			t.Errorf("explain lacks %q:\n%s", want, lines)
