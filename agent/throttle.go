@@ -180,6 +180,21 @@ func (t *Throttler) Step(nowNs int64) (ThrottleStatus, error) {
 	return st, errors.Join(errs...)
 }
 
+// Measured returns the capacities of the datastores that the driver
+// measured so far (parda.Capacity), in whole IOPS: what the host reports
+// to the controller for admission.
+func (t *Throttler) Measured() map[string]float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]float64{}
+	for name, d := range t.drivers {
+		if v, ok := d.Last().State.Capacity.Estimate(); ok && v >= 1 {
+			out[name] = math.Floor(v)
+		}
+	}
+	return out
+}
+
 // takeProbe returns the probes of datastore ds since the last period
 // (nil without a prober); a failed probe is an error of the period.
 func (t *Throttler) takeProbe(ds string) (*throttle.Probe, error) {

@@ -7,19 +7,25 @@ import (
 	"testing"
 	"time"
 
+	"sluice/parda"
 	"sluice/policy"
 	"sluice/throttle"
 )
 
 // tuneHV is a hypervisor with one domain's disks and their throttles.
 type tuneHV struct {
-	tune map[string]throttle.Limits // target → throttle
-	ops  uint64
+	tune  map[string]throttle.Limits // target → throttle
+	ops   uint64
+	latNs uint64 // each op's latency (0: 1 ms)
 }
 
 func (h *tuneHV) BlockStats(vms []string) ([]throttle.HostDisk, error) {
 	h.ops += 100
-	return []throttle.HostDisk{{VM: "vm1", Target: "vda", Serial: "d0", Counters: throttle.Counters{Ops: h.ops, Bytes: 4096 * h.ops, TimeNs: h.ops * 1e6}}}, nil
+	lat := h.latNs
+	if lat == 0 {
+		lat = 1e6
+	}
+	return []throttle.HostDisk{{VM: "vm1", Target: "vda", Serial: "d0", Counters: throttle.Counters{Ops: h.ops, Bytes: 4096 * h.ops, TimeNs: h.ops * lat}}}, nil
 }
 func (h *tuneHV) IOTune(vm, target string) (throttle.Limits, error) { return h.tune[target], nil }
 func (h *tuneHV) SetIOTune(vm, target string, l throttle.Limits) error {
@@ -223,5 +229,38 @@ func TestThrottlerProbesAtRandomTimes(t *testing.T) {
 	}
 	if len(seen) < 10 {
 		t.Errorf("20 probes at %d distinct offsets in their slots, want them spread: %v", len(seen), seen)
+	}
+}
+
+// A datastore whose latency stays above its congestion threshold served
+// all it could: after parda.MinCapacityPeriods such periods the throttler
+// has its capacity (what the host reports to the controller), and its
+// status says it; before, nothing is reported.
+func TestThrottlerMeasuresCapacity(t *testing.T) {
+	p, err := policy.Parse("p.yaml", []byte(strings.Replace(throttlePolicy, "    driver: throttle\n",
+		"    driver: throttle\n    sioc: {enabled: true, congestionThreshold: 12ms}\n", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hv := &tuneHV{tune: map[string]throttle.Limits{}, latNs: 30e6}
+	th, err := NewThrottler(p, "h1", hv, []ThrottleDatastore{{Name: "ds1", Dir: t.TempDir()}}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st ThrottleStatus
+	for i := 1; i <= parda.MinCapacityPeriods+1; i++ {
+		if m := th.Measured(); len(m) != 0 {
+			t.Fatalf("after %d periods: measured %v, want nothing yet", i-1, m)
+		}
+		if st, err = th.Step(int64(i) * 1e9); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first period has no rate yet; the next five did 100 IOPS at 30 ms.
+	if m := th.Measured(); m["ds1"] != 100 || len(m) != 1 {
+		t.Fatalf("measured %v, want ds1: 100", m)
+	}
+	if d := st.Datastores[0]; d.MeasuredIOPS != 100 || d.CapacityPeriods != parda.MinCapacityPeriods {
+		t.Fatalf("status %+v, want 100 IOPS measured over %d periods", d, parda.MinCapacityPeriods)
 	}
 }

@@ -80,6 +80,7 @@ func refused(format string, args ...any) *Error {
 // does not report running yet is starting: it holds its reservations for
 // StartGrace.
 func (v view) applyDoc(file, document, reason string, p *policy.Policy) *next {
+	p = withMeasured(p, v.reports)
 	n := &next{p: p, place: placement.Placement{}, starting: map[string]Start{},
 		doc: PolicyState{Revision: v.doc.Revision + 1, File: file, Document: document, AppliedAt: time.Unix(0, v.nowNs).UTC()}}
 	for _, vm := range p.VMs {
@@ -467,6 +468,23 @@ func (v view) report(host string, old, r *Report, decisions []Decision) *next {
 				n.events = append(n.events, Event{Kind: "observed", Subject: d,
 					Message: fmt.Sprintf("domain %s runs on %s and is not in the policy: classed as its unnamedVMs setting says", d, host),
 					Reason:  "reported by the agent of " + host})
+				write = true
+			}
+		}
+	}
+	if old == nil || !maps.Equal(old.CapacityIOPS, r.CapacityIOPS) {
+		// A datastore measured slower than its disks' reservations (a
+		// rebuild, a failed path): a fault, reported; nothing is taken
+		// from the VMs.
+		before := maps.Clone(v.reports)
+		if old != nil {
+			before[host] = old
+		} else {
+			delete(before, host)
+		}
+		if op := withMeasured(v.p, before); op != v.p {
+			if evs := faultEvents(op, v.holding(), v.p, v.holding()); len(evs) > 0 {
+				n.events = append(n.events, evs...)
 				write = true
 			}
 		}

@@ -166,6 +166,17 @@ func TestDecide(t *testing.T) {
 					vm, why, _ := strings.Cut(f, ":")
 					r.Failed[vm] = why
 				}
+				for _, c := range list("capacity") {
+					ds, iops, _ := strings.Cut(c, ":")
+					v, err := strconv.ParseFloat(iops, 64)
+					if err != nil {
+						t.Fatalf("capacity %q: %v", c, err)
+					}
+					if r.CapacityIOPS == nil {
+						r.CapacityIOPS = map[string]float64{}
+					}
+					r.CapacityIOPS[ds] = v
+				}
 				old := w.reports[host]
 				w.reports[host] = r
 				return w.take(w.view().report(host, old, r, w.decisions), nil)

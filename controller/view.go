@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -323,13 +324,49 @@ func named(r Report, known map[string]bool) Report {
 
 // viewOf is the view of state st with the agents' reports.
 func (c *Controller) viewOf(st *state, reports map[string]*Report) view {
-	v := view{doc: st.doc, p: st.p, history: st.history, place: st.place, starting: st.starting, nowNs: c.cfg.Now().UnixNano(),
+	v := view{doc: st.doc, p: withMeasured(st.p, reports), history: st.history, place: st.place, starting: st.starting, nowNs: c.cfg.Now().UnixNano(),
 		agents: map[string]bool{}, reports: reports, known: c.vmNames(st.p)}
 	for h := range reports {
 		v.agents[h] = true
 	}
 	v.obs = &observation{reports: reports, place: st.place, known: v.known}
 	return v
+}
+
+// withMeasured returns p with each datastore's MeasuredIOPS from the
+// hosts' reports: the least any host measured (the slowest view counts),
+// 0 where none did. Admission counts it where the file declares no
+// capacity (policy.Datastore.IOPSQuota). p is not changed: it is
+// returned as it is when nothing differs, else a copy.
+func withMeasured(p *policy.Policy, reports map[string]*Report) *policy.Policy {
+	if p == nil || len(p.Datastores) == 0 {
+		return p
+	}
+	var least map[string]float64
+	for _, r := range reports {
+		for ds, v := range r.CapacityIOPS {
+			if v >= 1 && (least[ds] == 0 || v < least[ds]) {
+				if least == nil {
+					least = map[string]float64{}
+				}
+				least[ds] = v
+			}
+		}
+	}
+	measured := func(ds string) policy.IOPS { return policy.IOPS(math.Floor(least[ds])) }
+	same := true
+	for i := range p.Datastores {
+		same = same && p.Datastores[i].MeasuredIOPS == measured(p.Datastores[i].Name)
+	}
+	if same {
+		return p
+	}
+	np := *p
+	np.Datastores = slices.Clone(p.Datastores)
+	for i := range np.Datastores {
+		np.Datastores[i].MeasuredIOPS = measured(np.Datastores[i].Name)
+	}
+	return &np
 }
 
 // observation is which host runs each VM, by the reports, built at its

@@ -190,7 +190,11 @@ type Report struct {
 	Failed map[string]string `json:"failed,omitempty"`
 	// RatesBps are measured rates by port (VM/NIC or HOST/CLASS), bits/s.
 	RatesBps map[string]float64 `json:"rates_bps,omitempty"`
-	Time     time.Time          `json:"time"`
+	// CapacityIOPS are the capacities of datastores as this host measured
+	// them (parda.Capacity: what all hosts did in the periods the
+	// datastore was congested), by datastore; only those measured.
+	CapacityIOPS map[string]float64 `json:"capacity_iops,omitempty"`
+	Time         time.Time          `json:"time"`
 }
 
 // Lease is a host's registration: heartbeat within TTLSeconds.

@@ -45,6 +45,9 @@ type Config struct {
 	// name, UUIDs the UUID of each running domain by name; nil: none.
 	Unnamed func() []string
 	UUIDs   func() map[string]string
+	// Capacities returns the datastores' capacities the host measured
+	// (agent.Throttler.Measured); nil: none. SetCapacities sets it later.
+	Capacities func() map[string]float64
 	// Log receives the failed moves of each desired state (joined); nil:
 	// not logged.
 	Log func(err error)
@@ -226,13 +229,21 @@ func (s *Side) SetStats(st agent.Stats) {
 	s.noteVMs()
 }
 
+// SetCapacities makes f the source of the datastores' measured
+// capacities in the reports (Config.Capacities).
+func (s *Side) SetCapacities(f func() map[string]float64) {
+	s.mu.Lock()
+	s.cfg.Capacities = f
+	s.mu.Unlock()
+}
+
 // Report is what the host reports now: its running VMs and since when,
 // the domains the policy does not name, the failed moves, and each
 // port's measured sending rate.
 func (s *Side) Report() controller.Report {
 	vms := s.running()
 	s.mu.Lock()
-	st := s.stats
+	st, capf := s.stats, s.cfg.Capacities
 	r := controller.Report{VMs: vms, Uplinks: []string{}, RatesBps: map[string]float64{}, Time: time.Now().UTC(),
 		Since: map[string]time.Time{}, Failed: maps.Clone(s.failed)}
 	for _, vm := range vms {
@@ -257,6 +268,11 @@ func (s *Side) Report() controller.Report {
 			if u := all[d]; u != "" {
 				r.UUIDs[d] = u
 			}
+		}
+	}
+	if capf != nil {
+		if m := capf(); len(m) > 0 {
+			r.CapacityIOPS = m
 		}
 	}
 	for _, u := range st.Uplinks {

@@ -75,8 +75,13 @@ func TestSideExecutor(t *testing.T) {
 		t.Fatalf("running %v, moved %v", vms, moved)
 	}
 	s.SetStats(agent.Stats{Uplinks: []agent.UplinkStat{{Uplink: "vmnic0", Ports: []agent.PortStat{{Port: "vm2/nic0", RateBps: 4e8}}}}})
-	if r := s.Report(); r.RatesBps["vm2/nic0"] != 4e8 || !slices.Equal(r.Uplinks, []string{"vmnic0"}) {
+	if r := s.Report(); r.RatesBps["vm2/nic0"] != 4e8 || !slices.Equal(r.Uplinks, []string{"vmnic0"}) || r.CapacityIOPS != nil {
 		t.Fatalf("report %+v", r)
+	}
+	// The throttle driver's measured capacities go into the report.
+	s.SetCapacities(func() map[string]float64 { return map[string]float64{"nfs1": 480} })
+	if r := s.Report(); r.CapacityIOPS["nfs1"] != 480 || len(r.CapacityIOPS) != 1 {
+		t.Fatalf("report's capacities %v, want nfs1: 480", r.CapacityIOPS)
 	}
 	// A closed agent: Apply returns instead of blocking.
 	ctx, cancel := context.WithCancel(context.Background())

@@ -247,17 +247,21 @@ func (ds *Datastore) ArrayGiven() bool {
 }
 
 // NominalIOPS is what the datastore serves by the policy: its declared
-// capacityIOPS, else its (emulated) array's rate.
+// capacityIOPS, else its (emulated) array's rate when the file gives the
+// array, else what its hosts measured, else the default array's rate.
 func (ds *Datastore) NominalIOPS() IOPS {
-	if ds.CapacityIOPS > 0 {
+	switch {
+	case ds.CapacityIOPS > 0:
 		return ds.CapacityIOPS
+	case !ds.ArrayGiven() && ds.MeasuredIOPS > 0:
+		return ds.MeasuredIOPS
 	}
 	return ds.ArrayIOPS()
 }
 
 // IOPSQuota returns the datastore's IOPS capacity as a quota, none used:
 // the declared capacityIOPS, else ArrayIOPS when the array is given, else
-// unlimited.
+// what its hosts measured, else unlimited.
 func (ds *Datastore) IOPSQuota() feasible.Quota {
 	q := feasible.Quota{Kind: "datastore", Name: ds.Name, Cap: feasible.Unlimited}
 	switch {
@@ -267,6 +271,9 @@ func (ds *Datastore) IOPSQuota() feasible.Quota {
 	case ds.ArrayGiven():
 		q.Cap = int64(ds.ArrayIOPS())
 		q.Why = fmt.Sprintf("the array serves %d slots / %s", ds.Array.Slots, ds.Array.ServiceTime)
+	case ds.MeasuredIOPS > 0:
+		q.Cap = int64(ds.MeasuredIOPS)
+		q.Why = "as its hosts measured it at its congestion threshold; the file declares no capacityIOPS"
 	}
 	return q
 }

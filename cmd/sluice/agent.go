@@ -326,6 +326,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 		if th != nil {
 			defer closeTh()
+			if side != nil {
+				side.SetCapacities(th.Measured)
+			}
 			go th.Run(ctx, nil, *o.storagePeriod, func(_ agent.ThrottleStatus, err error) {
 				if err != nil {
 					log.Error("throttle driver: " + labOneLine(err))
