@@ -168,6 +168,7 @@ func TestGuestThrottle(t *testing.T) {
 	res := runFio(ctx, t, l, job(15, 20, false))
 	logStatus(t, &mu, &statuses)
 	checkSplit(t, "shares 1000/1000/1000/2000", l.P, res)
+	checkMeasured(t, l.P, ths, res)
 
 	// Phase 2: a limit and a reservation, set while the drivers run.
 	p2src := strings.Replace(fmt.Sprintf(guestPolicy, l.P.Cluster),
@@ -325,3 +326,31 @@ func logStatus(t *testing.T, mu *sync.Mutex, statuses *[]agent.ThrottleStatus) {
 		t.Logf("%s %s: %s", time.Unix(0, s.TimeUnixNs).Format("15:04:05.0"), s.Host, b.String())
 	}
 }
+
+// checkMeasured: after phase 1 each host measured the datastore's
+// capacity (parda.Capacity, from the periods at or above the threshold):
+// at least what the four disks did on average over the phase (the array
+// served that much, congested or not) and at most what the array serves
+// (slots / service time), with measuredTol for periods of the two hosts
+// that do not line up.
+func checkMeasured(t *testing.T, p *policy.Policy, ths map[string]*agent.Throttler, res map[string]float64) {
+	t.Helper()
+	var did float64
+	for _, v := range res {
+		did += v
+	}
+	array := float64(p.Datastore("ds1").ArrayIOPS())
+	for _, h := range []string{"h1", "h2"} {
+		m, ok := ths[h].Measured()["ds1"]
+		t.Logf("%s measured ds1 at %.0f IOPS (the disks did %.0f on average; the array serves %.0f)", h, m, did, array)
+		if !ok || m < did*(1-measuredTol) || m > array*(1+measuredTol) {
+			t.Errorf("%s: measured capacity %.0f IOPS (measured: %v), want between the %.0f the disks did and the array's %.0f (± %.0f%%)",
+				h, m, ok, did, array, 100*measuredTol)
+		}
+	}
+}
+
+// measuredTol: the hosts' periods end at different times, so a period's
+// sum of their records counts up to a period's I/O of one host early or
+// late; the median over the congested periods keeps within a few percent.
+const measuredTol = 0.05
