@@ -41,6 +41,7 @@ type Tokens struct {
 type tokenSet struct {
 	digests [][sha256.Size]byte
 	hosts   []string // the host each token acts as; "" for an operator
+	flows   []string // each token's flow (Identity.Flow)
 }
 
 // Replace makes n's tokens the tokens of t (a reload of the tokens
@@ -62,6 +63,12 @@ func (t *Tokens) Len() (all, hosts int) {
 // or the agent of one host (only that host's routes).
 type Identity struct {
 	Host string
+	// Flow is the queue the token's requests wait in for a seat of
+	// the API (fairness.go): "host NAME" for a host's token (a host's
+	// tokens share it), "operator N" for the Nth operator token of the
+	// tokens file. It never holds the token or its digest, so that it
+	// can be logged.
+	Flow string
 }
 
 // key names the identity for the limits on requests in flight.
@@ -74,6 +81,7 @@ func (id Identity) key() string { return "host " + id.Host }
 func ParseTokens(data []byte) (*Tokens, error) {
 	t := &tokenSet{}
 	seen := map[[sha256.Size]byte]bool{}
+	operators := 0
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -104,6 +112,12 @@ func ParseTokens(data []byte) (*Tokens, error) {
 		seen[d] = true
 		t.digests = append(t.digests, d)
 		t.hosts = append(t.hosts, host)
+		if host != "" {
+			t.flows = append(t.flows, Identity{Host: host}.key())
+		} else {
+			operators++
+			t.flows = append(t.flows, fmt.Sprintf("operator %d", operators))
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
@@ -135,7 +149,7 @@ func (t *Tokens) Lookup(tok string) (Identity, bool) {
 	if match < 0 || tok == "" {
 		return Identity{}, false
 	}
-	return Identity{Host: s.hosts[match]}, true
+	return Identity{Host: s.hosts[match], Flow: s.flows[match]}, true
 }
 
 // NewHostToken returns a line of a tokens file with a new token (32

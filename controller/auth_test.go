@@ -274,7 +274,7 @@ func TestHostInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, h := newHandler(c, toks, nil)
+	s, h := newHandler(c, toks, nil, Fairness{})
 	do := func(method, path, tok string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(method, path, strings.NewReader(`{"lease_id":1}`))
 		req.Header.Set("Authorization", "Bearer "+tok)

@@ -274,6 +274,13 @@ const MaxWatch = 60 * time.Second
 // unchanged). Revision 0: nothing is published for the host yet. The
 // polls share one etcd watch (desiredHub).
 func (c *Controller) WatchDesired(ctx context.Context, host string, after int64, wait time.Duration) (DesiredHost, error) {
+	return c.watchDesired(ctx, host, after, wait, nil)
+}
+
+// watchDesired is WatchDesired calling waiting (if not nil) once, when
+// the poll starts to wait for a change: the API gives back the request's
+// seat then.
+func (c *Controller) watchDesired(ctx context.Context, host string, after int64, wait time.Duration, waiting func()) (DesiredHost, error) {
 	wait = min(max(wait, 0), MaxWatch)
 	key := c.key(dirDesired + host)
 	c.hub.start(c.cfg.Client, c.key(dirDesired))
@@ -287,6 +294,10 @@ func (c *Controller) WatchDesired(ctx context.Context, host string, after int64,
 		}
 		if len(resp.Kvs) > 0 && resp.Kvs[0].ModRevision > after || wait == 0 {
 			return c.desiredFrom(ctx, host, resp.Kvs)
+		}
+		if waiting != nil {
+			waiting()
+			waiting = nil
 		}
 		select {
 		case <-changed:

@@ -23,6 +23,10 @@ type metrics struct {
 	migrations *prometheus.CounterVec   // status
 	decodes    prometheus.Counter       // the stored policy decoded and rebuilt
 
+	// The API's priority levels (fairness.go), by level.
+	seats, seatsInUse, waiting *prometheus.GaugeVec
+	rejected                   *prometheus.CounterVec // level, reason
+
 	mu        sync.Mutex
 	etcdErr   error // of the last check
 	etcdAt    time.Time
@@ -48,6 +52,14 @@ func newMetrics() *metrics {
 			Help: "Times the controller decoded the stored policy and replayed its changes: at start and after another controller's change; one per change of its own means its cache misses."}),
 		migrations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_controller_migrations_total",
 			Help: "Migration decisions this controller recorded or moved to a status, by that status (recommended, moving, done, failed, superseded)."}, []string{"status"}),
+		seats: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_controller_api_seats",
+			Help: "Requests the API serves at once, by priority level (hosts: hosts' tokens; operators: operators' tokens)."}, []string{"level"}),
+		seatsInUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_controller_api_seats_in_use",
+			Help: "Seats of the level taken by requests being served (a long poll holds one only for its first read)."}, []string{"level"}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_controller_api_requests_waiting",
+			Help: "Requests waiting for a seat of the level, in the queues of their flows (a host, an operator token)."}, []string{"level"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_controller_api_requests_rejected_total",
+			Help: "Requests refused with 429 for want of a seat, by level and reason (queue-full: their flow's queue was full; wait: no seat came free in time)."}, []string{"level", "reason"}),
 
 		etcdUp:     d("etcd_up", "1 when the last check of etcd (a linearizable read) succeeded, else 0."),
 		etcdLast:   d("etcd_last_check_timestamp_seconds", "Time of the last check of etcd (Unix seconds)."),
@@ -127,6 +139,10 @@ func (k collector) Describe(ch chan<- *prometheus.Desc) {
 	m.events.Describe(ch)
 	m.migrations.Describe(ch)
 	m.decodes.Describe(ch)
+	m.seats.Describe(ch)
+	m.seatsInUse.Describe(ch)
+	m.waiting.Describe(ch)
+	m.rejected.Describe(ch)
 	for _, d := range []*prometheus.Desc{m.etcdUp, m.etcdLast, m.etcdDur, m.hosts, m.registered, m.vms} {
 		ch <- d
 	}
@@ -139,6 +155,10 @@ func (k collector) Collect(ch chan<- prometheus.Metric) {
 	m.events.Collect(ch)
 	m.decodes.Collect(ch)
 	m.migrations.Collect(ch)
+	m.seats.Collect(ch)
+	m.seatsInUse.Collect(ch)
+	m.waiting.Collect(ch)
+	m.rejected.Collect(ch)
 	g := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}

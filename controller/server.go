@@ -41,15 +41,25 @@ const (
 // Handler returns the API (api/openapi.yaml) of c. Every request needs a
 // bearer token of tokens: without a valid one it gets 401 before any route
 // is looked at, so nothing changes; a host's token gets 403 outside its
-// host's routes. errLog gets the internal errors (nil:
-// discarded).
+// host's routes. Requests are served in the seats of the priority levels
+// of fairness.go, with their defaults. errLog gets the internal errors
+// (nil: discarded).
 func Handler(c *Controller, tokens *Tokens, errLog *log.Logger) http.Handler {
-	_, h := newHandler(c, tokens, errLog)
+	_, h := newHandler(c, tokens, errLog, Fairness{})
 	return h
 }
 
-func newHandler(c *Controller, tokens *Tokens, errLog *log.Logger) (*server, http.Handler) {
-	s := &server{c: c, log: errLog, bodies: newBudget(bodyBudget), inflight: inflight{n: map[string]int{}}}
+// HandlerLimits is Handler with the priority levels sized by f (sluice
+// controller --host-seats, --operator-seats).
+func HandlerLimits(c *Controller, tokens *Tokens, errLog *log.Logger, f Fairness) http.Handler {
+	_, h := newHandler(c, tokens, errLog, f)
+	return h
+}
+
+func newHandler(c *Controller, tokens *Tokens, errLog *log.Logger, f Fairness) (*server, http.Handler) {
+	f = f.withDefaults()
+	s := &server{c: c, log: errLog, bodies: newBudget(bodyBudget), inflight: inflight{n: map[string]int{}},
+		hosts: newLevel("hosts", f.HostSeats, f, c.met), operators: newLevel("operators", f.OperatorSeats, f, c.met)}
 	mux := http.NewServeMux()
 	// Who may call what: an operator token everything; a host's token
 	// only its host's routes (host) and admission on its host (admit
@@ -83,10 +93,9 @@ func newHandler(c *Controller, tokens *Tokens, errLog *log.Logger) (*server, htt
 			return
 		}
 		r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
-		// A host's token has places of its own for requests in flight,
-		// so that a host gone wrong cannot hold the controller from the
-		// others. (Operators' tokens, also shared by agents before hosts
-		// had tokens of their own, are not limited.)
+		// A host's token has places of its own for requests in flight
+		// (waiting for a seat or served), so that a host gone wrong
+		// cannot hold the controller from the others.
 		if id.Host != "" {
 			key, max := id.key(), MaxInFlight
 			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/desired") {
@@ -108,6 +117,19 @@ func newHandler(c *Controller, tokens *Tokens, errLog *log.Logger) (*server, htt
 			writeJSON(w, http.StatusRequestEntityTooLarge, ErrorBody{Error: fmt.Sprintf("body larger than %d bytes (Content-Length: %d)", maxBody, r.ContentLength)})
 			return
 		}
+		// A seat of the token's level, in turn with the other flows
+		// of the level (fairness.go).
+		lv := s.operators
+		if id.Host != "" {
+			lv = s.hosts
+		}
+		st, err := lv.enter(r.Context(), id.Flow)
+		if err != nil {
+			lv.refuse(w, id.Flow, err)
+			return
+		}
+		defer st.release()
+		r = r.WithContext(context.WithValue(r.Context(), seatKey{}, st))
 		if n := bodyWeight(r); n > 0 {
 			if !s.bodies.take(r.Context(), n, budgetWait) {
 				w.Header().Set("Retry-After", "1")
@@ -193,10 +215,11 @@ func (s *server) hostOnly(h http.HandlerFunc) http.HandlerFunc {
 }
 
 type server struct {
-	c        *Controller
-	log      *log.Logger
-	bodies   *budget
-	inflight inflight
+	c                *Controller
+	log              *log.Logger
+	bodies           *budget
+	inflight         inflight
+	hosts, operators *level // the priority levels of hosts' and operators' tokens
 }
 
 // bodyWeight is what reading r's body takes of the budget: its declared
@@ -568,6 +591,7 @@ func (s *server) desired(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	d, err := s.c.WatchDesired(r.Context(), r.PathValue("host"), after, wait)
+	// The seat is given back when the poll starts waiting for a change.
+	d, err := s.c.watchDesired(r.Context(), r.PathValue("host"), after, wait, seatOf(r).release)
 	s.reply(w, d, err)
 }
