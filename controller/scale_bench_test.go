@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -207,8 +209,9 @@ func median(ds []time.Duration) time.Duration {
 }
 
 // BenchmarkScale runs the real `sluice controller` (embedded etcd, fsync
-// on) with SLUICE_SCALE_HOSTS simulated agents (default 1,000) and a
-// policy of SLUICE_SCALE_VMS VMs (default 30,000), and times what an
+// on) with SLUICE_SCALE_HOSTS simulated agents (default 1,000, each with
+// its host's token) and a policy of SLUICE_SCALE_VMS VMs (default
+// 30,000), and times what an
 // operator waits for: the agents registering, `sluice ctl apply` of the
 // whole policy, every agent's watch getting its host's desired state,
 // and from `sluice ctl set` of one vNIC to its agent computing the new
@@ -230,7 +233,10 @@ func BenchmarkScale(b *testing.B) {
 	}
 	fi, _ := os.Stat(polFile)
 
-	// The controller.
+	// The controller, with a token for each host's agent (as a cluster
+	// should run, docs/deploy.md): each agent's requests are then its
+	// host's flow in the hosts' seats, not one operator's flow.
+	hostTokens := scaleTokens(b, filepath.Join(tmp, "data"), nh)
 	rc := startController(b, bin, tmp, "--drs-interval", "0", "--host-ttl", "60")
 	defer rc.stop()
 	pid, server, dir, stderr := rc.pid, rc.server, rc.dir, rc.stderr
@@ -245,10 +251,6 @@ func BenchmarkScale(b *testing.B) {
 		}
 		return string(out), took
 	}
-	token, err := ReadToken(filepath.Join(dir, "token"))
-	if err != nil {
-		b.Fatal(err)
-	}
 	ca := filepath.Join(dir, "tls", "cert.pem")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -256,7 +258,7 @@ func BenchmarkScale(b *testing.B) {
 	// 1. The agents register (no policy yet), each on its own connection.
 	agents := make([]*simAgent, nh)
 	for i := range agents {
-		cl, err := NewClient(server, token, ca)
+		cl, err := NewClient(server, hostTokens[i], ca)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -328,7 +330,7 @@ func BenchmarkScale(b *testing.B) {
 	per := max(nv/nh, 1)
 	host, portName := fmt.Sprintf("h%04d", min(vm/per, nh-1)), fmt.Sprintf("vm%05d/nic0", vm)
 	ra := &rateAgent{port: portName, r: -1}
-	fcl, _ := NewClient(server, token, ca)
+	fcl, _ := NewClient(server, hostTokens[min(vm/per, nh-1)], ca)
 	fol := &Follower{Client: fcl, Host: host, Agent: ra, RetryEvery: 100 * time.Millisecond}
 	fctx, fcancel := context.WithCancel(ctx)
 	folDone := make(chan struct{})
@@ -402,7 +404,7 @@ func BenchmarkScale(b *testing.B) {
 		nh, nv, nv, float64(fi.Size())/(1<<20), runtime.NumCPU(), bin)
 	c := func(d time.Duration) string { return d.Round(10 * time.Millisecond).String() }
 	fmt.Fprintf(&t, "| step | wall time | controller CPU |\n| --- | --- | --- |\n")
-	fmt.Fprintf(&t, "| %d agents register, no policy yet (all at once, one TLS connection each) | %v | %s |\n", nh, regEmpty.Round(time.Millisecond), c(cpuReg))
+	fmt.Fprintf(&t, "| %d agents register, no policy yet (all at once, one TLS connection and host token each) | %v | %s |\n", nh, regEmpty.Round(time.Millisecond), c(cpuReg))
 	fmt.Fprintf(&t, "| `sluice ctl apply -f` of the whole policy (process wall time) | %v | |\n", applyTook.Round(time.Millisecond))
 	fmt.Fprintf(&t, "| from the apply's start to the last of %d agents' watches having its host's desired state (median agent: %v) | %v | %s (apply and all watches) |\n", nh, halfDesired.Round(time.Millisecond), allDesired.Round(time.Millisecond), c(cpuApply))
 	fmt.Fprintf(&t, "| a Follower's first desired state (registers, watches, fetches and rebuilds the policy) | %v | |\n", folFirst.Round(time.Millisecond))
@@ -414,6 +416,32 @@ func BenchmarkScale(b *testing.B) {
 	fmt.Fprintf(&t, "| controller RSS (with its etcd): idle / after apply / at the end / peak | %.0f / %.0f / %.0f / %.0f MiB (peak after apply %.0f) | |\n", rssIdle, rssApply, rss, hwm, hwmApply)
 	fmt.Fprintf(&t, "| etcd's db file at the end | %.1f MiB | |\n", dbMiB)
 	fmt.Print(t.String()) // b.Logf truncates a benchmark's log
+}
+
+// scaleTokens writes the tokens file of the controller's data directory
+// dir: an operator's token first (the one sluice ctl reads), then one
+// token per host h0000, h0001, ...; it returns the hosts' tokens.
+func scaleTokens(b *testing.B, dir string, hosts int) []string {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	op := make([]byte, 32)
+	if _, err := rand.Read(op); err != nil {
+		b.Fatal(err)
+	}
+	lines := []string{hex.EncodeToString(op)}
+	toks := make([]string, hosts)
+	for i := range toks {
+		l, err := NewHostToken(fmt.Sprintf("h%04d", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		lines, toks[i] = append(lines, l), strings.Fields(l)[0]
+	}
+	if err := os.WriteFile(filepath.Join(dir, TokenFile), []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return toks
 }
 
 // progress prints a step's result as it comes (the table is printed at the end).
