@@ -26,6 +26,7 @@ func init() {
                          [--etcd-endpoints URL,... [--etcd-cert F --etcd-key F] [--etcd-ca F]] [--prefix /sluice/] [--placement=true|false]
                          [--host-ttl 10] [--drs manual|automatic] [--drs-interval 30s] [--rebalance-threshold 1..5]
                          [--max-events N] [--max-decisions N] [--event-ttl 168h] [--max-conns 8192] [--max-conns-per-addr 256]
+                         [--host-seats 64] [--operator-seats 16]
                          [--etcd-client-port N] [--etcd-peer-port N] (both obsolete, ignored)
                          [--metrics-listen 127.0.0.1:9643|""] [--log-format text|json] [--config /etc/sluice/controller.yaml]
 
@@ -53,9 +54,12 @@ beyond it); events older than --event-ttl, and decisions older than it
 that are not under way, are deleted every minute, as are the oldest
 finished decisions beyond --max-decisions. The API holds at most
 --max-conns connections, --max-conns-per-addr from one address (raise it
-for hosts behind one NAT address). --metrics-listen: Prometheus
-metrics on /metrics, /healthz and /readyz (ready while etcd answers),
-loopback by default; "" for none. The log (stderr) is log/slog text, or
+for hosts behind one NAT address). It serves at most --host-seats
+requests of hosts' tokens and --operator-seats of operators' tokens at
+once; the others wait, in a queue per host and per operator token
+served in turn (at most 64 requests each, for at most 10 s; beyond,
+429). --metrics-listen: Prometheus metrics on /metrics, /healthz and
+/readyz (ready while etcd answers), loopback by default; "" for none. The log (stderr) is log/slog text, or
 JSON with --log-format json. See docs/controller.md.
 
 example:
@@ -103,6 +107,8 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	eventTTL := fs.Duration("event-ttl", controller.DefaultEventTTL, "age from which events and finished decisions are deleted")
 	maxConns := fs.Int("max-conns", controller.MaxConns, "API connections open at once")
 	maxConnsAddr := fs.Int("max-conns-per-addr", controller.MaxConnsPerIP, "API connections open at once from one address")
+	hostSeats := fs.Int("host-seats", controller.DefaultHostSeats, "API requests of hosts' tokens served at once")
+	opSeats := fs.Int("operator-seats", controller.DefaultOperatorSeats, "API requests of operators' tokens served at once")
 	var opsf opsFlags
 	opsf.register(fs, ops.DefaultControllerMetrics)
 	config := addConfigFlag(fs, "controller")
@@ -129,6 +135,10 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	}
 	if *maxConns < 1 || *maxConnsAddr < 1 || *maxConnsAddr > *maxConns {
 		fmt.Fprintln(stderr, "sluice controller: --max-conns ≥ 1 and 1 ≤ --max-conns-per-addr ≤ --max-conns (sluice controller --help)")
+		return exitUsage
+	}
+	if *hostSeats < 1 || *opSeats < 1 {
+		fmt.Fprintln(stderr, "sluice controller: --host-seats and --operator-seats ≥ 1 (sluice controller --help)")
 		return exitUsage
 	}
 	if *ttl <= 0 {
@@ -192,7 +202,8 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	}
 	logger := opsf.logger(stderr, "controller")
 	// The web console's files under /ui/ beside the API (docs/operate.md).
-	srv := controller.NewHTTPServerLimits(*listen, console.Handler(controller.Handler(c, toks, slog.NewLogLogger(logger.Handler(), slog.LevelError))), *maxConns, *maxConnsAddr)
+	srv := controller.NewHTTPServerLimits(*listen, console.Handler(controller.HandlerLimits(c, toks, slog.NewLogLogger(logger.Handler(), slog.LevelError),
+		controller.Fairness{HostSeats: *hostSeats, OperatorSeats: *opSeats})), *maxConns, *maxConnsAddr)
 	// The signals are caught before the controller says it is ready.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)

@@ -30,6 +30,7 @@ func TestCtlUsage(t *testing.T) {
 		{"ctl", "get", "vms", "--bogus"}, {"ctl", "get", "vms", "--server"}, {"ctl", "get", "events", "--after", "x"},
 		{"controller", "--bogus"}, {"controller", "extra"}, {"controller", "--host-ttl", "0"}, {"controller", "--etcd-ca", "ca.pem"}, {"controller", "--max-events", "0"}, {"controller", "--event-ttl", "-1s"}, {"controller", "--listen", "nope"},
 		{"controller", "--max-conns", "0"}, {"controller", "--max-conns-per-addr", "0"}, {"controller", "--max-conns", "10", "--max-conns-per-addr", "20"},
+		{"controller", "--host-seats", "0"}, {"controller", "--operator-seats", "-1"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(args, &stdout, &stderr)
