@@ -25,6 +25,7 @@ import (
 	"sluice/internal/ops"
 	"sluice/lab"
 	"sluice/nicinfo"
+	"sluice/parda"
 	"sluice/policy"
 	"sluice/policyfile"
 	"sluice/storage"
@@ -533,7 +534,50 @@ func runAgentStatus(args []string, stdout, stderr io.Writer) int {
 		tw.Flush()
 	}
 	writeCPUStatus(stdout, s)
+	if ts, err := agent.ReadThrottleStatus(agent.ThrottleStatusPath(*stateDir, s.Cluster, s.Host)); err == nil {
+		writeThrottleStatus(stdout, ts)
+	}
 	return exitOK
+}
+
+// writeThrottleStatus prints the throttle driver's last period (its
+// status file): each datastore's budget, latencies and measured
+// capacity, and each disk's I/O and QEMU throttle.
+func writeThrottleStatus(w io.Writer, ts agent.ThrottleStatus) {
+	age := time.Since(time.Unix(0, ts.TimeUnixNs)).Round(time.Millisecond)
+	fmt.Fprintf(w, "throttle driver: period %.1fs, updated %s ago\n", ts.PeriodS, age)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "DATASTORE\tSIOC\tWINDOW\tBUDGET IOPS\tLATENCY ms\tHOST LATENCY ms\tTHRESHOLD ms\tHOSTS\tMEASURED IOPS\t")
+	for _, d := range ts.Datastores {
+		budget, measured := "unbounded", fmt.Sprintf("- (%d of %d periods)", d.CapacityPeriods, parda.MinCapacityPeriods)
+		if d.BudgetIOPS >= 0 {
+			budget = fmt.Sprintf("%.0f", d.BudgetIOPS)
+		}
+		if d.MeasuredIOPS > 0 {
+			measured = fmt.Sprintf("%.0f (%d periods)", d.MeasuredIOPS, d.CapacityPeriods)
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%.2f\t%s\t%.2f\t%.2f\t%.0f\t%d\t%s\t\n", d.Name, d.SIOC, d.Window, budget, d.DatastoreLatencyMs,
+			d.HostLatencyMs, d.ThresholdMs, d.HostsSeen, measured)
+	}
+	tw.Flush()
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "DISK\tVM\tTARGET\tIOPS\tLATENCY ms\tENTITLED IOPS\tTHROTTLE IOPS\tWHY\t")
+	for _, d := range ts.Disks {
+		ent, thr := "unbounded", "none"
+		if d.EntitlementIOPS >= 0 {
+			ent = fmt.Sprintf("%.0f", d.EntitlementIOPS)
+		}
+		if d.ThrottleIOPS > 0 {
+			thr = fmt.Sprintf("%d", d.ThrottleIOPS)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.2f\t%s\t%s\t%s\t\n", d.Disk, d.VM, d.Target, d.IOPS, d.LatencyMs, ent, thr, d.Why)
+	}
+	tw.Flush()
+	for _, d := range ts.Datastores {
+		if d.Error != "" {
+			fmt.Fprintf(w, "datastore %s: %s\n", d.Name, d.Error)
+		}
+	}
 }
 
 // writeNICStatus prints an uplink's NIC as the agent last read it, each

@@ -96,7 +96,9 @@ example:
 	"agent status": `usage: sluice agent status --host NAME [--policy FILE] [-o table|json] [--state-dir DIR]
 
 Show a running agent's statistics: every port's bytes, rate, entitlement
-and HTB rates per uplink.
+and HTB rates per uplink, each VM's CPU, and (table only) the throttle
+driver's last period: each datastore's budget, latency and measured
+capacity, each disk's I/O and QEMU throttle.
 
 example:
   sluice agent status --host h1 --policy examples/lab-1g.yaml -o json`,
