@@ -1,47 +1,64 @@
 package main
 
 import (
-	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
-	"sluice/agent"
+	"sluice/policy"
+	"sluice/storage"
 )
 
-// TestAgentStatusThrottle: agent status shows the throttle driver's last
-// period from its status file: each datastore's budget, latencies and
-// measured capacity, each disk's I/O and throttle.
-func TestAgentStatusThrottle(t *testing.T) {
+// --datastore and --datastore-probe: bad input is one clear error, and a
+// datastore the gateway made is left to the gateway (no libvirt needed).
+func TestStartThrottlerInput(t *testing.T) {
+	p, err := policy.Parse("p.yaml", []byte(`cluster: t
+hosts:
+  - name: h1
+    uplinks: [{name: u0, speed: 10Gbps}]
+datastores:
+  - name: ds1
+  - name: ds2
+    driver: throttle
+vms:
+  - name: vm1
+    host: h1
+    disks: [{name: d0, datastore: ds1}, {name: d1, datastore: ds2}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
-	if err := agent.WriteStats(dir, agent.Stats{Cluster: "c", Host: "h1"}); err != nil {
+	made := filepath.Join(dir, "made")
+	if err := os.MkdirAll(made, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ts := agent.ThrottleStatus{Cluster: "c", Host: "h1", TimeUnixNs: 1, PeriodS: 1, Datastores: []agent.ThrottleDatastoreStatus{
-		{Name: "nfs1", SIOC: true, Window: 5.99, BudgetIOPS: 499, DatastoreLatencyMs: 30.28, HostLatencyMs: 30, ThresholdMs: 12, HostsSeen: 2, MeasuredIOPS: 500, CapacityPeriods: 5},
-		{Name: "ds2", BudgetIOPS: -1, Error: "read stats: permission denied"},
-	}, Disks: []agent.ThrottleDiskStatus{
-		{Disk: "vm1/d0", Datastore: "nfs1", VM: "vm1", Target: "vda", IOPS: 150, LatencyMs: 30, EntitlementIOPS: 250, ThrottleIOPS: 250, Why: "shares"},
-		{Disk: "vm2/d0", Datastore: "ds2", VM: "vm2", Target: "vdb", EntitlementIOPS: -1, Why: "no limit and no SIOC budget"},
-	}}
-	if err := writeTestJSON(agent.ThrottleStatusPath(dir, "c", "h1"), ts); err != nil {
+	if err := os.WriteFile(filepath.Join(made, storage.StatsVolume), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var out, errb bytes.Buffer
-	if code := run([]string{"agent", "status", "--host", "h1", "--state-dir", dir}, &out, &errb); code != exitOK {
-		t.Fatalf("exit %d: %s", code, errb.String())
+	for _, tc := range []struct {
+		dss, probes []string
+		want        string
+	}{
+		{[]string{"ds1"}, nil, `--datastore "ds1": want DS=DIR (an absolute directory)`},
+		{[]string{"ds9=" + dir}, nil, "no datastore ds9 in the policy"},
+		{[]string{"ds2=" + filepath.Join(dir, "nope")}, nil, "is not a directory (is the datastore mounted?)"},
+		{[]string{"ds2=" + dir}, []string{"ds2=tcp://x"}, "--datastore-probe ds2=tcp://x: want dir, none or nbd+unix:///EXPORT?socket=PATH"},
+		{[]string{"ds2=" + dir}, []string{"ds2"}, `--datastore-probe "ds2": want DS=dir`},
+	} {
+		_, _, err := startThrottler(p, "h1", tc.dss, tc.probes, "/nonexistent", dir, nil, func(string, ...any) {})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v %v: %v, want one line with %q", tc.dss, tc.probes, err, tc.want)
+		}
 	}
-	_, got, _ := strings.Cut(out.String(), "\n")       // the agent's line has the age
-	_, got, _ = strings.Cut(got, "throttle driver: ") // so has the driver's
-	_, got, _ = strings.Cut(got, "\n")
-	want := `  DATASTORE   SIOC  WINDOW  BUDGET IOPS  LATENCY ms  HOST LATENCY ms  THRESHOLD ms  HOSTS       MEASURED IOPS
-       nfs1   true    5.99          499       30.28            30.00            12      2     500 (5 periods)
-        ds2  false    0.00    unbounded        0.00             0.00             0      0  - (0 of 5 periods)
-    DISK   VM  TARGET   IOPS  LATENCY ms  ENTITLED IOPS  THROTTLE IOPS                          WHY
-  vm1/d0  vm1     vda  150.0       30.00            250            250                       shares
-  vm2/d0  vm2     vdb    0.0        0.00      unbounded           none  no limit and no SIOC budget
-datastore ds2: read stats: permission denied
-`
-	if got != want {
-		t.Errorf("table:\n%s\nwant:\n%s", got, want)
+	var logged []string
+	th, closeTh, err := startThrottler(p, "h1", []string{"ds1=" + made}, nil, "/nonexistent", dir, nil, func(f string, a ...any) { logged = append(logged, f) })
+	if err != nil || th != nil {
+		t.Fatalf("a datastore the gateway made: %v, %v; want no throttler", th, err)
+	}
+	closeTh()
+	if len(logged) != 1 {
+		t.Errorf("logged %q, want one line saying the gateway controls ds1", logged)
 	}
 }
