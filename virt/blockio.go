@@ -3,6 +3,7 @@ package virt
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
@@ -12,12 +13,16 @@ import (
 var _ throttle.Hypervisor = (*Libvirt)(nil)
 
 // BlockStats lists the disks of the running domains named in vms, with
-// QEMU's cumulative counters (virDomainBlockStatsFlags: reads, writes and
-// flushes, their bytes and total time). Domains that do not run are left
-// out.
+// QEMU's cumulative counters (reads, writes and flushes, their bytes and
+// total time). Domains that do not run are left out. The disks (targets,
+// serials) come from each domain's live XML; the counters of all of them
+// from one virConnectGetAllDomainStats call (VIR_DOMAIN_STATS_BLOCK),
+// which QEMU answers with one query-blockstats per domain: the period's
+// only requests on QEMU's monitor (before, two per disk).
 func (c *Libvirt) BlockStats(vms []string) ([]throttle.HostDisk, error) {
-	var out []throttle.HostDisk
 	var errs []error
+	var doms []libvirt.Domain
+	var disks [][]Disk
 	for _, name := range vms {
 		x, err := c.LiveXML(name)
 		if errors.Is(err, ErrNotRunning) {
@@ -34,59 +39,83 @@ func (c *Libvirt) BlockStats(vms []string) ([]throttle.HostDisk, error) {
 		}
 		d, err := c.l.DomainLookupByName(name)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("DomainLookupByName %s: %w", name, err))
+			if !libvirt.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("DomainLookupByName %s: %w", name, err))
+			}
 			continue
 		}
-		for _, k := range dom.Disks {
-			if k.Target == "" {
-				continue
+		doms, disks = append(doms, d), append(disks, dom.Disks)
+	}
+	if len(doms) == 0 {
+		return nil, errors.Join(errs...)
+	}
+	recs, err := c.l.ConnectGetAllDomainStats(doms, uint32(libvirt.DomainStatsBlock), 0)
+	if err != nil {
+		return nil, errors.Join(append(errs, fmt.Errorf("ConnectGetAllDomainStats (block) of %d domains: %w", len(doms), err))...)
+	}
+	byDomain := map[libvirt.UUID]map[string]throttle.Counters{}
+	for _, r := range recs {
+		byDomain[r.Dom.UUID] = blockStatsOf(r.Params)
+	}
+	var out []throttle.HostDisk
+	for i, d := range doms {
+		ctrs, ok := byDomain[d.UUID]
+		if !ok {
+			continue // stopped meanwhile
+		}
+		for _, k := range disks[i] {
+			if ctr, ok := ctrs[k.Target]; ok && k.Target != "" {
+				out = append(out, throttle.HostDisk{VM: d.Name, Target: k.Target, Serial: k.Serial, Counters: ctr})
 			}
-			ctr, err := c.blockCounters(d, k.Target)
-			if err != nil {
-				if libvirt.IsNotFound(err) {
-					continue // stopped meanwhile
-				}
-				errs = append(errs, err)
-				continue
-			}
-			out = append(out, throttle.HostDisk{VM: name, Target: k.Target, Serial: k.Serial, Counters: ctr})
 		}
 	}
 	return out, errors.Join(errs...)
 }
 
-// blockCounters reads one disk's counters.
-func (c *Libvirt) blockCounters(d libvirt.Domain, target string) (throttle.Counters, error) {
-	_, n, err := c.l.DomainBlockStatsFlags(d, target, 0, 0)
-	if err != nil {
-		return throttle.Counters{}, fmt.Errorf("DomainBlockStatsFlags %s %s: %w", d.Name, target, err)
-	}
-	ps, _, err := c.l.DomainBlockStatsFlags(d, target, n, 0)
-	if err != nil {
-		return throttle.Counters{}, fmt.Errorf("DomainBlockStatsFlags %s %s: %w", d.Name, target, err)
-	}
-	return countersOf(ps), nil
-}
-
-// countersOf sums libvirt's block stats fields (VIR_DOMAIN_BLOCK_STATS_*)
-// into operations, bytes and total time.
-func countersOf(ps []libvirt.TypedParam) throttle.Counters {
-	var c throttle.Counters
+// blockStatsOf sums a domain's block stats (libvirt's "block.N.*" typed
+// parameters of VIR_DOMAIN_STATS_BLOCK) per disk target ("block.N.name")
+// into operations (rd/wr/fl.reqs), bytes (rd/wr.bytes) and total time
+// (rd/wr/fl.times, ns).
+func blockStatsOf(ps []libvirt.TypedParam) map[string]throttle.Counters {
+	names := map[string]string{} // N → target
+	byN := map[string]throttle.Counters{}
 	for _, p := range ps {
+		rest, ok := strings.CutPrefix(p.Field, "block.")
+		if !ok {
+			continue
+		}
+		n, field, ok := strings.Cut(rest, ".")
+		if !ok {
+			continue
+		}
+		if field == "name" {
+			if s, ok := p.Value.I.(string); ok {
+				names[n] = s
+			}
+			continue
+		}
 		v, ok := uintOf(p.Value)
 		if !ok {
 			continue
 		}
-		switch p.Field {
-		case "rd_operations", "wr_operations", "flush_operations":
+		c := byN[n]
+		switch field {
+		case "rd.reqs", "wr.reqs", "fl.reqs":
 			c.Ops += v
-		case "rd_bytes", "wr_bytes":
+		case "rd.bytes", "wr.bytes":
 			c.Bytes += v
-		case "rd_total_times", "wr_total_times", "flush_total_times":
+		case "rd.times", "wr.times", "fl.times":
 			c.TimeNs += v
+		default:
+			continue
 		}
+		byN[n] = c
 	}
-	return c
+	out := make(map[string]throttle.Counters, len(names))
+	for n, target := range names {
+		out[target] = byN[n]
+	}
+	return out
 }
 
 func uintOf(v libvirt.TypedParamValue) (uint64, bool) {

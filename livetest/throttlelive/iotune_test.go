@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,6 +63,7 @@ func TestLibvirtIOTune(t *testing.T) {
 	if len(disks) != 2 || disks[0].Serial != "d0" || disks[0].Target != "vda" || disks[1].Serial != "d1" {
 		t.Fatalf("BlockStats = %+v, want vda (d0) and vdb (d1)", disks)
 	}
+	checkCountersAgainstVirsh(t, c, vm)
 	orig, err := c.IOTune(vm, "vda")
 	if err != nil {
 		t.Fatal(err)
@@ -111,3 +114,58 @@ type memStats struct{ recs []parda.Record }
 
 func (s *memStats) Read() ([]parda.Record, error) { return s.recs, nil }
 func (s *memStats) Write(r parda.Record) error    { s.recs = []parda.Record{r}; return nil }
+
+// checkCountersAgainstVirsh: vda's counters as BlockStats reads them
+// (libvirt's domain stats) against virsh domblkstat's, the oracle, read
+// between two BlockStats reads: the counters only grow, so virsh's
+// operations, bytes and times lie between the two reads' (the I/O is the
+// firmware's reads of the disk as it looks for something to boot).
+func checkCountersAgainstVirsh(t *testing.T, c *virt.Libvirt, vm string) {
+	t.Helper()
+	vda := func() throttle.Counters {
+		ds, err := c.BlockStats([]string{vm})
+		if err != nil || len(ds) == 0 || ds[0].Target != "vda" {
+			t.Fatalf("BlockStats: %+v, %v", ds, err)
+		}
+		return ds[0].Counters
+	}
+	// The firmware's first read of vda (its boot sector) is the I/O
+	// compared: wait for it, for at most a minute of TCG firmware.
+	deadline := time.Now().Add(time.Minute)
+	before := vda()
+	for before.Ops == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("vda: no I/O a minute after the domain started (counters %+v): nothing to compare", before)
+		}
+		time.Sleep(50 * time.Millisecond) // polling QEMU's counters for the firmware's read
+		before = vda()
+	}
+	out, err := exec.Command("virsh", "domblkstat", vm, "vda").CombinedOutput()
+	if err != nil {
+		t.Fatalf("virsh domblkstat: %v: %s", err, out)
+	}
+	after := vda()
+	var v throttle.Counters
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		n, err := strconv.ParseUint(f[2], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch f[1] {
+		case "rd_req", "wr_req", "flush_operations":
+			v.Ops += n
+		case "rd_bytes", "wr_bytes":
+			v.Bytes += n
+		case "rd_total_times", "wr_total_times", "flush_total_times":
+			v.TimeNs += n
+		}
+	}
+	t.Logf("vda: BlockStats %+v, virsh %+v, BlockStats %+v", before, v, after)
+	if v.Ops < before.Ops || v.Ops > after.Ops || v.Bytes < before.Bytes || v.Bytes > after.Bytes || v.TimeNs < before.TimeNs || v.TimeNs > after.TimeNs {
+		t.Errorf("vda's counters: virsh domblkstat %+v, not between BlockStats' %+v and %+v", v, before, after)
+	}
+}
