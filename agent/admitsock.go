@@ -51,6 +51,17 @@ type Admitter struct {
 	mu       sync.Mutex
 	p        *policy.Policy
 	starting []string
+	measured func() map[string]float64
+}
+
+// SetMeasured makes f the source of the datastores' capacities the host
+// measured (Throttler.Measured): a datastore whose policy declares no
+// capacity is bounded by it when this host decides (policy.Datastore.
+// IOPSQuota), as the controller does with its hosts' reports.
+func (a *Admitter) SetMeasured(f func() map[string]float64) {
+	a.mu.Lock()
+	a.measured = f
+	a.mu.Unlock()
 }
 
 // Set gives the admitter the policy in force and the VMs that hold
@@ -77,10 +88,13 @@ func (a *Admitter) Decide(ctx context.Context, dom admit.Domain) (admit.Decision
 		}
 	}
 	a.mu.Lock()
-	p, starting := a.p, a.starting
+	p, starting, measured := a.p, a.starting, a.measured
 	a.mu.Unlock()
 	if p == nil {
 		return admit.Decision{}, errors.New("the agent has no policy yet")
+	}
+	if measured != nil {
+		p = p.WithMeasuredIOPS(measured())
 	}
 	running, err := a.Running()
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -335,9 +334,8 @@ func (c *Controller) viewOf(st *state, reports map[string]*Report) view {
 
 // withMeasured returns p with each datastore's MeasuredIOPS from the
 // hosts' reports: the least any host measured (the slowest view counts),
-// 0 where none did. Admission counts it where the file declares no
-// capacity (policy.Datastore.IOPSQuota). p is not changed: it is
-// returned as it is when nothing differs, else a copy.
+// none where none did (policy.Policy.WithMeasuredIOPS). Admission counts
+// it where the file declares no capacity (policy.Datastore.IOPSQuota).
 func withMeasured(p *policy.Policy, reports map[string]*Report) *policy.Policy {
 	if p == nil || len(p.Datastores) == 0 {
 		return p
@@ -353,20 +351,7 @@ func withMeasured(p *policy.Policy, reports map[string]*Report) *policy.Policy {
 			}
 		}
 	}
-	measured := func(ds string) policy.IOPS { return policy.IOPS(math.Floor(least[ds])) }
-	same := true
-	for i := range p.Datastores {
-		same = same && p.Datastores[i].MeasuredIOPS == measured(p.Datastores[i].Name)
-	}
-	if same {
-		return p
-	}
-	np := *p
-	np.Datastores = slices.Clone(p.Datastores)
-	for i := range np.Datastores {
-		np.Datastores[i].MeasuredIOPS = measured(np.Datastores[i].Name)
-	}
-	return &np
+	return p.WithMeasuredIOPS(least)
 }
 
 // observation is which host runs each VM, by the reports, built at its

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"sluice/feasible"
@@ -276,6 +277,35 @@ func (ds *Datastore) IOPSQuota() feasible.Quota {
 		q.Why = "as its hosts measured it at its congestion threshold; the file declares no capacityIOPS"
 	}
 	return q
+}
+
+// WithMeasuredIOPS returns p with each datastore's MeasuredIOPS from m
+// (IOPS by datastore, whole IOPS counted; absent or below 1: none). p is
+// not changed: it is returned as it is when nothing differs, else a copy
+// that shares all but its datastores with p.
+func (p *Policy) WithMeasuredIOPS(m map[string]float64) *Policy {
+	if p == nil || len(p.Datastores) == 0 {
+		return p
+	}
+	measured := func(ds string) IOPS {
+		if v := m[ds]; v >= 1 && v < float64(UnlimitedIOPS) {
+			return IOPS(v)
+		}
+		return 0
+	}
+	same := true
+	for i := range p.Datastores {
+		same = same && p.Datastores[i].MeasuredIOPS == measured(p.Datastores[i].Name)
+	}
+	if same {
+		return p
+	}
+	np := *p
+	np.Datastores = slices.Clone(p.Datastores)
+	for i := range np.Datastores {
+		np.Datastores[i].MeasuredIOPS = measured(np.Datastores[i].Name)
+	}
+	return &np
 }
 
 func (p *Policy) checkDatastores(l *errorList) {

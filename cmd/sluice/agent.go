@@ -330,6 +330,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			if side != nil {
 				side.SetCapacities(th.Measured)
 			}
+			adm.SetMeasured(th.Measured)
 			go th.Run(ctx, nil, *o.storagePeriod, func(_ agent.ThrottleStatus, err error) {
 				if err != nil {
 					log.Error("throttle driver: " + labOneLine(err))
