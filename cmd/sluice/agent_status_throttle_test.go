@@ -30,7 +30,7 @@ func TestAgentStatusThrottle(t *testing.T) {
 	if code := run([]string{"agent", "status", "--host", "h1", "--state-dir", dir}, &out, &errb); code != exitOK {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	_, got, _ := strings.Cut(out.String(), "\n")       // the agent's line has the age
+	_, got, _ := strings.Cut(out.String(), "\n")      // the agent's line has the age
 	_, got, _ = strings.Cut(got, "throttle driver: ") // so has the driver's
 	_, got, _ = strings.Cut(got, "\n")
 	want := `  DATASTORE   SIOC  WINDOW  BUDGET IOPS  LATENCY ms  HOST LATENCY ms  THRESHOLD ms  HOSTS       MEASURED IOPS
