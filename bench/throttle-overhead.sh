@@ -12,6 +12,10 @@
 #
 #   bench/throttle-overhead.sh [SECONDS_PER_RUN] [ROUNDS] [SERVICE_TIME]
 #
+# PERDISK=1 adds "per-disk": the driver reading the counters as before
+# 4e50f67 (two virDomainBlockStatsFlags calls per disk a period), to
+# compare with "throttle" in one run.
+#
 # Defaults: 10 s, 1 round, 1ms. Needs root, libvirtd, nbdkit, fio,
 # qemu-img, qemu-guest-agent (scripts/deps.sh).
 set -eu

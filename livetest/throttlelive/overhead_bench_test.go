@@ -91,8 +91,15 @@ vms:
 	}
 	th.Domain = func(vm string) string { return lab.NamespacePrefix(l.P.Cluster) + vm }
 	domain := th.Domain("vm1")
+	// per-disk: the same driver reading the counters as before 4e50f67,
+	// two virDomainBlockStatsFlags calls per disk (A/B in one run).
+	thOld, err := agent.NewThrottler(l.P, "h1", perDiskStats{c}, []agent.ThrottleDatastore{{Name: "dst", Dir: lab.VolumeDir(l.Dir, l.P.Cluster, "dst"), Probe: pr}}, l.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	thOld.Domain = th.Domain
 	var stop func()
-	start := func() {
+	start := func(th *agent.Throttler) {
 		runCtx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -127,6 +134,9 @@ vms:
 	}
 	iops, p50, p99 := map[key][]float64{}, map[key][]float64{}, map[key][]float64{}
 	cfgs := []string{"none", "static", "throttle", "gateway"}
+	if os.Getenv("PERDISK") != "" {
+		cfgs = []string{"none", "static", "throttle", "per-disk", "gateway"}
+	}
 	for round := 0; round < rounds; round++ {
 		for _, cfg := range cfgs {
 			switch cfg {
@@ -144,11 +154,19 @@ vms:
 				if err := c.SetIOTune(domain, "vda", throttle.LimitsFor(100000)); err != nil {
 					t.Fatal(err)
 				}
-			case "throttle":
+			case "throttle", "per-disk":
+				if stop != nil {
+					stop()
+					stop = nil
+				}
 				if err := c.SetIOTune(domain, "vda", throttle.Limits{}); err != nil {
 					t.Fatal(err)
 				}
-				start()
+				if cfg == "throttle" {
+					start(th)
+				} else {
+					start(thOld)
+				}
 			}
 			d := dev["t"]
 			if cfg == "gateway" {
@@ -177,4 +195,54 @@ vms:
 				100*(livelab.Median(p50[k])-n50)/n50, 100*(livelab.Median(p99[k])-n99)/n99)
 		}
 	}
+}
+
+// perDiskStats reads block counters as the driver did before 4e50f67:
+// per disk, one virDomainBlockStatsFlags call for the number of fields
+// and one for them, each a query-blockstats on QEMU's monitor.
+type perDiskStats struct{ *virt.Libvirt }
+
+func (p perDiskStats) BlockStats(vms []string) ([]throttle.HostDisk, error) {
+	var out []throttle.HostDisk
+	for _, name := range vms {
+		x, err := p.LiveXML(name)
+		if err != nil {
+			return nil, err
+		}
+		dom, err := virt.ParseDomainXML(x)
+		if err != nil {
+			return nil, err
+		}
+		d, err := p.Client().DomainLookupByName(name)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range dom.Disks {
+			_, n, err := p.Client().DomainBlockStatsFlags(d, k.Target, 0, 0)
+			if err != nil {
+				return nil, err
+			}
+			ps, _, err := p.Client().DomainBlockStatsFlags(d, k.Target, n, 0)
+			if err != nil {
+				return nil, err
+			}
+			var c throttle.Counters
+			for _, f := range ps {
+				v, ok := f.Value.I.(int64)
+				if !ok || v < 0 {
+					continue
+				}
+				switch f.Field {
+				case "rd_operations", "wr_operations", "flush_operations":
+					c.Ops += uint64(v)
+				case "rd_bytes", "wr_bytes":
+					c.Bytes += uint64(v)
+				case "rd_total_times", "wr_total_times", "flush_total_times":
+					c.TimeNs += uint64(v)
+				}
+			}
+			out = append(out, throttle.HostDisk{VM: name, Target: k.Target, Serial: k.Serial, Counters: c})
+		}
+	}
+	return out, nil
 }
