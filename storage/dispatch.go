@@ -49,6 +49,9 @@ type datastoreGate struct {
 	// The stats slot (control loop only): this host's slot, -1 before it
 	// has one, and how many slots a period reads.
 	slot, scan int
+	// capacity is the datastore's capacity as measured in the periods it
+	// was congested in (control loop writes, under mu).
+	capacity parda.Capacity
 
 	mu          sync.Mutex
 	sched       *mclock.Scheduler

@@ -764,6 +764,7 @@ func (g *Gateway) closePeriod(now time.Time, elapsed time.Duration) Status {
 			gt.mu.Lock()
 			gt.window = out.Window
 			gt.slots.Note(now.UnixNano(), gt.outstanding, gt.window)
+			gt.capacity = gt.capacity.Observe(out.View, gt.parda.Config().ThresholdNs, now.UnixNano())
 			gt.mu.Unlock()
 			gt.kick()
 		}
@@ -822,6 +823,10 @@ func (g *Gateway) buildStatus(now time.Time, elapsed time.Duration, res []period
 			HostsSeen: r.hosts, Outstanding: gt.outstanding, SIOC: gt.parda != nil}
 		if gt.parda != nil {
 			ds.ThresholdMs = gt.parda.Config().ThresholdNs / 1e6
+		}
+		ds.CapacityPeriods = gt.capacity.Periods()
+		if v, ok := gt.capacity.Estimate(); ok {
+			ds.MeasuredIOPS = v
 		}
 		if gt.failed != nil {
 			ds.Error = gt.failed.Error()

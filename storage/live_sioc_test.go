@@ -137,7 +137,34 @@ func TestLiveSIOCTest3(t *testing.T) {
 			t.Errorf("phase 2: vm%d at %.0f IOPS, phase 1 %.0f: want ≥ +20%%", i+1, a, b)
 		}
 	}
+	checkGatewayMeasured(t, []*runningGateway{g1, g2}, 1600)
 }
+
+// checkGatewayMeasured: each gateway measured the datastore's capacity
+// from the periods it was congested in (parda.Capacity): at most the
+// array's rate, and at least measuredLow of it (PARDA holds the array at
+// its threshold, where it serves all it can; a period whose records
+// straddle the phases' changes counts less).
+func checkGatewayMeasured(t *testing.T, gws []*runningGateway, arrayIOPS float64) {
+	t.Helper()
+	for i, g := range gws {
+		ss := g.series()
+		if len(ss) == 0 || len(ss[len(ss)-1].Datastores) == 0 {
+			t.Errorf("gateway %d: no status", i+1)
+			continue
+		}
+		d := ss[len(ss)-1].Datastores[0]
+		t.Logf("gateway h%d measured %s at %.0f IOPS over %d congested periods (the array serves %.0f)", i+1, d.Name, d.MeasuredIOPS, d.CapacityPeriods, arrayIOPS)
+		if d.MeasuredIOPS < measuredLow*arrayIOPS || d.MeasuredIOPS > 1.05*arrayIOPS {
+			t.Errorf("gateway h%d: measured capacity %.0f IOPS (%d periods), want %.0f–%.0f (the array's %.0f)", i+1, d.MeasuredIOPS, d.CapacityPeriods,
+				measuredLow*arrayIOPS, 1.05*arrayIOPS, arrayIOPS)
+		}
+	}
+}
+
+// measuredLow is the least fraction of the array's rate a gateway's
+// measured capacity may be.
+const measuredLow = 0.8
 
 // alignSeries pairs the two gateways' periods (nearest end times) from the
 // workload start on.

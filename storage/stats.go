@@ -172,6 +172,11 @@ type DatastoreStatus struct {
 	HostsSeen     int     `json:"hosts_seen"`
 	Outstanding   int     `json:"outstanding"`
 	SIOC          bool    `json:"sioc"`
+	// MeasuredIOPS is the datastore's capacity as measured in the periods
+	// it was congested in (parda.Capacity; 0: fewer than
+	// parda.MinCapacityPeriods of them yet, CapacityPeriods so far).
+	MeasuredIOPS    float64 `json:"measured_iops"`
+	CapacityPeriods int     `json:"capacity_periods"`
 	// Error, when set, is why every request to the datastore fails (it
 	// came back empty or was replaced).
 	Error string `json:"error,omitempty"`

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"os/signal"
@@ -327,10 +328,6 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 		if th != nil {
 			defer closeTh()
-			if side != nil {
-				side.SetCapacities(th.Measured)
-			}
-			adm.SetMeasured(th.Measured)
 			go th.Run(ctx, nil, *o.storagePeriod, func(_ agent.ThrottleStatus, err error) {
 				if err != nil {
 					log.Error("throttle driver: " + labOneLine(err))
@@ -338,6 +335,22 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			})
 		}
 	}
+	// The datastores' capacities this host measured, for admission: its
+	// throttle driver's, and its gateway's (from its status file).
+	measured := func() map[string]float64 {
+		m := gatewayMeasured(statusDir, p.Cluster, *host, time.Now(), gatewayStatusMaxAge)
+		if th != nil {
+			if m == nil {
+				m = map[string]float64{}
+			}
+			maps.Copy(m, th.Measured())
+		}
+		return m
+	}
+	if side != nil {
+		side.SetCapacities(measured)
+	}
+	adm.SetMeasured(measured)
 	thPolicy := p
 	invErr := src.follow(ctx, inv, stop)
 	log.Info(fmt.Sprintf("host %s (netns %q, inventory %s), %d uplinks, dynamic=%v, cpu=%v, interval %s", *host, ns, src.kind, len(a.Trees()), *dynamic, *cpu, *interval))
@@ -395,6 +408,10 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	return exitOK
 }
+
+// gatewayStatusMaxAge: a gateway status file older than this is not
+// read for measured capacities (the gateway stopped).
+const gatewayStatusMaxAge = 30 * time.Second
 
 // startThrottler starts the throttle driver for the datastores of
 // --datastore DS=DIR whose driver is throttle (policy.Datastore.DriverAt:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -21,11 +22,36 @@ import (
 
 	"sluice/controller"
 	"sluice/internal/ops"
+	"sluice/parda"
 	"sluice/policy"
 	"sluice/policyfile"
 	"sluice/storage"
 	"sluice/storage/nbd"
 )
+
+// gatewayStatusFile is the gateway's status file of host in dir (its
+// default --status-file in statusDir).
+func gatewayStatusFile(dir, cluster, host string) string {
+	return filepath.Join(dir, "gateway-"+cluster+"-"+host+".json")
+}
+
+// gatewayMeasured returns the capacities of the datastores that host's
+// gateway measured (its status file in dir, DatastoreStatus.MeasuredIOPS,
+// whole IOPS), when the file was written within maxAge of now; nothing
+// otherwise (no gateway, another --status-file, a gateway stopped).
+func gatewayMeasured(dir, cluster, host string, now time.Time, maxAge time.Duration) map[string]float64 {
+	st, err := storage.ReadStatusFile(gatewayStatusFile(dir, cluster, host))
+	if err != nil || now.Sub(time.Unix(0, st.TimeUnixNs)) > maxAge {
+		return nil
+	}
+	out := map[string]float64{}
+	for _, d := range st.Datastores {
+		if d.MeasuredIOPS >= 1 {
+			out[d.Name] = math.Floor(d.MeasuredIOPS)
+		}
+	}
+	return out
+}
 
 // statusDir is where gateways publish their status (one JSON file per host).
 const statusDir = "/run/sluice"
@@ -188,7 +214,7 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *statusFile == "" {
-		*statusFile = filepath.Join(statusDir, "gateway-"+p.Cluster+"-"+*host+".json")
+		*statusFile = gatewayStatusFile(statusDir, p.Cluster, *host)
 	}
 	var tlsCfg *tls.Config
 	if len(tcp) > 0 {
@@ -379,8 +405,12 @@ func runGatewayStatus(args []string, stdout, stderr io.Writer) int {
 		age := time.Since(time.Unix(0, st.TimeUnixNs)).Round(time.Second)
 		fmt.Fprintf(stdout, "host %s  listen %s  period %.1fs  (%s ago)\n", st.Host, st.Listen, st.PeriodS, age)
 		for _, d := range st.Datastores {
-			fmt.Fprintf(stdout, "  datastore %-10s window %6.1f  outstanding %3d  datastore latency %7.2f ms (threshold %.0f ms, %d hosts)  host %7.0f IOPS %7.2f ms\n",
-				d.Name, d.Window, d.Outstanding, d.DatastoreLatencyMs, d.ThresholdMs, d.HostsSeen, d.HostIOPS, d.HostLatencyMs)
+			measured := fmt.Sprintf("not yet (%d of %d congested periods)", d.CapacityPeriods, parda.MinCapacityPeriods)
+			if d.MeasuredIOPS > 0 {
+				measured = fmt.Sprintf("%.0f IOPS (%d congested periods)", d.MeasuredIOPS, d.CapacityPeriods)
+			}
+			fmt.Fprintf(stdout, "  datastore %-10s window %6.1f  outstanding %3d  datastore latency %7.2f ms (threshold %.0f ms, %d hosts)  host %7.0f IOPS %7.2f ms  measured %s\n",
+				d.Name, d.Window, d.Outstanding, d.DatastoreLatencyMs, d.ThresholdMs, d.HostsSeen, d.HostIOPS, d.HostLatencyMs, measured)
 		}
 		fmt.Fprintf(stdout, "  %-20s %-10s %6s %6s %6s %8s %8s %9s %9s %5s\n", "DISK", "DATASTORE", "SHARES", "RES", "LIMIT", "IOPS", "MB/s", "LAT ms", "P99 ms", "OUT")
 		for _, d := range st.Disks {
