@@ -51,7 +51,7 @@ type Metrics struct {
 	diskEnt, diskRes, diskLim, diskShares, diskIOPS, diskBytes, diskOut    *prometheus.Desc
 	diskReads, diskWrites, diskLat, diskFlushFailed                        *prometheus.Desc
 	dsUp, dsWindow, dsLat, dsHostLat, dsHostIOPS, dsThresh, dsOut, dsHosts *prometheus.Desc
-	dsShares                                                               *prometheus.Desc
+	dsShares, dsMeasured                                                   *prometheus.Desc
 }
 
 // NewMetrics returns the metrics of g, to register in a registry.
@@ -87,6 +87,7 @@ func NewMetrics(g *Gateway) *Metrics {
 		dsOut:      d("datastore_outstanding_requests", "Requests of this host at the datastore.", ds...),
 		dsHosts:    d("datastore_hosts", "Hosts with a fresh record in the datastore's stats volume in the last period.", ds...),
 		dsShares:   d("datastore_active_shares", "Shares of this host's disks that were active in the last period.", ds...),
+		dsMeasured: d("datastore_measured_capacity_iops", "The datastore's capacity as measured: the median of what all hosts did in the last periods (up to 60) in which its latency was at or above the threshold (absent until 5 such periods).", ds...),
 	}
 }
 
@@ -94,7 +95,7 @@ func NewMetrics(g *Gateway) *Metrics {
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.info, m.period, m.last, m.diskEnt, m.diskRes, m.diskLim, m.diskShares,
 		m.diskIOPS, m.diskBytes, m.diskOut, m.diskReads, m.diskWrites, m.diskLat, m.diskFlushFailed,
-		m.dsUp, m.dsWindow, m.dsLat, m.dsHostLat, m.dsHostIOPS, m.dsThresh, m.dsOut, m.dsHosts, m.dsShares} {
+		m.dsUp, m.dsWindow, m.dsLat, m.dsHostLat, m.dsHostIOPS, m.dsThresh, m.dsOut, m.dsHosts, m.dsShares, m.dsMeasured} {
 		ch <- d
 	}
 }
@@ -146,6 +147,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		g(m.dsOut, float64(d.Outstanding), d.Name)
 		g(m.dsHosts, float64(d.HostsSeen), d.Name)
 		g(m.dsShares, d.ActiveShares, d.Name)
+		if d.MeasuredIOPS > 0 {
+			g(m.dsMeasured, d.MeasuredIOPS, d.Name)
+		}
 	}
 }
 

@@ -161,6 +161,9 @@ func TestMetricsMatchStatus(t *testing.T) {
 	check("sluice_gateway_datastore_outstanding_requests", float64(ds.Outstanding), "datastore", "ds1")
 	check("sluice_gateway_datastore_hosts", float64(ds.HostsSeen), "datastore", "ds1")
 	check("sluice_gateway_datastore_active_shares", ds.ActiveShares, "datastore", "ds1")
+	if v, ok := fams.Value("sluice_gateway_datastore_measured_capacity_iops", "datastore", "ds1"); ok {
+		t.Errorf("measured capacity %v of a datastore never congested, want the series absent", v)
+	}
 	if ds.HostsSeen != 1 || ds.HostIOPS <= 0 || ds.ActiveShares != 3000 {
 		t.Errorf("datastore status %+v", ds)
 	}
