@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"sluice/entitle"
+	"sluice/feasible"
 	"sluice/policy"
 )
 
@@ -143,13 +144,26 @@ func disk(p *policy.Policy, name string, opt Options) ([]string, bool) {
 		if err != nil {
 			return nil, false
 		}
-		lines = append(lines, DriverLine(ds))
+		lines = append(lines, CapacityLine(ds), DriverLine(ds))
 		if opt.HostLocal != nil {
 			lines = append(lines, opt.HostLocal(s.Disk(name).Host, name)...)
 		}
 		return lines, true
 	}
 	return nil, false
+}
+
+// CapacityLine says where the capacity of ds comes from: its declared
+// capacityIOPS, its emulated array, what its hosts measured, or none (the
+// derivation then divides the default array's rate, and admission bounds
+// no IOPS reservation on it).
+func CapacityLine(ds *policy.Datastore) string {
+	q := ds.IOPSQuota()
+	if q.Cap == feasible.Unlimited {
+		return fmt.Sprintf("capacity: datastore %s declares none and its hosts measured none: the derivation divides the default array's %d IOPS, and admission bounds no IOPS reservation on it",
+			ds.Name, ds.NominalIOPS())
+	}
+	return fmt.Sprintf("capacity: %d IOPS, %s; admission bounds the disks' IOPS reservations on %s by it", q.Cap, q.Why, ds.Name)
 }
 
 // DriverLine says which driver controls the disks of ds: the one the

@@ -39,6 +39,18 @@ func TestDataDriven(t *testing.T) {
 			}
 			var port string
 			d.ScanArgs(t, "port", &port)
+			if arg, ok := d.Arg("measured"); ok {
+				m := map[string]float64{}
+				for _, v := range arg.Vals {
+					ds, iops, _ := strings.Cut(v, ":")
+					f, err := strconv.ParseFloat(iops, 64)
+					if err != nil {
+						d.Fatalf(t, "measured %q: %v", v, err)
+					}
+					m[ds] = f
+				}
+				p = p.WithMeasuredIOPS(m)
+			}
 			live, opt := scanLive(t, d), scanOptions(t, d)
 			lines, err := Lines(p, live, port, opt)
 			if err != nil {
