@@ -247,15 +247,11 @@ func (ds *Datastore) ArrayGiven() bool {
 	return ds.Pos.Line == 0 && ds.Array.Slots > 0 && ds.Array.ServiceTime > 0
 }
 
-// NominalIOPS is what the datastore serves by the policy: its declared
-// capacityIOPS, else its (emulated) array's rate when the file gives the
-// array, else what its hosts measured, else the default array's rate.
+// NominalIOPS is what the datastore serves by the policy: its capacity
+// as admission counts it (IOPSQuota), else the default array's rate.
 func (ds *Datastore) NominalIOPS() IOPS {
-	switch {
-	case ds.CapacityIOPS > 0:
-		return ds.CapacityIOPS
-	case !ds.ArrayGiven() && ds.MeasuredIOPS > 0:
-		return ds.MeasuredIOPS
+	if q := ds.IOPSQuota(); q.Cap != feasible.Unlimited {
+		return IOPS(q.Cap)
 	}
 	return ds.ArrayIOPS()
 }

@@ -194,9 +194,10 @@ type Datastore struct {
 	// (0: not declared): it bounds the disks' reservations in admission
 	// and is the capacity the storage derivation divides.
 	CapacityIOPS IOPS
-	// MeasuredIOPS is the capacity the hosts measured (parda.Capacity), set
-	// by the controller from their reports, never by the file (0: none).
-	// It counts where the file declares neither capacityIOPS nor array.
+	// MeasuredIOPS is the capacity the hosts measured (parda.Capacity),
+	// set by the controller from their reports or by an agent deciding a
+	// start itself (WithMeasuredIOPS), never by the file (0: none). It
+	// counts where the file declares neither capacityIOPS nor array.
 	MeasuredIOPS IOPS
 	Pos          Pos
 }
