@@ -472,7 +472,11 @@ func (v view) report(host string, old, r *Report, decisions []Decision) *next {
 			}
 		}
 	}
-	if old == nil || !maps.Equal(old.CapacityIOPS, r.CapacityIOPS) {
+	var was map[string]float64
+	if old != nil {
+		was = old.CapacityIOPS
+	}
+	if !maps.Equal(was, r.CapacityIOPS) {
 		// A datastore measured slower than its disks' reservations (a
 		// rebuild, a failed path): a fault, reported; nothing is taken
 		// from the VMs.

@@ -45,9 +45,6 @@ type Config struct {
 	// name, UUIDs the UUID of each running domain by name; nil: none.
 	Unnamed func() []string
 	UUIDs   func() map[string]string
-	// Capacities returns the datastores' capacities the host measured
-	// (agent.Throttler.Measured); nil: none. SetCapacities sets it later.
-	Capacities func() map[string]float64
 	// Log receives the failed moves of each desired state (joined); nil:
 	// not logged.
 	Log func(err error)
@@ -60,11 +57,12 @@ type Side struct {
 	admitter *agent.Admitter // the hook's answers: the policy and the VMs starting here
 	changed  chan struct{}   // the running VMs or the failed moves changed: report now
 
-	mu      sync.Mutex
-	stats   agent.Stats
-	failed  map[string]string    // VM → why its last move in failed, while the move is asked
-	since   map[string]time.Time // VM → when it was first seen running here
-	lastVMs []string             // the running VMs of the last report or step
+	mu         sync.Mutex
+	capacities func() map[string]float64 // SetCapacities
+	stats      agent.Stats
+	failed     map[string]string    // VM → why its last move in failed, while the move is asked
+	since      map[string]time.Time // VM → when it was first seen running here
+	lastVMs    []string             // the running VMs of the last report or step
 }
 
 // New returns the side of a host as cfg describes it.
@@ -229,11 +227,11 @@ func (s *Side) SetStats(st agent.Stats) {
 	s.noteVMs()
 }
 
-// SetCapacities makes f the source of the datastores' measured
-// capacities in the reports (Config.Capacities).
+// SetCapacities makes f the source of the datastores' capacities the
+// host measured, in the reports (nil: none).
 func (s *Side) SetCapacities(f func() map[string]float64) {
 	s.mu.Lock()
-	s.cfg.Capacities = f
+	s.capacities = f
 	s.mu.Unlock()
 }
 
@@ -243,7 +241,7 @@ func (s *Side) SetCapacities(f func() map[string]float64) {
 func (s *Side) Report() controller.Report {
 	vms := s.running()
 	s.mu.Lock()
-	st, capf := s.stats, s.cfg.Capacities
+	st, capf := s.stats, s.capacities
 	r := controller.Report{VMs: vms, Uplinks: []string{}, RatesBps: map[string]float64{}, Time: time.Now().UTC(),
 		Since: map[string]time.Time{}, Failed: maps.Clone(s.failed)}
 	for _, vm := range vms {
