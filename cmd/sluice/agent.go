@@ -26,7 +26,6 @@ import (
 	"sluice/internal/ops"
 	"sluice/lab"
 	"sluice/nicinfo"
-	"sluice/parda"
 	"sluice/policy"
 	"sluice/policyfile"
 	"sluice/storage"
@@ -565,17 +564,14 @@ func writeThrottleStatus(w io.Writer, ts agent.ThrottleStatus) {
 	age := time.Since(time.Unix(0, ts.TimeUnixNs)).Round(time.Millisecond)
 	fmt.Fprintf(w, "throttle driver: period %.1fs, updated %s ago\n", ts.PeriodS, age)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "DATASTORE\tSIOC\tWINDOW\tBUDGET IOPS\tLATENCY ms\tHOST LATENCY ms\tTHRESHOLD ms\tHOSTS\tMEASURED IOPS\t")
+	fmt.Fprintln(tw, "DATASTORE\tSIOC\tWINDOW\tBUDGET IOPS\tLATENCY ms\tHOST LATENCY ms\tTHRESHOLD ms\tHOSTS\tMEASURED CAPACITY\t")
 	for _, d := range ts.Datastores {
-		budget, measured := "unbounded", fmt.Sprintf("- (%d of %d periods)", d.CapacityPeriods, parda.MinCapacityPeriods)
+		budget := "unbounded"
 		if d.BudgetIOPS >= 0 {
 			budget = fmt.Sprintf("%.0f", d.BudgetIOPS)
 		}
-		if d.MeasuredIOPS > 0 {
-			measured = fmt.Sprintf("%.0f (%d periods)", d.MeasuredIOPS, d.CapacityPeriods)
-		}
 		fmt.Fprintf(tw, "%s\t%v\t%.2f\t%s\t%.2f\t%.2f\t%.0f\t%d\t%s\t\n", d.Name, d.SIOC, d.Window, budget, d.DatastoreLatencyMs,
-			d.HostLatencyMs, d.ThresholdMs, d.HostsSeen, measured)
+			d.HostLatencyMs, d.ThresholdMs, d.HostsSeen, measuredText(d.MeasuredIOPS, d.CapacityPeriods))
 	}
 	tw.Flush()
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)

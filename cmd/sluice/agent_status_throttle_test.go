@@ -33,9 +33,9 @@ func TestAgentStatusThrottle(t *testing.T) {
 	_, got, _ := strings.Cut(out.String(), "\n")      // the agent's line has the age
 	_, got, _ = strings.Cut(got, "throttle driver: ") // so has the driver's
 	_, got, _ = strings.Cut(got, "\n")
-	want := `  DATASTORE   SIOC  WINDOW  BUDGET IOPS  LATENCY ms  HOST LATENCY ms  THRESHOLD ms  HOSTS       MEASURED IOPS
-       nfs1   true    5.99          499       30.28            30.00            12      2     500 (5 periods)
-        ds2  false    0.00    unbounded        0.00             0.00             0      0  - (0 of 5 periods)
+	want := `  DATASTORE   SIOC  WINDOW  BUDGET IOPS  LATENCY ms  HOST LATENCY ms  THRESHOLD ms  HOSTS                         MEASURED CAPACITY
+       nfs1   true    5.99          499       30.28            30.00            12      2  500 IOPS (median of 5 congested periods)
+        ds2  false    0.00    unbounded        0.00             0.00             0      0        not yet (0 of 5 congested periods)
     DISK   VM  TARGET   IOPS  LATENCY ms  ENTITLED IOPS  THROTTLE IOPS                          WHY
   vm1/d0  vm1     vda  150.0       30.00            250            250                       shares
   vm2/d0  vm2     vdb    0.0        0.00      unbounded           none  no limit and no SIOC budget

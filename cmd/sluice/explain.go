@@ -103,12 +103,17 @@ func cutCPUCostFlag(args []string) ([]string, float64, error) {
 // measuredLine says what the throttle driver measured of the datastore's
 // capacity.
 func measuredLine(ds agent.ThrottleDatastoreStatus) string {
-	if ds.MeasuredIOPS > 0 {
-		return fmt.Sprintf("datastore %s measured to serve %.0f IOPS at %.0f ms or more (median of the last %d congested periods)",
-			ds.Name, ds.MeasuredIOPS, ds.ThresholdMs, ds.CapacityPeriods)
+	return fmt.Sprintf("datastore %s capacity measured (periods at or above %.0f ms): %s", ds.Name, ds.ThresholdMs, measuredText(ds.MeasuredIOPS, ds.CapacityPeriods))
+}
+
+// measuredText is a datastore's measured capacity as the status commands
+// and explain show it: iops over periods congested periods (parda.Capacity;
+// iops 0: not measured yet).
+func measuredText(iops float64, periods int) string {
+	if iops > 0 {
+		return fmt.Sprintf("%.0f IOPS (median of %d congested periods)", iops, periods)
 	}
-	return fmt.Sprintf("datastore %s: capacity not measured yet (%d of %d periods at or above %.0f ms seen)",
-		ds.Name, ds.CapacityPeriods, parda.MinCapacityPeriods, ds.ThresholdMs)
+	return fmt.Sprintf("not yet (%d of %d congested periods)", periods, parda.MinCapacityPeriods)
 }
 
 // throttleLines explains what the throttle driver of host did to disk

@@ -44,7 +44,7 @@ vms:
 	}
 	lines := strings.Join(throttleLines(p, "h1", "vm1/d0", dir), "\n")
 	for _, want := range []string{"host budget 208 IOPS = window 2.50 / threshold 12 ms", "datastore latency 11.00 ms over 2 hosts, this host's 9.50 ms (10 probes)",
-		"datastore ds1 measured to serve 482 IOPS at 12 ms or more (median of the last 37 congested periods)",
+		"datastore ds1 capacity measured (periods at or above 12 ms): 482 IOPS (median of 37 congested periods)",
 		"held by its throttle", "QEMU throttle 120 IOPS (of 32 KiB units): limit"} {
 		if !strings.Contains(lines, want) {
 			t.Errorf("explain lacks %q:\n%s", want, lines)

@@ -22,7 +22,6 @@ import (
 
 	"sluice/controller"
 	"sluice/internal/ops"
-	"sluice/parda"
 	"sluice/policy"
 	"sluice/policyfile"
 	"sluice/storage"
@@ -405,10 +404,7 @@ func runGatewayStatus(args []string, stdout, stderr io.Writer) int {
 		age := time.Since(time.Unix(0, st.TimeUnixNs)).Round(time.Second)
 		fmt.Fprintf(stdout, "host %s  listen %s  period %.1fs  (%s ago)\n", st.Host, st.Listen, st.PeriodS, age)
 		for _, d := range st.Datastores {
-			measured := fmt.Sprintf("not yet (%d of %d congested periods)", d.CapacityPeriods, parda.MinCapacityPeriods)
-			if d.MeasuredIOPS > 0 {
-				measured = fmt.Sprintf("%.0f IOPS (%d congested periods)", d.MeasuredIOPS, d.CapacityPeriods)
-			}
+			measured := measuredText(d.MeasuredIOPS, d.CapacityPeriods)
 			fmt.Fprintf(stdout, "  datastore %-10s window %6.1f  outstanding %3d  datastore latency %7.2f ms (threshold %.0f ms, %d hosts)  host %7.0f IOPS %7.2f ms  measured %s\n",
 				d.Name, d.Window, d.Outstanding, d.DatastoreLatencyMs, d.ThresholdMs, d.HostsSeen, d.HostIOPS, d.HostLatencyMs, measured)
 		}
