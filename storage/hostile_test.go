@@ -1,21 +1,18 @@
 package storage
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"sluice/internal/nbdattack"
 )
 
 // hostilePolicy: two VMs with equal shares on one host; the datastore is a
@@ -89,119 +86,6 @@ func startHostileGateway(t *testing.T, testName string) string {
 	return socks
 }
 
-// attack is what a hostile client sends.
-type attack struct {
-	name    string
-	conns   int
-	invalid bool // READs beyond the end of the disk (EINVAL) instead of valid ones
-}
-
-var attacks = []attack{
-	{name: "valid 4 KiB READs, 1 connection", conns: 1},
-	{name: "invalid READs, 1 connection", conns: 1, invalid: true},
-	{name: "invalid READs, 4 connections", conns: 4, invalid: true},
-}
-
-// hostileConn opens export on the Unix socket sock with a raw fixed
-// newstyle handshake (NBD_OPT_EXPORT_NAME) and returns the connection in
-// transmission.
-func hostileConn(ctx context.Context, sock, export string) (net.Conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", sock)
-	if err != nil {
-		return nil, err
-	}
-	fail := func(err error) (net.Conn, error) { c.Close(); return nil, fmt.Errorf("handshake: %w", err) }
-	var greet [18]byte
-	if _, err := io.ReadFull(c, greet[:]); err != nil {
-		return fail(err)
-	}
-	msg := make([]byte, 4+16+len(export))
-	binary.BigEndian.PutUint32(msg[0:], 1|2) // fixed newstyle, no zeroes
-	binary.BigEndian.PutUint64(msg[4:], 0x49484156454F5054)
-	binary.BigEndian.PutUint32(msg[12:], 1) // NBD_OPT_EXPORT_NAME
-	binary.BigEndian.PutUint32(msg[16:], uint32(len(export)))
-	copy(msg[20:], export)
-	if _, err := c.Write(msg); err != nil {
-		return fail(err)
-	}
-	var info [10]byte
-	if _, err := io.ReadFull(c, info[:]); err != nil {
-		return fail(err)
-	}
-	return c, nil
-}
-
-// runHostile pipelines up to 256 requests per connection on a.conns
-// connections to export on sock, as fast as the gateway answers, until
-// ctx ends; it returns the replies received. Its connections are closed
-// when it returns.
-func runHostile(ctx context.Context, t *testing.T, sock, export string, a attack) (replies *atomic.Int64, wait func()) {
-	const window = 256
-	replies = &atomic.Int64{}
-	var wg sync.WaitGroup
-	for i := 0; i < a.conns; i++ {
-		c, err := hostileConn(ctx, sock, export)
-		if err != nil {
-			t.Fatalf("hostile client: %v", err)
-		}
-		context.AfterFunc(ctx, func() { c.Close() })
-		tokens := make(chan struct{}, window)
-		for range window {
-			tokens <- struct{}{}
-		}
-		wg.Add(2)
-		go func() { // writer: a request whenever fewer than window are out
-			defer wg.Done()
-			w := bufio.NewWriterSize(c, 28*window)
-			var req [28]byte
-			binary.BigEndian.PutUint32(req[0:], 0x25609513)
-			binary.BigEndian.PutUint32(req[24:], 4096)
-			for n := uint64(0); ; n++ {
-				select {
-				case <-tokens:
-				default:
-					if w.Flush() != nil {
-						return
-					}
-					select {
-					case <-tokens:
-					case <-ctx.Done():
-						return
-					}
-				}
-				off := (n * 4096 * 7919) % (64 << 20)
-				if a.invalid {
-					off = 1 << 40
-				}
-				binary.BigEndian.PutUint64(req[8:], n)
-				binary.BigEndian.PutUint64(req[16:], off)
-				if _, err := w.Write(req[:]); err != nil {
-					return
-				}
-			}
-		}()
-		go func() { // reader: every reply frees a place in the window
-			defer wg.Done()
-			r := bufio.NewReaderSize(c, 256<<10)
-			var h [16]byte
-			for {
-				if _, err := io.ReadFull(r, h[:]); err != nil {
-					return
-				}
-				if binary.BigEndian.Uint32(h[4:]) == 0 {
-					if _, err := r.Discard(4096); err != nil {
-						return
-					}
-				}
-				replies.Add(1)
-				tokens <- struct{}{}
-			}
-		}()
-	}
-	return replies, wg.Wait
-}
-
 // victimIOPS runs fio (4 KiB random reads, queue depth 16) on vm2's disk
 // through its socket for secs seconds after a 500 ms ramp (an attack has
 // begun before it: an attacker's connections pipeline within
@@ -225,7 +109,7 @@ func victimIOPS(t *testing.T, socks string, secs int) float64 {
 // (the machine's load drifts; adjacent runs see the same), and the
 // attacker's replies per second.
 type hostileResult struct {
-	attack  attack
+	attack  nbdattack.Attack
 	shares  []float64
 	hostile []float64
 }
@@ -237,12 +121,16 @@ func measureHostile(t *testing.T, socks string, secs, rounds int) []hostileResul
 	// using both would take the CPUs of fio and of the gateway, whatever
 	// the gateway does.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	res := make([]hostileResult, len(attacks))
+	res := make([]hostileResult, len(nbdattack.Attacks))
 	prev := victimIOPS(t, socks, secs)
 	for r := 0; r < rounds; r++ {
-		for i, a := range attacks {
+		for i, a := range nbdattack.Attacks {
 			ctx, cancel := context.WithCancel(context.Background())
-			replies, wait := runHostile(ctx, t, VMSocket(socks, "vm1"), "vm1/d0", a)
+			replies, wait, err := nbdattack.Run(ctx, VMSocket(socks, "vm1"), "vm1/d0", 64<<20, a)
+			if err != nil {
+				cancel()
+				t.Fatal(err)
+			}
 			start := time.Now()
 			v := victimIOPS(t, socks, secs)
 			n := replies.Load()
@@ -251,7 +139,7 @@ func measureHostile(t *testing.T, socks string, secs, rounds int) []hostileResul
 			wait()
 			next := victimIOPS(t, socks, secs)
 			alone := (prev + next) / 2
-			t.Logf("round %d, vm1 %s: vm2 %.0f IOPS, alone %.0f and %.0f: %.0f%%", r+1, a.name, v, prev, next, 100*v/alone)
+			t.Logf("round %d, vm1 %s: vm2 %.0f IOPS, alone %.0f and %.0f: %.0f%%", r+1, a.Name, v, prev, next, 100*v/alone)
 			res[i].attack = a
 			res[i].shares = append(res[i].shares, v/alone)
 			res[i].hostile = append(res[i].hostile, float64(n)/el.Seconds())
@@ -288,9 +176,9 @@ func TestLiveHostileVM(t *testing.T) {
 	for _, r := range res {
 		med := median(r.shares)
 		t.Logf("vm1 %s: vm2 kept a median %.0f%% of its IOPS alone (rounds: %s); vm1 got a median %.0f replies/s",
-			r.attack.name, 100*med, percents(r.shares), median(r.hostile))
+			r.attack.Name, 100*med, percents(r.shares), median(r.hostile))
 		if med < minVictimShare {
-			t.Errorf("vm1 %s: vm2 kept a median %.0f%% of its IOPS alone; want ≥ %.0f%%", r.attack.name, 100*med, 100*minVictimShare)
+			t.Errorf("vm1 %s: vm2 kept a median %.0f%% of its IOPS alone; want ≥ %.0f%%", r.attack.Name, 100*med, 100*minVictimShare)
 		}
 	}
 }
