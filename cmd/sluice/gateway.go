@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"sluice/agent"
 	"sluice/controller"
 	"sluice/internal/ops"
 	"sluice/policy"
@@ -50,6 +51,30 @@ func gatewayMeasured(dir, cluster, host string, now time.Time, maxAge time.Durat
 		}
 	}
 	return out
+}
+
+// lastMeasured returns the datastores' capacities that host's gateway
+// (its status file in gatewayDir) and throttle driver (the agent's status
+// file in stateDir) measured last, however long ago: the hook's fallback
+// when the agent does not answer counts them, as the agent would. A
+// capacity is the datastore's, not the agent's, and /run is emptied when
+// the host boots. The throttle driver's wins where both measured one, as
+// in the agent.
+func lastMeasured(gatewayDir, stateDir, cluster, host string) map[string]float64 {
+	m := gatewayMeasured(gatewayDir, cluster, host, time.Now(), time.Duration(math.MaxInt64))
+	ts, err := agent.ReadThrottleStatus(agent.ThrottleStatusPath(stateDir, cluster, host))
+	if err != nil {
+		return m
+	}
+	for _, d := range ts.Datastores {
+		if d.MeasuredIOPS >= 1 {
+			if m == nil {
+				m = map[string]float64{}
+			}
+			m[d.Name] = math.Floor(d.MeasuredIOPS)
+		}
+	}
+	return m
 }
 
 // statusDir is where gateways publish their status (one JSON file per host).

@@ -153,6 +153,10 @@ func runHookQemu(args []string, stdin io.Reader, stderr io.Writer, runDir string
 		// One line either way: libvirt's error carries the first line of
 		// the hook's stderr.
 		note := fmt.Sprintf("the agent at %s does not answer (%s): %s decided", *sock, labOneLine(aerr), *file)
+		if m := lastMeasured(statusDir, filepath.Dir(*sock), p.Cluster, *host); len(m) > 0 {
+			p = p.WithMeasuredIOPS(m)
+			note += ", with the capacities this host measured last"
+		}
 		if dec = admit.Decide(p, *host, dom, running); !dec.Allow {
 			fmt.Fprintf(stderr, "%s (%s)\n", dec.String(), note)
 			return exitBad
