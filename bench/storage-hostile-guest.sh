@@ -12,7 +12,7 @@
 #
 # A revision is a commit, a branch, or "." for the work tree as it is.
 # Root, libvirtd, fio, taskset and chrt (scripts/deps.sh); 2 CPUs or more.
-# About 3 minutes per run.
+# About 4 minutes per run.
 set -euo pipefail
 before=${1:-7616670} after=${2:-.} rounds=${3:-1}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,7 +35,7 @@ for r in $(seq "$rounds"); do
 		log=$tmp/$v-$r.log
 		(cd "$root/livetest/virtstorage" && SLUICE_GATEWAY_BIN=$tmp/$v "$tmp/virtstorage.test" \
 			-test.run '^TestGuestHostileVM$' -test.v -test.count 1 -test.timeout 15m >"$log" 2>&1 || true)
-		sed -n 's/.*vm1 \(.*\): vm2 kept a median \([0-9]*\)% of its IOPS alone (rounds.*/\1|\2/p' "$log" |
+		sed -n 's/.*_test\.go:[0-9]*: \(.*\): vm2 kept a median \([0-9]*\)% of its IOPS alone (rounds.*/\1|\2/p' "$log" |
 			awk -F'|' -v v=$v -v r=$r '{ print v "|" r "|" $1 "|" $2 }'
 		if ! grep -q 'kept a median' "$log"; then
 			echo "$v, run $r measured nothing; its log ends:" >&2

@@ -79,7 +79,10 @@ type Options struct {
 	// Gateway is the path of a sluice binary that has the `gateway`
 	// subcommand; empty means no gateways are started (with a warning).
 	Gateway string
-	Log     io.Writer // progress and warnings; nil discards
+	// GatewayArgs are more arguments for every gateway (a test's TLS
+	// listener, for one).
+	GatewayArgs []string
+	Log         io.Writer // progress and warnings; nil discards
 	// GuestTTL, when positive, makes each QEMU guest power itself off
 	// after that long (tests set it, so that a killed test leaves no
 	// guest running for long).
@@ -316,6 +319,7 @@ func Up(p *policy.Policy, o Options) (st *State, err error) {
 				args = append(args, "--datastore", fmt.Sprintf("%s=nbd://%s:%d", d.Datastore, d.IP, NBDPort))
 			}
 		}
+		args = append(args, o.GatewayArgs...)
 		if err := start("gateway:"+h.Host, h.Name, "lab-"+p.Cluster+"-gateway-"+h.Host+".log", args...); err != nil {
 			return nil, err
 		}

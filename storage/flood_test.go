@@ -4,65 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
+	"sluice/internal/nbdattack"
 	"sluice/storage/nbd"
 )
-
-// floodTLS holds n idle TCP connections to addr from the given local
-// addresses (round robin), none of which ever starts TLS; a connection the
-// gateway closes is opened again after reconnect. It returns once every
-// connection was open at least once, with the function that stops them.
-func floodTLS(t *testing.T, addr string, n int, sources []string, reconnect time.Duration) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg, first sync.WaitGroup
-	first.Add(n)
-	errs := make(chan error, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(src string) {
-			defer wg.Done()
-			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
-			once := false
-			for ctx.Err() == nil {
-				c, err := d.DialContext(ctx, "tcp", addr)
-				if err != nil {
-					if !once {
-						once = true
-						errs <- err
-						first.Done()
-					}
-					return
-				}
-				if !once {
-					once = true
-					first.Done()
-				}
-				stopRead := context.AfterFunc(ctx, func() { c.Close() })
-				_, _ = io.Copy(io.Discard, c) // the greeting, then idle until closed
-				stopRead()
-				c.Close()
-				select {
-				case <-ctx.Done():
-				case <-time.After(reconnect): // the attacker's reconnection interval
-				}
-			}
-		}(sources[i%len(sources)])
-	}
-	first.Wait()
-	close(errs)
-	for err := range errs {
-		cancel()
-		wg.Wait()
-		t.Fatalf("flood: %v", err)
-	}
-	return func() { cancel(); wg.Wait() }
-}
 
 // 600 idle TCP connections from six addresses, each opened again 1 s after
 // the gateway closes it (the attack of issue 24 reconnected every 10 s),
@@ -88,7 +35,10 @@ func TestGatewayTLSUnderConnectionFlood(t *testing.T) {
 	for i := 1; i <= 6; i++ {
 		sources = append(sources, fmt.Sprintf("127.0.0.%d", i))
 	}
-	stop := floodTLS(t, addr, 600, sources, time.Second)
+	stop, err := nbdattack.Flood(addr, 600, sources, time.Second)
+	if err != nil {
+		t.Fatalf("flood: %v", err)
+	}
 	defer stop()
 	ok := 0
 	buf := make([]byte, 4096)

@@ -1,7 +1,7 @@
-// Package nbdattack is a hostile NBD client for tests of the storage
-// gateway's fair service (issue 24): it opens a VM's export on the VM's
-// Unix socket with a raw handshake and pipelines requests, valid or not,
-// as fast as the gateway answers.
+// Package nbdattack is hostile clients for tests of the storage gateway's
+// isolation (issue 24): Run opens a VM's export on the VM's Unix socket
+// with a raw handshake and pipelines requests, valid or not, as fast as
+// the gateway answers; Flood holds idle TCP connections on a listener.
 package nbdattack
 
 import (
@@ -13,6 +13,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Attack is what a hostile client sends.
@@ -130,4 +131,56 @@ func Run(ctx context.Context, sock, export string, diskBytes uint64, a Attack) (
 		}()
 	}
 	return replies, wg.Wait, nil
+}
+
+// Flood holds n idle TCP connections to addr from the given local
+// addresses (round robin), none of which ever sends a byte (a TLS
+// listener's places taken by clients that never start TLS); a connection
+// the server closes is opened again after reconnect. It returns once
+// every connection was open at least once, with the function that stops
+// them, or the first error opening one.
+func Flood(addr string, n int, sources []string, reconnect time.Duration) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg, first sync.WaitGroup
+	first.Add(n)
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(src string) {
+			defer wg.Done()
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+			once := false
+			for ctx.Err() == nil {
+				c, err := d.DialContext(ctx, "tcp", addr)
+				if err != nil {
+					if !once {
+						once = true
+						errs <- err
+						first.Done()
+					}
+					return
+				}
+				if !once {
+					once = true
+					first.Done()
+				}
+				stopRead := context.AfterFunc(ctx, func() { c.Close() })
+				_, _ = io.Copy(io.Discard, c) // the greeting, then idle until closed
+				stopRead()
+				c.Close()
+				select {
+				case <-ctx.Done():
+				case <-time.After(reconnect): // the attacker's reconnection interval
+				}
+			}
+		}(sources[i%len(sources)])
+	}
+	first.Wait()
+	close(errs)
+	for err := range errs {
+		cancel()
+		wg.Wait()
+		return nil, err
+	}
+	return func() { cancel(); wg.Wait() }, nil
 }

@@ -3,21 +3,25 @@
 package virtstorage
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"sluice/internal/nbdattack"
+	"sluice/internal/testcert"
 	"sluice/lab"
 	"sluice/livetest/livelab"
 	"sluice/storage"
@@ -51,7 +55,8 @@ const guestReservation = 2000
 // direct I/O, queue depth 16) on its gateway disk while vm1's "QEMU", the
 // test's hostile client, pipelines 256 requests per connection on vm1's
 // socket (valid READs on one connection, invalid READs on one and on
-// four). vm2 keeps ≥ minGuestShare of its IOPS alone, measured alone
+// four), and while 600 idle TCP connections flood the gateway's TLS
+// listener (issue 24's attacks). vm2 keeps ≥ minGuestShare of its IOPS alone, measured alone
 // just before and after each attack run (the median of three rounds is
 // judged, for each attack), and every whole second of its fio under an
 // attack stays at or above its disk's reservation.
@@ -83,7 +88,24 @@ func TestGuestHostileVM(t *testing.T) {
 	if b := os.Getenv("SLUICE_GATEWAY_BIN"); b != "" { // bench/storage-hostile-guest.sh: another revision's gateway
 		gateway = b
 	}
-	l := &guestLab{livelab.UpGuestLab(t, "vsh", fmt.Sprintf(hostilePolicy, "%s", guestReservation), lab.Options{Gateway: gateway, GuestTTL: guestTTL})}
+	// The gateway also listens for TLS clients in its host's namespace,
+	// for the connection flood.
+	tlsDir := t.TempDir()
+	ca, err := testcert.NewCA("sluice test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := ca.Server()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.WriteDir(tlsDir, "server", sp); err != nil {
+		t.Fatal(err)
+	}
+	tlsArgs := []string{"--listen", floodAddr, "--tls-cert", filepath.Join(tlsDir, "server-cert.pem"),
+		"--tls-key", filepath.Join(tlsDir, "server-key.pem"), "--tls-ca", filepath.Join(tlsDir, "ca-cert.pem")}
+	l := &guestLab{livelab.UpGuestLab(t, "vsh", fmt.Sprintf(hostilePolicy, "%s", guestReservation),
+		lab.Options{Gateway: gateway, GatewayArgs: tlsArgs, GuestTTL: guestTTL})}
 	ctx, cancel := context.WithTimeout(context.Background(), guestTTL)
 	defer cancel()
 
@@ -126,11 +148,20 @@ func TestGuestHostileVM(t *testing.T) {
 		}
 		return f.ReadIOPS, least
 	}
-	shares := make([][]float64, len(nbdattack.Attacks))
+	// vm1's NBD attacks on its socket, and 600 idle TCP connections on
+	// the gateway's TLS listener from six addresses, each opened again
+	// 1 s after the gateway closed it (issue 24's flood).
+	type attack struct{ name, spec string }
+	var attacks []attack
+	for _, a := range nbdattack.Attacks {
+		attacks = append(attacks, attack{"vm1 " + a.Name, fmt.Sprintf("nbd|%s|vm1/d0|%d|%t", sock, a.Conns, a.Invalid)})
+	}
+	attacks = append(attacks, attack{"600 idle TCP connections on the TLS listener", "flood|" + floodAddr + "|600"})
+	shares := make([][]float64, len(attacks))
 	prev, _ := fio()
 	for r := 0; r < rounds; r++ {
-		for i, a := range nbdattack.Attacks {
-			stop := startAttacker(t, sock, a)
+		for i, a := range attacks {
+			stop := startAttacker(t, gw.Namespace, a.spec)
 			cpu0 := cpuTicks(t, gw.PID)
 			start := time.Now()
 			v, least := fio()
@@ -140,44 +171,54 @@ func TestGuestHostileVM(t *testing.T) {
 			next, _ := fio()
 			alone := (prev + next) / 2
 			shares[i] = append(shares[i], v/alone)
-			t.Logf("round %d, vm1 %s: vm2 %.0f IOPS (its least second %.0f), alone %.0f and %.0f: %.0f%%; vm1 got %.0f replies/s; the gateway used %.0f%% of a CPU; load %s",
-				r+1, a.Name, v, least, prev, next, 100*v/alone, float64(n)/el.Seconds(), float64(cpu1-cpu0)/el.Seconds(), loadavg())
+			t.Logf("round %d, %s: vm2 %.0f IOPS (its least second %.0f), alone %.0f and %.0f: %.0f%%; the attacker got %.0f replies/s; the gateway used %.0f%% of a CPU; load %s",
+				r+1, a.name, v, least, prev, next, 100*v/alone, float64(n)/el.Seconds(), float64(cpu1-cpu0)/el.Seconds(), loadavg())
 			if least < guestReservation {
-				t.Errorf("round %d, vm1 %s: a second of vm2's fio did %.0f IOPS, below its reservation of %d", r+1, a.Name, least, guestReservation)
+				t.Errorf("round %d, %s: a second of vm2's fio did %.0f IOPS, below its reservation of %d", r+1, a.name, least, guestReservation)
 			}
 			prev = next
 		}
 	}
-	for i, a := range nbdattack.Attacks {
+	for i, a := range attacks {
 		s := append([]float64(nil), shares[i]...)
 		sort.Float64s(s)
 		med := s[len(s)/2]
-		t.Logf("vm1 %s: vm2 kept a median %.0f%% of its IOPS alone (rounds %v)", a.Name, 100*med, pct(shares[i]))
+		t.Logf("%s: vm2 kept a median %.0f%% of its IOPS alone (rounds %v)", a.name, 100*med, pct(shares[i]))
 		if med < minGuestShare {
-			t.Errorf("vm1 %s: vm2 kept a median %.0f%% of its IOPS alone; want ≥ %.0f%%", a.Name, 100*med, 100*minGuestShare)
+			t.Errorf("%s: vm2 kept a median %.0f%% of its IOPS alone; want ≥ %.0f%%", a.name, 100*med, 100*minGuestShare)
 		}
 	}
 }
 
 // attackerEnv makes the test binary the attacker of TestGuestHostileVM:
-// SOCKET|EXPORT|CONNS|INVALID.
+// nbd|SOCKET|EXPORT|CONNS|INVALID (nbdattack.Run) or flood|ADDR|N
+// (nbdattack.Flood).
 const attackerEnv = "SLUICE_NBD_ATTACKER"
 
-// startAttacker runs attack a on sock in a child process (this test
-// binary) with one CPU (GOMAXPROCS=1, CPU 1) at SCHED_IDLE: it runs when
-// the gateway, pinned to the same CPU, does not, as an attacker VM on a
-// core of its own would not take the gateway's. stop ends it and returns
-// the replies it got.
-func startAttacker(t *testing.T, sock string, a nbdattack.Attack) (stop func() int64) {
+// floodAddr is where the gateway listens for TLS clients, in its host's
+// namespace.
+const floodAddr = "127.0.0.1:10810"
+
+// startAttacker runs the attack spec in a child process (this test binary)
+// in network namespace ns, with one CPU (GOMAXPROCS=1, CPU 1) at
+// SCHED_IDLE: it runs when the gateway, pinned to the same CPU, does not,
+// as an attacker VM on a core of its own would not take the gateway's. It
+// returns once the attack is under way; stop ends it and returns the
+// replies the attacker got.
+func startAttacker(t *testing.T, ns, spec string) (stop func() int64) {
 	t.Helper()
-	cmd := exec.Command("chrt", "--idle", "0", "taskset", "-c", "1", os.Args[0], "-test.run=^TestGuestHostileVM$")
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1", fmt.Sprintf("%s=%s|vm1/d0|%d|%t", attackerEnv, sock, a.Conns, a.Invalid))
+	cmd := exec.Command("ip", "netns", "exec", ns, "chrt", "--idle", "0", "taskset", "-c", "1", os.Args[0], "-test.run=^TestGuestHostileVM$")
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1", attackerEnv+"="+spec)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb strings.Builder
+	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -188,45 +229,64 @@ func startAttacker(t *testing.T, sock string, a nbdattack.Attack) (stop func() i
 		cmd.Process.Kill()
 		wait()
 	})
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "attacking" {
+		wait()
+		t.Fatalf("attacker %s: %v: %s", spec, waited, errb.String())
+	}
 	return func() int64 {
+		stdin.Close() // the attacker stops, then prints its replies
+		var n int64
+		if lines.Scan() {
+			fmt.Sscanf(lines.Text(), "replies %d", &n)
+		}
 		wait()
 		if waited != nil {
-			t.Fatalf("attacker: %v: %s", waited, out.String())
-		}
-		var n int64
-		if _, err := fmt.Sscanf(lastLine(out.String()), "replies %d", &n); err != nil {
-			t.Fatalf("attacker's output %q: %v", out.String(), err)
+			t.Fatalf("attacker %s: %v: %s", spec, waited, errb.String())
 		}
 		return n
 	}
 }
 
-// runAttacker is the attacker process: it attacks as spec says until its
-// stdin closes, prints "replies N" and exits.
+// runAttacker is the attacker process: it starts the attack spec says,
+// prints "attacking", and when its stdin closes ends it, prints
+// "replies N" and exits.
 func runAttacker(spec string) {
-	f := strings.Split(spec, "|")
-	if len(f) != 4 {
-		fmt.Fprintf(os.Stderr, "%s=%q: want SOCKET|EXPORT|CONNS|INVALID\n", attackerEnv, spec)
-		os.Exit(2)
-	}
-	conns, _ := strconv.Atoi(f[2])
-	ctx, cancel := context.WithCancel(context.Background())
-	replies, wait, err := nbdattack.Run(ctx, f[0], f[1], 64<<20, nbdattack.Attack{Conns: conns, Invalid: f[3] == "true"})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	fail := func(err error) {
+		fmt.Fprintf(os.Stderr, "%s=%q: %v\n", attackerEnv, spec, err)
 		os.Exit(1)
 	}
+	f := strings.Split(spec, "|")
+	var replies *atomic.Int64
+	var stop func()
+	switch {
+	case len(f) == 5 && f[0] == "nbd":
+		conns, _ := strconv.Atoi(f[3])
+		ctx, cancel := context.WithCancel(context.Background())
+		r, wait, err := nbdattack.Run(ctx, f[1], f[2], 64<<20, nbdattack.Attack{Conns: conns, Invalid: f[4] == "true"})
+		if err != nil {
+			fail(err)
+		}
+		replies, stop = r, func() { cancel(); wait() }
+	case len(f) == 3 && f[0] == "flood":
+		n, _ := strconv.Atoi(f[2])
+		var sources []string
+		for i := 1; i <= 6; i++ {
+			sources = append(sources, fmt.Sprintf("127.0.0.%d", i))
+		}
+		s, err := nbdattack.Flood(f[1], n, sources, time.Second)
+		if err != nil {
+			fail(err)
+		}
+		replies, stop = &atomic.Int64{}, s
+	default:
+		fail(fmt.Errorf("want nbd|SOCKET|EXPORT|CONNS|INVALID or flood|ADDR|N"))
+	}
+	fmt.Println("attacking")
 	_, _ = io.Copy(io.Discard, os.Stdin)
-	cancel()
-	wait()
+	stop()
 	fmt.Printf("replies %d\n", replies.Load())
 	os.Exit(0)
-}
-
-// lastLine is the last non-empty line of s.
-func lastLine(s string) string {
-	l := strings.Split(strings.TrimSpace(s), "\n")
-	return l[len(l)-1]
 }
 
 // qemuPid is the pid of vm's QEMU (libvirt's pid file of its domain).
