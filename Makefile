@@ -150,6 +150,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz=FuzzReadJSON -fuzztime=$(FUZZTIME) ./internal/inputfile
 	$(GO) test -run '^$$' -fuzz=FuzzParseChange -fuzztime=$(FUZZTIME) ./placement
 	$(GO) test -run '^$$' -fuzz=FuzzAPI -fuzztime=$(FUZZTIME) ./controller
+	$(GO) test -run '^$$' -fuzz=FuzzHookQemu -fuzztime=$(FUZZTIME) ./cmd/sluice
 
 bench: build
 	./bench/run.sh

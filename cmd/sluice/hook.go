@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"sluice/admit"
 	"sluice/agent"
@@ -111,10 +112,10 @@ func runHookQemu(args []string, stdin io.Reader, stderr io.Writer, runDir string
 	// undecided ends a hook that nobody could answer: --unreachable.
 	undecided := func(why string) int {
 		if *unreachable == "open" {
-			fmt.Fprintf(stderr, "sluice: %s; %s starts without an admission check (--unreachable open)\n", why, name)
+			say(stderr, fmt.Sprintf("sluice: %s; %s starts without an admission check (--unreachable open)", why, name))
 			return exitOK
 		}
-		fmt.Fprintf(stderr, "sluice: refused %s: %s, and the hook fails closed (sluice hook install --unreachable open admits then)\n", name, why)
+		say(stderr, fmt.Sprintf("sluice: refused %s: %s, and the hook fails closed (sluice hook install --unreachable open admits then)", name, why))
 		return exitBad
 	}
 	dom := admit.Domain{Name: name}
@@ -158,17 +159,34 @@ func runHookQemu(args []string, stdin io.Reader, stderr io.Writer, runDir string
 			note += ", with the capacities this host measured last"
 		}
 		if dec = admit.Decide(p, *host, dom, running); !dec.Allow {
-			fmt.Fprintf(stderr, "%s (%s)\n", dec.String(), note)
+			say(stderr, fmt.Sprintf("%s (%s)", dec.String(), note))
 			return exitBad
 		}
-		fmt.Fprintf(stderr, "sluice: %s\n", note)
+		say(stderr, "sluice: "+note)
 		return exitOK
 	}
 	if !dec.Allow {
-		fmt.Fprintln(stderr, dec.String())
+		say(stderr, dec.String())
 		return exitBad
 	}
 	return exitOK
+}
+
+// say writes the hook's one line: libvirt's error carries the first line
+// of the hook's stderr, and a domain's name may hold any character, so
+// control characters are written escaped (a newline as \n).
+func say(w io.Writer, line string) {
+	var b strings.Builder
+	for _, r := range line {
+		if unicode.IsControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	b.WriteByte('\n')
+	io.WriteString(w, b.String())
 }
 
 // maxDomainXML bounds the domain XML the hook reads.
