@@ -18,13 +18,10 @@ before=${1:-7616670} after=${2:-.} rounds=${3:-1}
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+. "$root/bench/rev-lib.sh"
 build() { # rev name
-	local src=$root
-	if [ "$1" != . ]; then
-		src=$tmp/src-$2
-		mkdir -p "$src"
-		git -C "$root" archive "$1" | tar -x -C "$src"
-	fi
+	local src
+	src=$(rev_src "$1" "$2")
 	(cd "$src" && go build -o "$tmp/$2" ./cmd/sluice)
 }
 build "$before" before

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A hostile VM against the gateway's other VMs (issue 24), before and after
 # a change: builds package storage's test binary at BEFORE and at AFTER
-# (with the work tree's storage/hostile_test.go copied into both, so that
-# both run the same test), runs TestLiveHostileVM from each alternately
+# (with the work tree's storage/hostile_test.go and internal/nbdattack
+# copied into both, so that both run the same test), runs TestLiveHostileVM from each alternately
 # ROUNDS times, and prints per attack vm2's IOPS as a share of vm2's IOPS
 # alone measured in the same run: each round's share and the median. Only
 # shares from the same run are compared; the machine is shared and noisy.
@@ -17,13 +17,14 @@ before=${1:-7616670} after=${2:-.} rounds=${3:-3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+. "$root/bench/rev-lib.sh"
 build() { # rev name
-	local src=$root
-	if [ "$1" != . ]; then
-		src=$tmp/src-$2
-		mkdir -p "$src"
-		git -C "$root" archive "$1" | tar -x -C "$src"
+	local src
+	src=$(rev_src "$1" "$2")
+	if [ "$src" != "$root" ]; then
 		cp "$root/storage/hostile_test.go" "$src/storage/"
+		mkdir -p "$src/internal/nbdattack"
+		cp "$root/internal/nbdattack/"*.go "$src/internal/nbdattack/"
 	fi
 	(cd "$src" && go test -c -o "$tmp/$2.test" ./storage)
 }

@@ -61,18 +61,28 @@ func attachGuest(st *State, v VMPlan) error {
 	if err != nil {
 		return err
 	}
-	b, err := os.ReadFile(guestPidFile(v.Name))
+	pid, err := GuestPID(v)
 	if err != nil {
-		return fmt.Errorf("lab: pid of guest %s: %w", v.VM, err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return fmt.Errorf("lab: pid of guest %s: %s: %w", v.VM, guestPidFile(v.Name), err)
+		return err
 	}
 	if err := tree.Attach(v.Name, pid); err != nil {
 		return fmt.Errorf("lab: guest %s into its cgroup: %w", v.VM, err)
 	}
 	return nil
+}
+
+// GuestPID is the pid of guest v's QEMU (libvirt's pid file of its
+// domain).
+func GuestPID(v VMPlan) (int, error) {
+	b, err := os.ReadFile(guestPidFile(v.Name))
+	if err != nil {
+		return 0, fmt.Errorf("lab: pid of guest %s: %w", v.VM, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("lab: pid of guest %s: %s: %w", v.VM, guestPidFile(v.Name), err)
+	}
+	return pid, nil
 }
 
 // guestPidFile is where libvirt's QEMU driver keeps a running domain's pid.

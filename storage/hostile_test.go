@@ -86,6 +86,24 @@ func startHostileGateway(t *testing.T, testName string) string {
 	return socks
 }
 
+// waitVMSockets waits until a gateway in a child process has made each
+// VM's socket in dir, for at most 20 s.
+func waitVMSockets(t *testing.T, dir string, vms []string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, vm := range vms {
+		for {
+			if _, err := os.Lstat(VMSocket(dir, vm)); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no socket for %s after 20 s", vm)
+			}
+			time.Sleep(10 * time.Millisecond) // polling a child process, with a deadline
+		}
+	}
+}
+
 // victimIOPS runs fio (4 KiB random reads, queue depth 16) on vm2's disk
 // through its socket for secs seconds after a 500 ms ramp (an attack has
 // begun before it: an attacker's connections pipeline within

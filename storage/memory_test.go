@@ -152,21 +152,3 @@ func TestGatewayIdleConnectionsMemory(t *testing.T) {
 			goGrowth, rssGrowth, n, nbd.IdleConnBytes)
 	}
 }
-
-// waitVMSockets waits until a gateway in a child process has made each
-// VM's socket in dir, for at most 20 s.
-func waitVMSockets(t *testing.T, dir string, vms []string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for _, vm := range vms {
-		for {
-			if _, err := os.Lstat(VMSocket(dir, vm)); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no socket for %s after 20 s", vm)
-			}
-			time.Sleep(10 * time.Millisecond) // polling a child process, with a deadline
-		}
-	}
-}
